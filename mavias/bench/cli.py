@@ -1,0 +1,50 @@
+"""`mavias bench core|discovery|pipeline`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Benchmarks (speed and quality), recorded in BENCHMARKS.md.", no_args_is_help=True)
+console = Console()
+
+
+def _pm(value: dict | None, scale: float = 100.0) -> str:
+    return "-" if value is None else f"{scale * value['mean']:.1f} ± {scale * value['std']:.1f}"
+
+
+def print_core_table(title: str, summary: list[dict], columns: list[tuple[str, str, float]]) -> None:
+    table = Table(title=title)
+    table.add_column("method")
+    table.add_column("selection")
+    for header, _, _ in columns:
+        table.add_column(header, justify="right")
+    for row in summary:
+        table.add_row(row["method"], row["criterion"], *(_pm(row.get(key), scale) for _, key, scale in columns))
+    console.print(table)
+
+
+SCENES_COLUMNS = [("WG acc", "wg_acc", 100), ("avg acc", "avg_acc", 100), ("avg (train-weighted)", "avg_acc_weighted", 100),
+                  ("open-set WG", "openset_wg_acc", 100), ("I.D. acc", "id_acc", 100), ("BG gap", "bg_gap", 100),
+                  ("CoObj gap", "coobj_gap", 100), ("BG+CoObj gap", "both_gap", 100), ("s/epoch", "seconds_per_epoch", 1)]
+MOONS_COLUMNS = [("test acc (x3 shuffled)", "test_accuracy_x3_shuffled", 100), ("WG acc", "wg_acc", 100),
+                 ("avg acc", "avg_acc", 100), ("s/epoch", "seconds_per_epoch", 1)]
+
+
+@app.command("core")
+def core(
+    seeds: Annotated[int, typer.Option(help="training seeds per method")] = 3,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
+    work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings)")] = Path("runs/bench-core"),
+) -> None:
+    """ERM, JTT, MAVias and GroupDRO-oracle on synthetic-scenes and two-moons-3d."""
+    from mavias.bench.core import run_core_bench
+
+    report = run_core_bench(work, seeds=seeds, json_path=json_out)
+    print_core_table("synthetic-scenes (test, %)", report["synthetic_scenes"]["summary"], SCENES_COLUMNS)
+    print_core_table("two-moons-3d (test, %)", report["two_moons_3d"]["summary"], MOONS_COLUMNS)
+    console.print(f"two-moons figure: {report['two_moons_3d']['figure']}; wall time {report['wall_seconds']:.0f} s")

@@ -1,0 +1,39 @@
+"""Built-in offline benchmarks: ``synthetic-scenes`` (images, tags, ground-truth relevance) and ``two-moons-3d``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from pydantic import BaseModel
+
+from mavias.benchmarks.synthetic_scenes import (
+    SyntheticScenesConfig,
+    benchmark_vocabulary,
+    ground_truth_relevance,
+    make_synthetic_scenes,
+)
+from mavias.benchmarks.two_moons import TwoMoons3DConfig, make_two_moons_3d
+
+
+class Benchmark(NamedTuple):
+    config: type[BaseModel]
+    make: Callable[..., Path]  # make(out_dir, cfg) -> path of the main artifact
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "synthetic-scenes": Benchmark(SyntheticScenesConfig, make_synthetic_scenes),
+    "two-moons-3d": Benchmark(TwoMoons3DConfig, make_two_moons_3d),
+}
+
+__all__ = [
+    "BENCHMARKS",
+    "Benchmark",
+    "SyntheticScenesConfig",
+    "TwoMoons3DConfig",
+    "benchmark_vocabulary",
+    "ground_truth_relevance",
+    "make_synthetic_scenes",
+    "make_two_moons_3d",
+]

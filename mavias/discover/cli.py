@@ -1,0 +1,114 @@
+"""`mavias discover --partition P`: tag -> judge -> encode one partition, paying only for what is new."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from mavias.discover.run import discover_partition, resolve_manifest
+from mavias.encode.cli import EncodeMode, EncoderKind, EncoderModel, make_encoder
+from mavias.judging.base import RelevanceJudge
+from mavias.manifest import load_manifest
+from mavias.tagging.cli import (
+    AllowDownload,
+    BatchSize,
+    CacheDir,
+    Device,
+    Model,
+    Pretrained,
+    TaggerKind,
+    Threshold,
+    TopK,
+    VocabularyPath,
+    WeightsDir,
+    Workers,
+    counts_table,
+    make_tagger,
+    resolve_tagger_kind,
+)
+from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED, TAG_THRESHOLD, TAG_TOP_K
+from mavias.tagging.run import DEFAULT_NUM_SHARDS
+
+JUDGE_KINDS = ("offline",)
+
+
+def make_judge(kind: str) -> RelevanceJudge:
+    if kind != "offline":
+        raise typer.BadParameter(f"unknown judge {kind!r}; use one of {JUDGE_KINDS}")
+    from mavias.judging.offline import OfflineJudge
+
+    return OfflineJudge()
+
+
+app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)
+
+
+@app.callback()
+def discover(
+    partition: Annotated[Path, typer.Option(help="partition folder with manifest.parquet, or a manifest file")],
+    workspace: Annotated[Path, typer.Option(help="workspace accumulating tags, decisions, embeddings")] = Path(
+        "runs/discovery"
+    ),
+    name: Annotated[str | None, typer.Option(help="partition name (default: the manifest's folder name)")] = None,
+    tagger: TaggerKind = "auto",
+    model: Model = OPENCLIP_MODEL,
+    pretrained: Pretrained = OPENCLIP_PRETRAINED,
+    vocabulary: VocabularyPath = None,
+    threshold: Threshold = TAG_THRESHOLD,
+    top_k: TopK = TAG_TOP_K,
+    judge: Annotated[str, typer.Option(help="relevance judge")] = "offline",
+    encoder: EncoderKind = "sentence",
+    encoder_model: EncoderModel = None,
+    mode: EncodeMode = "collective",
+    device: Device = "auto",
+    num_shards: Annotated[int, typer.Option(help="tagging shards (each committed atomically)")] = DEFAULT_NUM_SHARDS,
+    batch_size: BatchSize = 32,
+    workers: Workers = 2,
+    cache_dir: CacheDir = None,
+    weights_dir: WeightsDir = None,
+    allow_download: AllowDownload = False,
+) -> None:
+    """Run tag -> judge -> encode on a partition and print what it cost (zero on a second run)."""
+    manifest = load_manifest(resolve_manifest(partition), check_files=False)
+    counts = discover_partition(
+        partition,
+        workspace,
+        make_tagger(
+            resolve_tagger_kind(tagger, manifest),
+            model=model,
+            pretrained=pretrained,
+            vocabulary=vocabulary,
+            threshold=threshold,
+            top_k=top_k,
+            device=device,
+            cache_dir=cache_dir,
+            weights_dir=weights_dir,
+            allow_download=allow_download,
+        ),
+        make_judge(judge),
+        make_encoder(
+            encoder,
+            model=encoder_model,
+            pretrained=pretrained,
+            mode=mode,
+            device=device,
+            weights_dir=weights_dir,
+            allow_download=allow_download,
+        ),
+        name=name,
+        num_shards=num_shards,
+        batch_size=batch_size,
+        num_workers=workers,
+    )
+    summary = asdict(counts)
+    per_class = summary.pop("llm_requests_per_class")
+    summary |= {f"llm requests: {cls}": n for cls, n in per_class.items()}
+    Console().print(counts_table(f"discovery of {partition}", summary))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,7 @@
+"""Bias embeddings: irrelevant tags -> "a photo of t1, ..., tk" -> text encoder -> stored vector."""
+
+from mavias.encode.base import TextEncoder, bias_prompt
+from mavias.encode.sentence import DEFAULT_MODEL, SentenceTransformerEncoder
+from mavias.encode.store import EmbeddingStore, embedding_key
+
+__all__ = ["DEFAULT_MODEL", "EmbeddingStore", "SentenceTransformerEncoder", "TextEncoder", "bias_prompt", "embedding_key"]

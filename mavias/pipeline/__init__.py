@@ -1,0 +1,1 @@
+"""Nightly pipeline steps (storage, validation, gates, export, registry, report); import the sub-modules directly."""

@@ -1,0 +1,89 @@
+"""``mavias registry``: list versions, show production and history, promote, roll back.
+
+S3 settings come from ``--config`` (YAML) and ``MAVIAS_S3_*`` environment variables; credentials from those or
+the standard AWS chain.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mavias.pipeline.registry import ModelRegistry, PointerRecord, PromotionConflict, RegistryError
+from mavias.pipeline.storage import load_settings, make_s3_client
+
+app = typer.Typer(help="Model registry: immutable versions, atomic production pointer, history, rollback.")
+
+NameOption = Annotated[str, typer.Option("--name", "-n", envvar="MAVIAS_MODEL_NAME", help="Model name.")]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", envvar="MAVIAS_CONFIG", exists=True, dir_okay=False, help="YAML with S3 settings."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the history as JSON.")]
+
+
+def _registry(name: str, config: Path | None) -> ModelRegistry:
+    settings = load_settings(config)
+    return ModelRegistry(make_s3_client(settings), settings, name)
+
+
+@contextmanager
+def _exit_on_registry_error() -> Iterator[None]:
+    try:
+        yield
+    except RegistryError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _describe(record: PointerRecord) -> str:
+    when = f"{record.at:%Y-%m-%d %H:%M:%S %Z}"
+    return f"#{record.seq} {record.action:<8} {record.version}  (from {record.previous_version}, {when} by {record.by})"
+
+
+@app.command("list")
+def list_versions(name: NameOption, config: ConfigOption = None) -> None:
+    """Published versions; production is marked with '*'."""
+    with _exit_on_registry_error():
+        registry = _registry(name, config)
+        current = registry.production()
+        versions = registry.versions()
+    for version in versions:
+        typer.echo(f"{'*' if current and current.version == version else ' '} {version}")
+
+
+@app.command()
+def show(name: NameOption, config: ConfigOption = None, as_json: JsonOption = False) -> None:
+    """Production version and the full promotion history."""
+    with _exit_on_registry_error():
+        history = _registry(name, config).history()
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in history], indent=2))
+        return
+    typer.echo(f"production: {history[-1].version if history else '(none)'}")
+    for record in history:
+        typer.echo(_describe(record))
+
+
+@app.command()
+def promote(version: str, name: NameOption, config: ConfigOption = None) -> None:
+    """Make VERSION production (fails, writing nothing, if production changes concurrently)."""
+    with _exit_on_registry_error():
+        registry = _registry(name, config)
+        current = registry.production()
+        if not registry.promote(version, current.etag if current else None):
+            raise PromotionConflict("production changed concurrently; nothing written")
+    typer.echo(f"production: {version}")
+
+
+@app.command()
+def rollback(name: NameOption, config: ConfigOption = None) -> None:
+    """Restore the version that was production before the current one."""
+    with _exit_on_registry_error():
+        record = _registry(name, config).rollback()
+    typer.echo(f"production: {record.version} (rolled back from {record.previous_version})")

@@ -1,0 +1,374 @@
+"""S3 storage for the nightly pipeline: settings, client, incoming partitions, the processed ledger, transfers.
+
+Bucket layout (every prefix is configurable in :class:`S3Settings`)::
+
+    incoming/<partition>/manifest.{parquet,csv}   a partition is ready once its manifest exists, so producers
+    incoming/<partition>/<images...>              upload the images first and the manifest last
+    state/processed/<partition>.json              ledger: one marker per processed partition
+    quarantine/<partition>/validation.json        partitions that failed validation (delete it to retry)
+    models/<name>/...                             model registry, see :mod:`mavias.pipeline.registry`
+
+Works with AWS S3, MinIO or any S3-compatible store (``endpoint_url``). Credentials come from explicit
+:class:`~pydantic.SecretStr` fields (e.g. filled from an Airflow connection) or boto3's standard chain
+(environment, profile, instance role); they are never logged or shown in a repr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal, TypeVar
+
+import boto3
+import yaml
+from botocore.client import BaseClient
+from botocore.config import Config
+from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from tenacity import before_sleep_log, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tqdm import tqdm
+
+from mavias.manifest.io import ManifestError, read_manifest_table
+from mavias.utils.atomic import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAMES = ("manifest.parquet", "manifest.csv")  # in order of preference
+ENV_PREFIX = "MAVIAS_S3_"
+CONDITION_FAILURES = {"PreconditionFailed", "ConditionalRequestConflict"}
+PULLED_ETAGS = ".pulled-etags.json"  # in a pulled folder: the ETag of every file as it was downloaded
+
+T = TypeVar("T")
+
+
+class S3Settings(BaseModel):
+    """Where the pipeline's objects live and how to reach them."""
+
+    # Errors must not echo inputs: a misspelt key may hold a credential.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    bucket: str
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    incoming_prefix: str = "incoming/"
+    models_prefix: str = "models/"
+    state_prefix: str = "state/"
+    quarantine_prefix: str = "quarantine/"
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+    session_token: SecretStr | None = None
+    retry_mode: Literal["standard", "adaptive"] = "standard"
+    max_attempts: int = Field(default=5, ge=1)  # per request, the first attempt included
+    max_workers: int = Field(default=4, ge=1)
+
+    @field_validator("incoming_prefix", "models_prefix", "state_prefix", "quarantine_prefix")
+    @classmethod
+    def _folder(cls, value: str) -> str:
+        value = value.strip("/")
+        return f"{value}/" if value else ""
+
+
+def load_settings(config: str | Path | None = None, environ: Mapping[str, str] = os.environ) -> S3Settings:
+    """Settings from an optional YAML file (top level or an ``s3:`` section), overridden by ``MAVIAS_S3_<FIELD>``."""
+    values: dict[str, Any] = {}
+    if config is not None:
+        data = yaml.safe_load(Path(config).read_text()) or {}
+        values.update(data.get("s3", data))
+    for field in S3Settings.model_fields:
+        if f"{ENV_PREFIX}{field.upper()}" in environ:
+            values[field] = environ[f"{ENV_PREFIX}{field.upper()}"]
+    return S3Settings.model_validate(values)
+
+
+def _reveal(secret: SecretStr | None) -> str | None:
+    return secret.get_secret_value() if secret is not None else None
+
+
+def make_s3_client(settings: S3Settings) -> BaseClient:
+    """A thread-safe S3 client whose every call is retried by botocore on throttling, 5xx and connection errors."""
+    session = boto3.session.Session(
+        aws_access_key_id=_reveal(settings.access_key_id),
+        aws_secret_access_key=_reveal(settings.secret_access_key),
+        aws_session_token=_reveal(settings.session_token),
+        region_name=settings.region,
+    )
+    config = Config(
+        retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
+        max_pool_connections=max(10, 2 * settings.max_workers),
+        # Custom endpoints (MinIO, moto) rarely resolve bucket subdomains.
+        s3={"addressing_style": "path"} if settings.endpoint_url else None,
+    )
+    log.debug("S3 client for bucket %s at %s", settings.bucket, settings.endpoint_url or "AWS")
+    return session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+
+
+def is_condition_failure(err: ClientError) -> bool:
+    """True when a conditional request (If-Match / If-None-Match) was refused: somebody else wrote first."""
+    error = err.response.get("Error", {})
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return error.get("Code") in CONDITION_FAILURES or status in (409, 412)
+
+
+def s3_uri(settings: S3Settings, key: str) -> str:
+    return f"s3://{settings.bucket}/{key}"
+
+
+# -- objects -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    key: str
+    size: int
+    etag: str
+
+
+def list_objects(client: BaseClient, settings: S3Settings, prefix: str) -> Iterator[RemoteObject]:
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=settings.bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            yield RemoteObject(obj["Key"], obj["Size"], obj["ETag"])
+
+
+def list_folders(client: BaseClient, settings: S3Settings, prefix: str) -> list[str]:
+    """Sorted names of the immediate "sub-folders" of ``prefix``."""
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=settings.bucket, Prefix=prefix, Delimiter="/")
+    return sorted(p["Prefix"][len(prefix) :].rstrip("/") for page in pages for p in page.get("CommonPrefixes", []))
+
+
+def _conditions(if_match: str | None, if_none_match: bool) -> dict[str, str]:
+    if if_match is not None and if_none_match:
+        raise ValueError("If-Match and If-None-Match are exclusive")
+    if if_match is not None:
+        return {"IfMatch": if_match}
+    return {"IfNoneMatch": "*"} if if_none_match else {}
+
+
+def put_json(
+    client: BaseClient,
+    settings: S3Settings,
+    key: str,
+    payload: Any,
+    *,
+    if_match: str | None = None,
+    if_none_match: bool = False,
+) -> str:
+    """Write ``payload`` as JSON, optionally conditional on the current ETag or on absence; return the new ETag.
+
+    A refused condition raises :class:`ClientError` (see :func:`is_condition_failure`).
+    """
+    body = json.dumps(payload, indent=2, sort_keys=True, default=str).encode()
+    response = client.put_object(
+        Bucket=settings.bucket,
+        Key=key,
+        Body=body,
+        ContentType="application/json",
+        **_conditions(if_match, if_none_match),
+    )
+    return response["ETag"]
+
+
+def create_json(client: BaseClient, settings: S3Settings, key: str, payload: Any) -> bool:
+    """Create ``key`` only if it does not exist (If-None-Match: *); False when it already did."""
+    try:
+        put_json(client, settings, key, payload, if_none_match=True)
+    except ClientError as err:
+        if is_condition_failure(err):
+            return False
+        raise
+    return True
+
+
+def get_json(client: BaseClient, settings: S3Settings, key: str) -> tuple[Any, str] | None:
+    """(payload, ETag) of a JSON object, or ``None`` when it does not exist."""
+    try:
+        response = client.get_object(Bucket=settings.bucket, Key=key)
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return None
+        raise
+    return json.loads(response["Body"].read()), response["ETag"]
+
+
+def upload_file(
+    client: BaseClient, settings: S3Settings, path: str | Path, key: str, *, if_none_match: bool = False
+) -> str:
+    """Upload one file (single PUT, so at most 5 GB); with ``if_none_match`` never overwrite. Returns the ETag."""
+    with Path(path).open("rb") as body:
+        response = client.put_object(Bucket=settings.bucket, Key=key, Body=body, **_conditions(None, if_none_match))
+    return response["ETag"]
+
+
+def upload_dir(
+    client: BaseClient, settings: S3Settings, local_dir: str | Path, prefix: str, *, if_none_match: bool = False
+) -> list[str]:
+    """Upload every file under ``local_dir`` to ``prefix`` + its relative path; return the keys, sorted."""
+    local_dir = Path(local_dir)
+    files = sorted(p for p in local_dir.rglob("*") if p.is_file())
+    keys = {path: prefix + path.relative_to(local_dir).as_posix() for path in files}
+    _parallel(
+        lambda path: upload_file(client, settings, path, keys[path], if_none_match=if_none_match),
+        files,
+        settings.max_workers,
+        desc=f"upload {s3_uri(settings, prefix)}",
+    )
+    return sorted(keys.values())
+
+
+def download_file(client: BaseClient, settings: S3Settings, key: str, path: str | Path) -> Path:
+    """Download one object to ``path`` atomically: readers never see a partial file."""
+    _fetch(client, settings, key, Path(path))
+    return Path(path)
+
+
+# botocore retries each request; this also retries when the body breaks off after the reply has started.
+@retry(
+    retry=retry_if_exception_type((IncompleteReadError, HTTPClientError, BotoConnectionError)),
+    stop=stop_after_attempt(3),
+    wait=wait_exponential(multiplier=0.2, max=2),
+    before_sleep=before_sleep_log(log, logging.WARNING),
+    reraise=True,
+)
+def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag: str | None = None) -> None:
+    """Stream ``key`` into ``path``; with ``etag``, an object that changed since it was listed is refused (412)."""
+    response = client.get_object(Bucket=settings.bucket, Key=key, **({"IfMatch": etag} if etag else {}))
+    with atomic_path(path) as tmp:
+        with tmp.open("wb") as fh:
+            for chunk in response["Body"].iter_chunks(1 << 20):
+                fh.write(chunk)
+
+
+def _parallel(fn: Callable[[T], object], items: Sequence[T], workers: int, desc: str) -> None:
+    """``fn`` over ``items`` on a small thread pool with a progress bar; the first error cancels the rest."""
+    progress = tqdm(total=len(items), desc=desc, unit="file", disable=None)
+    with ThreadPoolExecutor(max_workers=workers) as pool, progress as bar:
+        futures = [pool.submit(fn, item) for item in items]
+        try:
+            for future in as_completed(futures):
+                future.result()
+                bar.update()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+# -- incoming partitions ----------------------------------------------------------------------------------------
+
+
+def partition_prefix(settings: S3Settings, partition: str) -> str:
+    return f"{settings.incoming_prefix}{partition}/"
+
+
+def _manifest_name(names: set[str]) -> str | None:
+    return next((name for name in MANIFEST_NAMES if name in names), None)
+
+
+def find_manifest(client: BaseClient, settings: S3Settings, partition: str) -> str | None:
+    """Key of the partition's manifest, or ``None`` while it has none (not ready yet)."""
+    prefix = partition_prefix(settings, partition)
+    names = {obj.key[len(prefix) :] for obj in list_objects(client, settings, prefix + "manifest.")}
+    name = _manifest_name(names)
+    return prefix + name if name else None
+
+
+def list_partitions(client: BaseClient, settings: S3Settings, exclude: Collection[str] = ()) -> list[str]:
+    """Sorted names of the folders under ``incoming/`` that hold a manifest, except those in ``exclude``."""
+    folders = list_folders(client, settings, settings.incoming_prefix)
+    return [p for p in folders if p not in exclude and find_manifest(client, settings, p)]
+
+
+class ProcessedLedger:
+    """Which partitions are done, kept in the bucket as one marker object per partition.
+
+    Markers are created with If-None-Match, so a partition is recorded exactly once even if two runs race;
+    there is no shared file to read-modify-write.
+    """
+
+    def __init__(self, client: BaseClient, settings: S3Settings):
+        self.client = client
+        self.settings = settings
+        self.processed_prefix = f"{settings.state_prefix}processed/"
+
+    def processed(self) -> set[str]:
+        keys = (obj.key for obj in list_objects(self.client, self.settings, self.processed_prefix))
+        return {key[len(self.processed_prefix) :].removesuffix(".json") for key in keys if key.endswith(".json")}
+
+    def quarantined(self) -> set[str]:
+        return set(list_folders(self.client, self.settings, self.settings.quarantine_prefix))
+
+    def new_partitions(self) -> list[str]:
+        """Ready partitions that were neither processed nor quarantined, sorted."""
+        return list_partitions(self.client, self.settings, exclude=self.processed() | self.quarantined())
+
+    def mark_processed(self, partition: str, info: Mapping[str, Any] | None = None) -> bool:
+        """Record ``partition`` as processed; False when it already was (the first record is kept)."""
+        payload = {"partition": partition, "processed_at": datetime.now(UTC).isoformat(), **(info or {})}
+        created = create_json(self.client, self.settings, f"{self.processed_prefix}{partition}.json", payload)
+        log.info("partition %s %s", partition, "marked processed" if created else "was already processed")
+        return created
+
+    def mark_quarantined(self, partition: str, report: Mapping[str, Any]) -> str:
+        """Store ``report`` (e.g. a validation result) as ``quarantine/<partition>/validation.json``; return its URI."""
+        key = f"{self.settings.quarantine_prefix}{partition}/validation.json"
+        put_json(self.client, self.settings, key, {"partition": partition, **report})
+        log.warning("partition %s quarantined: %s", partition, s3_uri(self.settings, key))
+        return s3_uri(self.settings, key)
+
+
+def _referenced_files(manifest_path: Path) -> set[str]:
+    """Normalised relative paths of the files a pulled manifest points to; blank uris are left to validation."""
+    df = read_manifest_table(manifest_path)
+    if "uri" not in df.columns:
+        return set()
+    uris = [str(u) for u in df["uri"].dropna() if str(u).strip()]
+    bad = [u for u in uris if u.startswith("s3://") or PurePosixPath(u).is_absolute() or ".." in PurePosixPath(u).parts]
+    if bad:
+        raise ManifestError(f"{manifest_path}: uris must be relative to the partition, got e.g. {bad[:3]}")
+    return {PurePosixPath(u).as_posix() for u in uris}
+
+
+def _is_current(path: Path, obj: RemoteObject, pulled_etag: str | None) -> bool:
+    # ETags, not md5s, identify contents: SSE-KMS and multipart ETags are not md5 digests.
+    return pulled_etag == obj.etag and path.is_file() and path.stat().st_size == obj.size
+
+
+def pull_partition(client: BaseClient, settings: S3Settings, partition: str, local_dir: str | Path) -> Path:
+    """Download a partition's manifest and the images it references to ``local_dir``; return the manifest path.
+
+    Idempotent: a file pulled before whose size and ETag are unchanged is not transferred again. Referenced
+    files missing from the bucket are logged and left for validation to quarantine.
+    """
+    local_dir = Path(local_dir)
+    prefix = partition_prefix(settings, partition)
+    remote = {obj.key[len(prefix) :]: obj for obj in list_objects(client, settings, prefix)}
+    manifest_name = _manifest_name(set(remote))
+    if manifest_name is None:
+        raise ManifestError(f"{s3_uri(settings, prefix)}: no manifest ({' or '.join(MANIFEST_NAMES)})")
+    etags_path = local_dir / PULLED_ETAGS
+    pulled = json.loads(etags_path.read_text()) if etags_path.exists() else {}
+
+    def stale(name: str) -> bool:
+        return not _is_current(local_dir / name, remote[name], pulled.get(name))
+
+    def fetch(name: str) -> None:
+        _fetch(client, settings, remote[name].key, local_dir / name, remote[name].etag)
+
+    if stale(manifest_name):
+        fetch(manifest_name)
+    wanted = _referenced_files(local_dir / manifest_name)
+    missing = sorted(wanted - remote.keys())
+    if missing:
+        log.warning("partition %s: %d referenced file(s) missing, e.g. %s", partition, len(missing), missing[:3])
+    present = sorted(wanted & remote.keys())
+    todo = [name for name in present if stale(name)]
+    _parallel(fetch, todo, settings.max_workers, desc=f"pull {partition}")
+    write_json(etags_path, {name: remote[name].etag for name in [manifest_name, *present]})
+    log.info("partition %s: %d file(s) downloaded, %d up to date", partition, len(todo), len(present) - len(todo))
+    return local_dir / manifest_name

@@ -1,0 +1,65 @@
+"""Relevance tables: which tags are intrinsic to which class; every other tag of an image is a potential bias."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from mavias.utils.atomic import atomic_path
+
+RELEVANCE_COLUMNS = ["class", "tag", "relevant", "source"]
+
+
+class RelevanceError(ValueError):
+    """A relevance table that breaks its contract, or tags without a decision."""
+
+
+def validate_relevance(table: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in RELEVANCE_COLUMNS if c not in table.columns]
+    if missing:
+        raise RelevanceError(f"relevance table lacks column(s) {missing}; expected {RELEVANCE_COLUMNS}")
+    table = table[RELEVANCE_COLUMNS].copy()
+    table["relevant"] = table["relevant"].astype(bool)
+    dup = table.duplicated(["class", "tag"], keep=False)
+    if dup.any():
+        pairs = table.loc[dup, ["class", "tag"]].drop_duplicates().head(3).values.tolist()
+        raise RelevanceError(f"{int(dup.sum())} duplicated (class, tag) decisions, e.g. {pairs}")
+    return table.reset_index(drop=True)
+
+
+def load_relevance(path: str | Path) -> pd.DataFrame:
+    return validate_relevance(pd.read_parquet(path))
+
+
+def save_relevance(table: pd.DataFrame, path: str | Path) -> Path:
+    table = validate_relevance(table)
+    with atomic_path(path) as tmp:
+        table.to_parquet(tmp, index=False)
+    return Path(path)
+
+
+def irrelevant_tags(labels: pd.Series, tags: pd.Series, relevance: pd.DataFrame) -> pd.Series:
+    """Per sample, the sorted tags that are not relevant to its class (B_i = T_i minus relevant(y_i)).
+
+    Every (class, tag) pair must have a decision: an undecided tag is an error, never silently a bias or not.
+    """
+    relevance = validate_relevance(relevance)
+    decided = {(c, t): r for c, t, r in relevance[["class", "tag", "relevant"]].itertuples(index=False)}
+    undecided: set[tuple[str, str]] = set()
+    result = []
+    for label, sample_tags in zip(labels, tags):
+        kept = []
+        for tag in sorted(set(sample_tags)):
+            verdict = decided.get((label, tag))
+            if verdict is None:
+                undecided.add((label, tag))
+            elif not verdict:
+                kept.append(tag)
+        result.append(kept)
+    if undecided:
+        examples = sorted(undecided)[:5]
+        raise RelevanceError(
+            f"{len(undecided)} (class, tag) pair(s) have no relevance decision, e.g. {examples}; run `mavias judge` first"
+        )
+    return pd.Series(result, index=labels.index, name="irrelevant_tags")

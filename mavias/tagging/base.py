@@ -1,0 +1,83 @@
+"""Taggers describe images with scored tags; the tags table is the one format every tagger's output takes.
+
+Tags table: ``sample_id`` str, ``tag`` str, ``score`` float32 (one row per tag kept for an image).
+Class tag counts: ``class`` str, ``tag`` str, ``count`` int (number of images of the class carrying the tag).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+import torch
+from PIL import Image
+
+from mavias.utils.atomic import atomic_path
+
+TAGS_COLUMNS = ["sample_id", "tag", "score"]
+CLASS_TAG_COUNT_COLUMNS = ["class", "tag", "count"]
+
+ScoredTags = list[tuple[str, float]]
+
+
+@dataclass(frozen=True)
+class TagBatch:
+    rows: pd.DataFrame  # the manifest rows of the batch, in order
+    images: torch.Tensor | None  # their preprocessed pixels, for taggers that read images
+
+
+@runtime_checkable
+class Tagger(Protocol):
+    @property
+    def tagger_id(self) -> str:
+        """Identifies model, weights, vocabulary and cut-offs: tags from different taggers are never mixed."""
+
+    @property
+    def preprocess(self) -> Callable[[Image.Image], torch.Tensor] | None:
+        """Image -> tensor for the data loader; ``None`` for taggers that never look at pixels."""
+
+    def tag(self, batch: TagBatch) -> list[ScoredTags]:
+        """Per row of the batch, its (tag, score) pairs, highest score first."""
+
+
+def empty_tags_table() -> pd.DataFrame:
+    return pd.DataFrame(
+        {"sample_id": pd.Series(dtype=str), "tag": pd.Series(dtype=str), "score": pd.Series(dtype=np.float32)}
+    )
+
+
+def tags_table(sample_ids: Sequence[str], predictions: Sequence[ScoredTags]) -> pd.DataFrame:
+    rows = [(sid, tag, score) for sid, scored in zip(sample_ids, predictions) for tag, score in scored]
+    if not rows:
+        return empty_tags_table()
+    df = pd.DataFrame(rows, columns=TAGS_COLUMNS)
+    return df.astype({"sample_id": str, "tag": str, "score": np.float32})
+
+
+def write_tags(df: pd.DataFrame, path: str | Path) -> Path:
+    with atomic_path(path) as tmp:
+        df[TAGS_COLUMNS].astype({"score": np.float32}).to_parquet(tmp, index=False)
+    return Path(path)
+
+
+def read_tags(path: str | Path) -> pd.DataFrame:
+    return pd.read_parquet(path, columns=TAGS_COLUMNS)
+
+
+def tag_lists(tags: pd.DataFrame, sample_ids: Sequence[str]) -> pd.Series:
+    """Per sample id, its sorted tags (an empty list for an image without tags), indexed like ``sample_ids``."""
+    grouped = tags.groupby("sample_id")["tag"].agg(lambda s: sorted(set(s)))
+    return pd.Series([grouped.get(sid, []) for sid in sample_ids], name="tags")
+
+
+def class_tag_counts(tags: pd.DataFrame, manifest: pd.DataFrame) -> pd.DataFrame:
+    """How many images of each class carry each tag, most frequent first."""
+    labelled = tags[["sample_id", "tag"]].drop_duplicates().merge(manifest[["sample_id", "label"]], on="sample_id")
+    counts = labelled.groupby(["label", "tag"]).size().rename("count").reset_index().rename(columns={"label": "class"})
+    return counts.sort_values(["class", "count", "tag"], ascending=[True, False, True], ignore_index=True)[
+        CLASS_TAG_COUNT_COLUMNS
+    ]

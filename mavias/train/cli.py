@@ -1,0 +1,121 @@
+"""`mavias train` and `mavias evaluate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from mavias.encode import EmbeddingStore, SentenceTransformerEncoder
+from mavias.relevance import load_relevance
+from mavias.train.config import load_config
+from mavias.train.prepare import PreparedData, prepare_image_data
+from mavias.utils.atomic import write_json
+
+console = Console()
+
+Manifest = Annotated[Path, typer.Option("--manifest", help="dataset manifest (.parquet or .csv)", exists=True)]
+Relevance = Annotated[Path, typer.Option("--relevance", help="relevance table (class, tag, relevant, source)", exists=True)]
+Tags = Annotated[Path | None, typer.Option("--tags", help="tags table from `mavias tag`; default: the manifest's tags")]
+Workspace = Annotated[Path, typer.Option("--workspace", help="cache folder for bias embeddings")]
+GroupAttrs = Annotated[str, typer.Option("--group-attrs", help="comma-separated attr_* columns forming true groups")]
+
+
+def _prepare(manifest: Path, relevance: Path, tags: Path | None, workspace: Path, image_size: int, group_attrs: str,
+             out: Path) -> PreparedData:
+    return prepare_image_data(
+        manifest,
+        relevance=load_relevance(relevance),
+        tags_table=None if tags is None else pd.read_parquet(tags),
+        encoder=SentenceTransformerEncoder(),
+        store_dir=workspace / "embeddings",
+        image_size=image_size,
+        group_attrs=[a for a in group_attrs.split(",") if a],
+        quarantine_csv=out / "quarantine.csv",
+    )
+
+
+def _overrides(values: list[str]) -> dict:
+    pairs = {}
+    for item in values:
+        if "=" not in item:
+            raise typer.BadParameter(f"--set takes key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        pairs[key] = yaml.safe_load(value)
+    return pairs
+
+
+def train(
+    manifest: Manifest,
+    relevance: Relevance,
+    out: Annotated[Path, typer.Option("--out", help="run folder (resumes if it holds a checkpoint)")],
+    config: Annotated[Path | None, typer.Option("--config", help="YAML training config")] = None,
+    preset: Annotated[str | None, typer.Option("--preset", help="paper preset: celeba, waterbirds, urbancars, imagenet9, synthetic-scenes")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="override, e.g. --set mavias.lam=0.4")] = [],
+    tags: Tags = None,
+    reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run folder (for selection val_tag_wg)")] = None,
+    group_attrs: GroupAttrs = "",
+    workspace: Workspace = Path(".mavias"),
+) -> None:
+    """Train one model (ERM, MAVias, GroupDRO or JTT); writes checkpoints, metrics.csv and TensorBoard logs."""
+    from mavias.workflow import load_reference, train_method, train_reference
+
+    cfg = load_config(config, preset=preset, overrides=_overrides(set_))
+    data = _prepare(manifest, relevance, tags, workspace, cfg.image_size, group_attrs, out)
+    if cfg.method == "erm" and cfg.selection == "val_acc" and reference is None:
+        ref = train_reference(data, cfg, out)
+        console.print(f"[green]ERM reference trained[/]; biased tags: {out / 'biased_tags.csv'}")
+        result = ref.run
+    else:
+        ref = None if reference is None else load_reference(reference, data)
+        result = train_method(data, cfg, out, ref)
+    console.print(f"best checkpoints: {json.dumps(result.best)}\nnext: mavias evaluate --run {out} --manifest {manifest} ...")
+
+
+def evaluate(
+    run: Annotated[Path, typer.Option("--run", help="run folder from `mavias train`", exists=True)],
+    manifest: Manifest,
+    relevance: Relevance,
+    reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run (open-set protocol)")] = None,
+    criterion: Annotated[str, typer.Option("--criterion", help="val_acc or val_tag_wg")] = "val_tag_wg",
+    split: Annotated[str, typer.Option("--split")] = "test",
+    tags: Tags = None,
+    group_attrs: GroupAttrs = "",
+    workspace: Workspace = Path(".mavias"),
+    out: Annotated[Path | None, typer.Option("--out", help="output folder; default RUN/eval-SPLIT-CRITERION")] = None,
+) -> None:
+    """Evaluate a run: overall, open-set (with --reference), closed-set and UrbanCars-style metrics."""
+    from mavias.workflow import evaluate_checkpoint, load_reference, write_run_evaluation
+
+    out = out or run / f"eval-{split}-{criterion}"
+    cfg = load_config(run / "config.yaml")
+    data = _prepare(manifest, relevance, tags, workspace, cfg.image_size, group_attrs, out)
+    ref = None if reference is None else load_reference(reference, data)
+    checkpoint = run / f"best_{criterion}.pt"
+    if not checkpoint.exists():
+        raise typer.BadParameter(f"{checkpoint} does not exist (train with a reference to get best_val_tag_wg.pt)")
+    result = evaluate_checkpoint(data, checkpoint, ref, split=split,
+                                 closed_set_attrs=[a for a in group_attrs.split(",") if a])
+    write_run_evaluation(out, result)
+    _print_summary(result)
+    console.print(f"wrote {out / 'metrics.json'}")
+
+
+def _print_summary(result: dict) -> None:
+    table = Table(title=f"{result['split']} ({result['n_samples']} samples)")
+    for col in ("protocol", "WG acc [95% CI]", "avg acc", "weighted avg"):
+        table.add_column(col)
+    for protocol in ("open_set", "closed_set"):
+        m = result.get(protocol)
+        if m:
+            table.add_row(protocol, f"{m['worst_group_accuracy']:.3f} [{m['worst_group_ci_low']:.3f}, {m['worst_group_ci_high']:.3f}]",
+                          f"{m['average_accuracy']:.3f}", f"{m['weighted_average_accuracy'] or float('nan'):.3f}")
+    console.print(table)
+    if "urbancars" in result:
+        console.print({k: round(v, 4) for k, v in result["urbancars"].items()})

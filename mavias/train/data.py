@@ -1,0 +1,115 @@
+"""Training data: a manifest split (images) or a feature table, with per-sample embeddings and group ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+from tqdm.auto import tqdm
+
+from mavias.manifest import resolve_uri
+
+PRELOAD_LIMIT_BYTES = 2 * 1024**3
+FEATURE_PREFIX = "x"
+
+
+def load_image(path: Path, size: int) -> np.ndarray:
+    """RGB uint8 array (3, size, size)."""
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        if img.size != (size, size):
+            img = img.resize((size, size), Image.BILINEAR)
+        return np.asarray(img, dtype=np.uint8).transpose(2, 0, 1).copy()
+
+
+class ImageSplit(Dataset):
+    """Images of one split; held in memory as uint8 when they fit, else decoded on access (use workers then)."""
+
+    def __init__(self, paths: list[Path], size: int, *, preload: bool | None = None, progress: str | None = None):
+        self.paths = paths
+        self.size = size
+        if preload is None:
+            preload = len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES
+        self.cache: torch.Tensor | None = None
+        if preload:
+            images = [load_image(p, size) for p in tqdm(paths, desc=progress or "loading images", disable=not progress)]
+            self.cache = torch.from_numpy(np.stack(images)) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.cache is not None:
+            return self.cache[i]
+        return torch.from_numpy(load_image(self.paths[i], self.size))
+
+
+class FeatureSplit(Dataset):
+    def __init__(self, features: np.ndarray):
+        self.cache = torch.tensor(np.array(features, dtype=np.float32))
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.cache[i]
+
+
+@dataclass
+class SplitData:
+    """One split: inputs plus aligned per-sample tables (``frame`` keeps sample_id, label, tags, attributes)."""
+
+    inputs: Dataset
+    frame: pd.DataFrame
+    labels: torch.Tensor
+    embeddings: torch.Tensor | None = None
+    groups: torch.Tensor | None = None
+    group_names: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def in_channels(self) -> int:
+        return int(self.inputs[0].shape[0])
+
+    @property
+    def is_image(self) -> bool:
+        return isinstance(self.inputs, ImageSplit)
+
+
+def class_index(classes: list[str], labels: pd.Series) -> torch.Tensor:
+    lookup = {c: i for i, c in enumerate(classes)}
+    unknown = sorted(set(labels) - set(lookup))
+    if unknown:
+        raise ValueError(f"labels {unknown[:5]} are not among the model's classes {classes}")
+    return torch.tensor([lookup[c] for c in labels], dtype=torch.long)
+
+
+def image_split(frame: pd.DataFrame, manifest_dir: Path, classes: list[str], size: int, *, progress: bool = True) -> SplitData:
+    frame = frame.reset_index(drop=True)
+    paths = [resolve_uri(manifest_dir, u) for u in frame["uri"]]
+    split = frame["split"].iloc[0] if len(frame) else "?"
+    inputs = ImageSplit(paths, size, progress=f"loading {split} images" if progress else None)
+    return SplitData(inputs, frame, class_index(classes, frame["label"]))
+
+
+def feature_columns(frame: pd.DataFrame) -> list[str]:
+    return sorted((c for c in frame.columns if c.startswith(FEATURE_PREFIX) and c[1:].isdigit()), key=lambda c: int(c[1:]))
+
+
+def feature_split(frame: pd.DataFrame, classes: list[str]) -> SplitData:
+    frame = frame.reset_index(drop=True)
+    return SplitData(FeatureSplit(frame[feature_columns(frame)].to_numpy()), frame, class_index(classes, frame["label"]))
+
+
+def attach_groups(split: SplitData, group_names: pd.Series, vocabulary: list[str]) -> None:
+    """Integer group ids from group names, over a fixed vocabulary shared by all splits."""
+    lookup = {g: i for i, g in enumerate(vocabulary)}
+    split.groups = torch.tensor([lookup[g] for g in group_names], dtype=torch.long)
+    split.group_names = list(vocabulary)

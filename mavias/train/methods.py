@@ -1,0 +1,163 @@
+"""Training methods sharing one trainer: ERM, MAVias, GroupDRO (oracle, true groups) and JTT."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mavias.train.config import TrainConfig
+from mavias.train.data import SplitData
+from mavias.train.losses import group_dro_step, mavias_loss
+from mavias.train.model import MainModel, build_projection
+
+Stats = dict[str, float]
+
+
+class Method:
+    """ERM: plain cross-entropy on the main model's logits. Subclasses change the loss or the sampling."""
+
+    name = "erm"
+
+    def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData):
+        self.cfg = cfg
+        self.model = model
+        self.train = train
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"model": self.model}
+
+    def param_groups(self) -> list[dict]:
+        return [{"params": list(self.model.parameters()), "lr": self.cfg.optim.lr}]
+
+    def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
+        """Work before the main epochs (JTT's identification model); ``fit(model, epochs)`` trains an ERM model."""
+
+    def sampling_weights(self) -> torch.Tensor | None:
+        return None
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        loss = F.cross_entropy(self.model(x).float(), y)
+        return loss, {"loss": loss.item()}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class Mavias(Method):
+    """z = z_main + head(g(e)); loss = CE(z, y) + alpha * L_align (paper eq.). Inference uses z_main only."""
+
+    name = "mavias"
+
+    def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData):
+        super().__init__(cfg, model, train)
+        if train.embeddings is None:
+            raise ValueError("MAVias needs bias embeddings for the training split (run `mavias encode` first)")
+        self.projection = build_projection(train.embeddings.shape[1], model.feature_dim)
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"model": self.model, "projection": self.projection}
+
+    def param_groups(self) -> list[dict]:
+        lr = self.cfg.optim.lr
+        return [
+            {"params": list(self.model.parameters()), "lr": lr},
+            {"params": list(self.projection.parameters()), "lr": lr * self.cfg.mavias.projection_lr_mult},
+        ]
+
+    def tag_logits(self, embeddings: torch.Tensor) -> torch.Tensor:
+        return self.model.head(self.projection(embeddings))
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        z_main = self.model(x)
+        z_tag = self.tag_logits(self.train.embeddings[idx].to(x.device))
+        m = self.cfg.mavias
+        parts = mavias_loss(z_main, z_tag, y, alpha=m.alpha, lam=m.lam, align=m.align)
+        return parts.total, {
+            "loss": parts.total.item(),
+            "loss_cls": parts.classification.item(),
+            "loss_align": parts.alignment.item(),
+            "norm_main": z_main.float().norm(dim=1).mean().item(),
+            "norm_tag": z_tag.float().norm(dim=1).mean().item(),
+        }
+
+
+class GroupDRO(Method):
+    """Online GroupDRO with the true group labels: the bias-label-aware oracle."""
+
+    name = "groupdro"
+
+    def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData):
+        super().__init__(cfg, model, train)
+        if train.groups is None:
+            raise ValueError("GroupDRO needs true group labels for the training split")
+        self.weights = torch.full((len(train.group_names),), 1.0 / len(train.group_names))
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        per_sample = F.cross_entropy(self.model(x).float(), y, reduction="none")
+        groups = self.train.groups[idx].to(x.device)
+        loss, self.weights = group_dro_step(per_sample, groups, self.weights.to(x.device), self.cfg.groupdro.eta)
+        return loss, {"loss": loss.item(), "max_group_weight": self.weights.max().item()}
+
+    def state_dict(self) -> dict:
+        return {"weights": self.weights.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.weights = state["weights"]
+
+
+class JTT(Method):
+    """Just Train Twice (Liu et al. 2021): upweight the training errors of a briefly trained ERM model.
+
+    Upweighting is done by sampling (weight ``upweight`` for errors, 1 otherwise) with the epoch length kept at N,
+    so every method gets the same compute per epoch.
+    """
+
+    name = "jtt"
+
+    def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData):
+        super().__init__(cfg, model, train)
+        self.errors: torch.Tensor | None = None
+
+    def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
+        if self.errors is not None:
+            return
+        from mavias.train.inference import predict_logits
+
+        identifier = _fresh_copy(self.model)
+        fit(identifier, self.cfg.jtt.id_epochs)
+        logits = predict_logits(identifier, self.train, batch_size=256)
+        self.errors = logits.argmax(1) != self.train.labels
+
+    def sampling_weights(self) -> torch.Tensor:
+        weights = torch.ones(len(self.train))
+        weights[self.errors] = self.cfg.jtt.upweight
+        return weights
+
+    def state_dict(self) -> dict:
+        return {"errors": self.errors}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.errors = state["errors"]
+
+
+def _fresh_copy(model: MainModel) -> MainModel:
+    import copy
+
+    clone = copy.deepcopy(model)
+    for module in clone.modules():
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    return clone
+
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT)}
+
+
+def build_method(cfg: TrainConfig, model: MainModel, train: SplitData) -> Method:
+    return METHODS[cfg.method](cfg, model, train)

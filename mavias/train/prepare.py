@@ -1,0 +1,87 @@
+"""From a manifest (+ relevance decisions + a text encoder) to training-ready splits with bias embeddings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from mavias.encode import EmbeddingStore, TextEncoder, bias_prompt
+from mavias.evaluate.metrics import group_key
+from mavias.manifest import load_manifest, quarantine_undecodable
+from mavias.relevance import irrelevant_tags
+from mavias.train.data import SplitData, attach_groups, image_split
+
+
+@dataclass
+class PreparedData:
+    classes: list[str]
+    splits: dict[str, SplitData]
+    quarantined: pd.DataFrame
+    prompts_encoded: int = 0
+
+    def __getitem__(self, split: str) -> SplitData:
+        if split not in self.splits:
+            raise KeyError(f"the manifest has no {split!r} split (has: {sorted(self.splits)})")
+        return self.splits[split]
+
+
+def sample_tags(manifest: pd.DataFrame, tags_table: pd.DataFrame | None) -> pd.Series:
+    """Tags per sample: from a tagger's tags table when given, else the manifest's own ``tags`` column."""
+    if tags_table is None:
+        if "tags" not in manifest.columns:
+            raise ValueError("the manifest has no 'tags' column; tag the images first (`mavias tag`) and pass the tags table")
+        return manifest["tags"]
+    grouped = tags_table.groupby("sample_id")["tag"].agg(lambda t: sorted(set(t)))
+    return manifest["sample_id"].map(grouped).map(lambda t: t if isinstance(t, list) else [])
+
+
+def attach_embeddings(split: SplitData, encoder: TextEncoder, store: EmbeddingStore) -> int:
+    """Encode each split sample's irrelevant tags (unique prompts once, ever) and attach the vectors."""
+    prompts = [bias_prompt(tags) for tags in split.frame["irrelevant_tags"]]
+    encoded = store.ensure(encoder, prompts)
+    split.embeddings = torch.from_numpy(store.lookup(encoder.encoder_id, prompts))
+    return encoded
+
+
+def prepare_image_data(
+    manifest_path: str | Path,
+    *,
+    relevance: pd.DataFrame,
+    encoder: TextEncoder | None,
+    store_dir: str | Path | None,
+    image_size: int,
+    tags_table: pd.DataFrame | None = None,
+    group_attrs: list[str] | None = None,
+    quarantine_csv: str | Path | None = None,
+    progress: bool = True,
+) -> PreparedData:
+    """Load, quarantine undecodable images, derive irrelevant tags, embeddings and (optional) true groups."""
+    manifest_path = Path(manifest_path)
+    manifest = load_manifest(manifest_path)
+    manifest, quarantined = quarantine_undecodable(manifest, manifest_path.parent, quarantine_csv)
+    manifest["irrelevant_tags"] = irrelevant_tags(manifest["label"], sample_tags(manifest, tags_table), relevance)
+    classes = sorted(manifest.loc[manifest["split"] == "train", "label"].unique())
+    if not classes:
+        raise ValueError(f"{manifest_path}: no usable training images")
+    splits = {
+        name: image_split(frame, manifest_path.parent, classes, image_size, progress=progress)
+        for name, frame in manifest.groupby("split", sort=True)
+    }
+    encoded = 0
+    if encoder is not None:
+        store = EmbeddingStore(store_dir)
+        encoded = sum(attach_embeddings(split, encoder, store) for split in splits.values())
+    if group_attrs:
+        attach_true_groups(splits, group_attrs)
+    return PreparedData(classes, splits, quarantined, encoded)
+
+
+def attach_true_groups(splits: dict[str, SplitData], group_attrs: list[str]) -> None:
+    """Groups = (label, *attributes), with one group vocabulary across splits (GroupDRO, closed-set metrics)."""
+    names = {s: group_key(split.frame, ["label", *group_attrs]) for s, split in splits.items()}
+    vocabulary = sorted(set().union(*(set(n) for n in names.values())))
+    for s, split in splits.items():
+        attach_groups(split, names[s], vocabulary)

@@ -1,0 +1,273 @@
+"""A small trainer: seeded, resumable, with per-epoch validation, model selection, CSV and TensorBoard logs."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
+from tqdm.auto import tqdm
+
+from torch.utils.tensorboard import SummaryWriter
+
+from mavias.train.config import OptimConfig, TrainConfig, save_config
+from mavias.train.data import SplitData
+from mavias.train.inference import predict_logits, to_model_input
+from mavias.train.methods import Method, build_method
+from mavias.train.model import MainModel, build_main_model
+from mavias.utils.atomic import atomic_path, write_json
+
+CRITERIA = ("val_acc", "val_tag_wg")
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    history: pd.DataFrame
+    best: dict[str, dict]
+    completed: bool
+
+    def checkpoint(self, criterion: str) -> Path:
+        return self.out_dir / f"best_{criterion}.pt"
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        return float(self.history["seconds"].mean())
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but no CUDA device is available; use device: auto or cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+class _Indexed(torch.utils.data.Dataset):
+    """Yields (input, index) so per-sample tensors (labels, embeddings, groups) are gathered by index."""
+
+    def __init__(self, inputs):
+        self.inputs = inputs
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, i: int):
+        return self.inputs[i], i
+
+
+class Trainer:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        train: SplitData,
+        val: SplitData,
+        classes: list[str],
+        out_dir: str | Path,
+        *,
+        val_groups: pd.Series | None = None,
+        progress: bool = True,
+    ):
+        self.cfg = cfg
+        self.train_split = train
+        self.val_split = val
+        self.classes = classes
+        self.out_dir = Path(out_dir)
+        self.val_groups = None if val_groups is None else np.asarray(val_groups)
+        self.progress = progress
+        self.device = resolve_device(cfg.device)
+        seed_everything(cfg.seed)
+        self.model: MainModel = build_main_model(cfg.backbone, train.in_channels, len(classes)).to(self.device)
+        self.method: Method = build_method(cfg, self.model, train)
+        for module in self.method.modules().values():
+            module.to(self.device)
+        self.optimizer = self._build_optimizer()
+        self.scheduler = self._build_scheduler()
+        self.epoch = 0
+        self.history: list[dict] = []
+        self.best: dict[str, dict] = {}
+
+    # --- construction -------------------------------------------------------------------------------------
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        return make_optimizer(self.cfg.optim, self.method.param_groups())
+
+    def _build_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler | None:
+        if self.cfg.optim.schedule == "none":
+            return None
+        step = max(1, self.cfg.epochs // 3)
+        return torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=step, gamma=0.1)
+
+    def _autocast(self):
+        if self.device.type == "cuda" and self.cfg.amp:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _loader(self, epoch: int, weights: torch.Tensor | None) -> DataLoader:
+        # A generator seeded by (seed, epoch) makes the sample order a function of the epoch alone, so a resumed
+        # run sees exactly the batches an uninterrupted run would have seen.
+        generator = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
+        data = _Indexed(self.train_split.inputs)
+        if weights is not None:
+            sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True, generator=generator)
+        else:
+            sampler = RandomSampler(data, generator=generator)
+        return DataLoader(
+            data,
+            batch_size=self.cfg.batch_size,
+            sampler=sampler,
+            num_workers=self.cfg.num_workers,
+            pin_memory=self.device.type == "cuda",
+            drop_last=False,
+        )
+
+    # --- checkpoints ---------------------------------------------------------------------------------------
+    @property
+    def last_path(self) -> Path:
+        return self.out_dir / "last.pt"
+
+    def _state(self) -> dict:
+        return {
+            "epoch": self.epoch,
+            "modules": {k: m.state_dict() for k, m in self.method.modules().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "method": self.method.state_dict(),
+            "history": self.history,
+            "best": self.best,
+            "config": self.cfg.model_dump(mode="json"),
+            "classes": self.classes,
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def save_checkpoint(self) -> None:
+        with atomic_path(self.last_path) as tmp:
+            torch.save(self._state(), tmp)
+
+    def load_checkpoint(self, path: Path) -> None:
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        if state["config"] != self.cfg.model_dump(mode="json"):
+            raise ValueError(f"{path} was written with another config; use a fresh output folder or the same config")
+        for key, module in self.method.modules().items():
+            module.load_state_dict(state["modules"][key])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.method.load_state_dict(state["method"])
+        self.epoch, self.history, self.best = state["epoch"], state["history"], state["best"]
+        torch.set_rng_state(state["torch_rng"])
+
+    def _save_best(self, criterion: str, score: float) -> None:
+        with atomic_path(self.out_dir / f"best_{criterion}.pt") as tmp:
+            torch.save(
+                {"model": self.model.state_dict(), "epoch": self.epoch, "score": score, "classes": self.classes,
+                 "config": self.cfg.model_dump(mode="json")},
+                tmp,
+            )
+        self.best[criterion] = {"epoch": self.epoch, "score": score}
+
+    # --- loop ----------------------------------------------------------------------------------------------
+    def _run_epoch(self, method: Method, epoch: int, optimizer: torch.optim.Optimizer, desc: str) -> dict[str, float]:
+        method.model.train()
+        sums: dict[str, float] = {}
+        batches = 0
+        loader = self._loader(epoch, method.sampling_weights())
+        for x, idx in tqdm(loader, desc=desc, leave=False, disable=not self.progress):
+            x = to_model_input(x, self.device)
+            y = self.train_split.labels[idx].to(self.device)
+            with self._autocast():
+                loss, stats = method.loss(x, y, idx)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v
+            batches += 1
+        return {f"train_{k}": v / max(batches, 1) for k, v in sums.items()}
+
+    def _fit_plain(self, model: MainModel, epochs: int) -> None:
+        """Train a plain ERM model (JTT's identification stage) with the same data pipeline."""
+        from mavias.train.methods import Method as ERM
+
+        erm = ERM(self.cfg, model, self.train_split)
+        opt = make_optimizer(self.cfg.optim, erm.param_groups())
+        for e in range(1, epochs + 1):
+            self._run_epoch(erm, -e, opt, f"jtt identification {e}/{epochs}")
+
+    def _validate(self) -> dict[str, float]:
+        logits = predict_logits(self.model, self.val_split, batch_size=max(256, self.cfg.batch_size))
+        correct = (logits.argmax(1) == self.val_split.labels).numpy()
+        metrics = {"val_acc": float(correct.mean())}
+        if self.val_groups is not None:
+            accs = pd.Series(correct).groupby(self.val_groups).mean()
+            metrics["val_tag_wg"] = float(accs.min())
+        return metrics
+
+    def fit(self, *, resume: bool = True, stop_after: int | None = None) -> TrainResult:
+        """Train to ``cfg.epochs``; with ``stop_after`` run at most that many epochs now (time-sliced jobs)."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        save_config(self.cfg, self.out_dir / "config.yaml")
+        if resume and self.last_path.exists():
+            self.load_checkpoint(self.last_path)
+        else:
+            seed_everything(self.cfg.seed)
+        self.method.prepare(self._fit_plain)
+        writer = SummaryWriter(str(self.out_dir / "tensorboard"))
+        run_epochs = 0
+        while self.epoch < self.cfg.epochs and (stop_after is None or run_epochs < stop_after):
+            self.epoch += 1
+            start = time.perf_counter()
+            row = self._run_epoch(self.method, self.epoch, self.optimizer, f"{self.cfg.method} epoch {self.epoch}/{self.cfg.epochs}")
+            seconds = time.perf_counter() - start
+            if self.scheduler is not None:
+                self.scheduler.step()
+            row.update(self._validate())
+            row.update({"epoch": self.epoch, "seconds": seconds, "lr": self.optimizer.param_groups[0]["lr"]})
+            self.history.append(row)
+            for criterion in CRITERIA:
+                if criterion in row and row[criterion] > self.best.get(criterion, {}).get("score", -1.0):
+                    self._save_best(criterion, row[criterion])
+            self.save_checkpoint()
+            self._log(writer, row)
+            run_epochs += 1
+        writer.close()
+        result = TrainResult(self.out_dir, pd.DataFrame(self.history), dict(self.best), self.epoch >= self.cfg.epochs)
+        write_json(self.out_dir / "train_summary.json", {"best": self.best, "completed": result.completed,
+                                                         "epochs": self.epoch, "classes": self.classes})
+        return result
+
+    def _log(self, writer: SummaryWriter, row: dict) -> None:
+        with atomic_path(self.out_dir / "metrics.csv") as tmp:
+            pd.DataFrame(self.history).to_csv(tmp, index=False)
+        for key, value in row.items():
+            if key != "epoch":
+                writer.add_scalar(key, value, row["epoch"])
+
+
+def make_optimizer(o: OptimConfig, groups: list[dict]) -> torch.optim.Optimizer:
+    if o.name == "sgd":
+        return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    return torch.optim.Adam(groups, lr=o.lr, weight_decay=o.weight_decay)
+
+
+def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[MainModel, list[str], TrainConfig]:
+    """Rebuild the main model (backbone + head, no projection) from a best_*.pt or last.pt checkpoint."""
+    state = torch.load(checkpoint, map_location=device, weights_only=True)
+    cfg = TrainConfig.model_validate(state["config"])
+    weights = state["model"] if "model" in state else state["modules"]["model"]
+    in_channels = 3 if cfg.backbone.name != "mlp" else weights["backbone.0.weight"].shape[1]
+    model = build_main_model(cfg.backbone, in_channels, len(state["classes"]))
+    model.load_state_dict(weights)
+    return model.to(device).eval(), list(state["classes"]), cfg

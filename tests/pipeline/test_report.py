@@ -1,0 +1,257 @@
+"""The HTML bias report: sections, embedded plots, email variant, headline, nightly history and bias drift."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, date, datetime, timedelta
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mavias.pipeline.export import VerificationResult
+from mavias.pipeline.gates import evaluate_gates
+from mavias.pipeline.report import (
+    LOGIT_PLOT,
+    TREND_PLOT,
+    DiscoveryCounts,
+    HistoryEntry,
+    ReportContext,
+    append_history,
+    bias_drift,
+    biased_tag_count,
+    biased_tags_by_class,
+    headline,
+    load_history,
+    logit_summary,
+    render_email,
+    render_report,
+    render_text,
+    write_report,
+)
+from tests.pipeline.test_gates import CONFIG, evaluation
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+VOID_ELEMENTS = {"br", "img", "meta", "hr", "link", "input"}
+TAGS = {
+    "bird": ["perch", "branch", "sky", "water", "twig", "tree", "blue", "brown", "sit", "tree branch", "leaf"],
+    "dog": ["carpet", "couch", "blanket", "bed", "lush", "stare", "green", "white", "black", "brown", "grass"],
+    "vehicle": ["road", "track", "building", "curb", "red", "load", "travel", "railroad", "train track", "sky"],
+}
+
+
+# --- realistic fake run ----------------------------------------------------------------------------------------------
+def group_tables(rng: np.random.Generator, classes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, reference = [], []
+    for name in classes:
+        for kind, n, acc, ref_acc in (("biased", 240, 0.93, 0.97), ("unbiased", 60, 0.78, 0.55)):
+            n = int(n * rng.uniform(0.5, 1.5)) if name != classes[-1] or kind == "biased" else 14
+            acc = float(np.clip(acc + rng.normal(0, 0.04), 0, 1))
+            rows.append({"group": f"{name}|{kind}", "n": n, "correct": round(acc * n), "accuracy": round(acc * n) / n,
+                         "train_proportion": np.nan, "small": n < 20})
+            reference.append(rows[-1] | {"accuracy": float(np.clip(ref_acc + rng.normal(0, 0.04), 0, 1))})
+    return pd.DataFrame(rows), pd.DataFrame(reference)
+
+
+def biased_tags_table(tags: dict[str, list[str]]) -> pd.DataFrame:
+    rows = [
+        {"class": name, "tag": tag, "support": 200 - 12 * rank, "tag_accuracy": 0.95, "class_accuracy": 0.8,
+         "lift": 0.15 - 0.01 * rank, "rank": rank + 1, "in_top_k": rank < 10}
+        for name, names in tags.items() for rank, tag in enumerate(names)
+    ]
+    return pd.DataFrame(rows)
+
+
+def training_logits(rng: np.random.Generator, classes: list[str], biased: pd.DataFrame) -> pd.DataFrame:
+    """Training predictions of both models: ERM's true-class logit grows with bias, MAVias' stays flat (paper)."""
+    n = 600
+    labels = rng.integers(0, len(classes), n)
+    tag_lists = [list(rng.choice(TAGS[classes[y]], size=rng.integers(0, 5), replace=False)) for y in labels]
+    strength = biased_tag_count(pd.Series([classes[y] for y in labels]), pd.Series(tag_lists), biased)
+    level = strength.cat.codes.to_numpy()
+    frames = []
+    for model, slope, base in (("ERM reference", 1.0, 4.0), ("MAVias", -0.15, 3.0)):
+        logits = rng.normal(0, 0.8, (n, len(classes)))
+        logits[np.arange(n), labels] = base + slope * level + rng.normal(0, 0.6, n)
+        pred = pd.DataFrame(logits, columns=[f"logit_{k}" for k in range(len(classes))]).assign(label=labels)
+        frames.append(logit_summary(pred, strength, model=model))
+    return pd.concat(frames, ignore_index=True)
+
+
+def history(rng: np.random.Generator, tags: dict[str, list[str]], nights: int) -> list[HistoryEntry]:
+    start = date(2025, 6, 1)
+    previous_tags = {name: names[1:11] for name, names in tags.items()}  # tonight's top tag of each class is new
+    return [
+        HistoryEntry(date=start + timedelta(days=i), run_id=f"scheduled__{start + timedelta(days=i)}", version=f"v{i}",
+                     worst_group_accuracy=0.6 + 0.01 * i + rng.normal(0, 0.01), worst_group_ci_low=0.55 + 0.01 * i,
+                     worst_group_ci_high=0.68 + 0.01 * i, average_accuracy=0.85 + 0.003 * i,
+                     biased_tags=previous_tags, promoted=i % 3 != 1)
+        for i in range(nights)
+    ]
+
+
+def validations() -> dict[str, dict]:
+    check = {"source": "great_expectations", "threshold": None, "details": ""}
+    ok = [check | {"name": name, "success": True, "observed": 0} for name in ("non_empty", "sample_id_unique")]
+    return {
+        "2025-06-14": {"success": True, "summary": "passed 2 checks (2 image(s) quarantined)", "failed": [],
+                       "checks": ok, "quarantined": [{"sample_id": "a1b2c3", "uri": "img/a.jpg",
+                                                      "reason": "cannot decode: truncated file"},
+                                                     {"sample_id": "d4e5f6", "uri": "img/b.jpg",
+                                                      "reason": "cannot decode: not an image"}]},
+        "2025-06-15": {"success": False, "summary": "failed: labels_known_classes (unknown classes: cat)",
+                       "failed": ["labels_known_classes"],
+                       "checks": ok + [check | {"name": "labels_known_classes", "success": False, "observed": 3,
+                                                "details": "unknown classes: cat"}], "quarantined": []},
+    }
+
+
+def fake_context(*, classes: list[str] | None = None, promoted: bool = False, nights: int = 14,
+                 tags: dict[str, list[str]] = TAGS) -> ReportContext:
+    rng = np.random.default_rng(0)
+    classes = classes or sorted(tags)
+    candidate, reference = group_tables(rng, classes)
+    biased = biased_tags_table({name: tags[name] for name in classes})
+    production = evaluation(0.74, (0.70, 0.78))
+    gates = evaluate_gates(evaluation(0.68, (0.6, 0.71)), evaluation(0.55), production, CONFIG)
+    return ReportContext(
+        model_name="imagenet9", version="20250615T0200", run_id="scheduled__2025-06-15T02:00:00+00:00",
+        created=datetime(2025, 6, 15, 3, 41, tzinfo=UTC), promoted=promoted, production_version="20250613T0200",
+        model_uri="s3://mavias-models/models/imagenet9/20250615T0200/", gates=gates, validations=validations(),
+        candidate_groups=candidate, reference_groups=reference, biased_tags=biased,
+        logit_summary=training_logits(rng, classes, biased), history=history(rng, tags, nights),
+        discovery=DiscoveryCounts(images_tagged=1840, llm_requests=37, encodings=212),
+        verification=VerificationResult(3.1e-6, True, 256, ["CPUExecutionProvider"], 1e-4),
+        onnx_sha256="9f2c" * 16,
+        latency={"threads": 2, "image_size": 64, "goal_ratio": 0.7, "results": [
+            {"batch": 1, "torch_eager_ms": 1.02, "onnx_ms": 0.32, "ratio": 0.31},
+            {"batch": 32, "torch_eager_ms": 46.5, "onnx_ms": 24.7, "ratio": 0.53}]},
+    )
+
+
+# --- HTML checks -----------------------------------------------------------------------------------------------------
+class _Structure(HTMLParser):
+    """Checks that elements nest properly and collects tags, image sources and text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.tags: set[str] = set()
+        self.images: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        if tag not in VOID_ELEMENTS:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.stack and self.stack[-1] == tag, f"</{tag}> closes <{self.stack[-1] if self.stack else None}>"
+        self.stack.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse(html: str) -> _Structure:
+    structure = _Structure()
+    structure.feed(html)
+    structure.close()
+    assert structure.stack == [], f"unclosed elements {structure.stack}"
+    return structure
+
+
+@pytest.fixture(scope="module")
+def context() -> ReportContext:
+    return fake_context()
+
+
+def test_report_has_every_section_and_embedded_plots(context):
+    html = render_report(context)
+    page = parse(html)
+    text = " ".join(page.text)
+    assert not {"script", "style"} & page.tags
+    assert "<style" not in html and "javascript:" not in html
+    for gate in context.gates.results:
+        assert gate.name in text
+    for group in context.candidate_groups["group"]:
+        assert group in text
+    for name in ("Quality gates", "Data validation", "Accuracy per group", "Top-10 biased tags per class",
+                 "Main-model logits by bias strength", "Trend across nights", "Bias drift", "ONNX export",
+                 "images tagged", "2025-06-15", "labels_known_classes", "cannot decode: truncated file"):
+        assert name in text
+    assert len(page.images) == 2
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_MAGIC)
+
+
+def test_failed_gate_explains_itself_in_the_headline(context):
+    head = headline(context)
+    assert not head.promoted and "production stays 20250613T0200" in head.title
+    assert any(r.startswith("max_regression_vs_production") for r in head.reasons)
+    assert any("partition 2025-06-15 failed validation" in r for r in head.reasons)
+    assert len(head.next_steps) == len(context.gates.failed) + 1
+    text = render_text(context)
+    assert "[FAILED ]" in text and "[SKIPPED]" in text and context.model_uri in text
+
+
+def test_promoted_headline_mentions_rollback():
+    head = headline(fake_context(promoted=True))
+    assert head.promoted and "rollback" in head.next_steps[0]
+
+
+def test_email_variant_references_its_images_by_content_id(context):
+    email = render_email(context)
+    page = parse(email.html)
+    assert sorted(src.removeprefix("cid:") for src in page.images) == sorted(email.images)
+    assert all(png.startswith(PNG_MAGIC) for png in email.images.values())
+    assert "data:image" not in email.html
+    assert "NOT promoted" in email.subject and "imagenet9" in email.subject
+
+
+def test_write_report_saves_html_and_plots(tmp_path):
+    path = write_report(tmp_path, fake_context(nights=0))
+    assert path == tmp_path / "report.html"
+    assert (tmp_path / LOGIT_PLOT).read_bytes().startswith(PNG_MAGIC)
+    assert not (tmp_path / TREND_PLOT).exists()  # no history yet: no trend plot
+    html = path.read_text()
+    assert "First night on record" in html and html.count("data:image/png;base64,") == 1
+
+
+def test_history_append_is_idempotent_per_run(tmp_path):
+    path = tmp_path / "history.json"
+    nights = history(np.random.default_rng(0), TAGS, 2)
+    assert load_history(path) == []
+    append_history(path, nights[1])
+    append_history(path, nights[0])
+    retried = nights[1].model_copy(update={"worst_group_accuracy": 0.9})
+    assert append_history(path, retried) == [nights[0], retried]
+    assert load_history(path) == [nights[0], retried]
+
+
+def test_bias_drift_lists_new_and_gone_tags():
+    current = biased_tags_by_class(biased_tags_table({"dog": ["couch", "bed", "grass"], "cat": ["sofa"]}))
+    assert current == {"cat": ["sofa"], "dog": ["couch", "bed", "grass"]}
+    drift = bias_drift({"dog": ["couch", "carpet"], "bird": ["sky"]}, current)
+    assert drift.to_dict("records") == [
+        {"class": "bird", "new": [], "gone": ["sky"]},
+        {"class": "cat", "new": ["sofa"], "gone": []},
+        {"class": "dog", "new": ["bed", "grass"], "gone": ["carpet"]},
+    ]
+
+
+def test_logit_summary_by_bias_strength():
+    biased = biased_tags_table({"dog": ["couch", "bed"], "bird": ["sky"]})
+    labels = pd.Series(["dog", "dog", "dog", "bird"])
+    strength = biased_tag_count(labels, pd.Series([["couch", "bed", "sky"], [], ["bed"], None]), biased, cap=2)
+    assert list(strength) == ["2+", "0", "1", "0"]
+    pred = pd.DataFrame({"label": [1, 1, 1, 0], "logit_0": [0.0, 1.0, 0.0, 3.0], "logit_1": [6.0, 2.0, 4.0, 0.0]})
+    summary = logit_summary(pred, strength, model="ERM reference")
+    assert summary["bias_strength"].astype(str).tolist() == ["0", "1", "2+"]
+    assert summary["mean"].tolist() == [2.5, 4.0, 6.0] and summary["n"].tolist() == [2, 1, 1]
+    norms = logit_summary(pred, strength, model="MAVias", statistic="norm")
+    assert norms["mean"].iloc[2] == pytest.approx(6.0)
