@@ -6,7 +6,9 @@ import typer
 
 from mavias.bench.cli import app as bench_app
 from mavias.benchmarks.cli import app as data_app
+from mavias.discover.cli import app as discover_app
 from mavias.encode.cli import app as encode_app
+from mavias.judging.cli import app as judge_app
 from mavias.pipeline.cli_registry import app as registry_app
 from mavias.tagging.cli import app as tag_app
 from mavias.train.cli import evaluate, train
@@ -16,7 +18,9 @@ app = typer.Typer(
 )
 app.add_typer(data_app, name="data")
 app.add_typer(tag_app, name="tag")
+app.add_typer(judge_app, name="judge")
 app.add_typer(encode_app, name="encode")
+app.add_typer(discover_app, name="discover")
 app.add_typer(registry_app, name="registry")
 app.add_typer(bench_app, name="bench")
 app.command()(train)

@@ -97,7 +97,7 @@ def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: R
     result: dict = {"split": split, "checkpoint": str(checkpoint), "n_samples": len(pred),
                     "accuracy": float(pred["correct"].mean()), "tables": {}}
     if reference is not None:
-        metrics, table = evaluation_report(pred, reference.groups_for(target, classes), n_boot=n_boot, seed=seed)
+        metrics, table = evaluation_report(pred, tag_groups(target, reference.biased_tags, classes), n_boot=n_boot, seed=seed)
         result["open_set"] = metrics
         result["tables"]["open_set"] = table
     if closed_set_attrs:
@@ -129,6 +129,8 @@ def write_run_evaluation(out_dir: str | Path, result: dict) -> Path:
 
 
 def _alignment_proportions(data: PreparedData) -> dict[tuple, float]:
+    """Training proportion of every (label, bg aligned, co-object aligned) cell; 0 for cells training lacks."""
     train = data["train"].frame
     counts = train.groupby(["label", BG_ALIGNED, CO_ALIGNED]).size()
-    return {key: n / len(train) for key, n in counts.items()}
+    cells = [(label, bg, co) for label in data.classes for bg in ("0", "1") for co in ("0", "1")]
+    return {cell: counts.get(cell, 0) / len(train) for cell in cells}

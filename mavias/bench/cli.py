@@ -48,3 +48,20 @@ def core(
     print_core_table("synthetic-scenes (test, %)", report["synthetic_scenes"]["summary"], SCENES_COLUMNS)
     print_core_table("two-moons-3d (test, %)", report["two_moons_3d"]["summary"], MOONS_COLUMNS)
     console.print(f"two-moons figure: {report['two_moons_3d']['figure']}; wall time {report['wall_seconds']:.0f} s")
+
+
+@app.command("discovery")
+def discovery(
+    work: Annotated[Path, typer.Option(help="working folder")] = Path("runs/bench-discovery"),
+    model: Annotated[str, typer.Option(help="OpenCLIP architecture of the tagger (random init unless weights are cached)")] = "ViT-L-14",
+    tag_images: Annotated[int, typer.Option(help="images to tag for the throughput figure")] = 16,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for the LLM judge; default offline")] = None,
+    llm_model: Annotated[str, typer.Option(help="model name at --base-url")] = "gpt-4o",
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+) -> None:
+    """Tagger images/s, encodings/s with and without dedupe, LLM requests per class, judge precision/recall."""
+    from mavias.bench.discovery import run_discovery_bench
+
+    run_discovery_bench(work, model=model, tag_images=tag_images, device=device, base_url=base_url, llm_model=llm_model,
+                        json_path=json_out, console=console)

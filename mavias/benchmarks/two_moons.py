@@ -5,6 +5,12 @@ x1, x2 form the classic two moons and define the label; x3 is the bias: in train
 separates the classes linearly. In test the sign of x3 is independent of the label (exactly half of each class
 aligned), so a model that took the x3 shortcut drops to chance while one that learned the moons does not.
 MAVias gives the projection layer x3 alone.
+
+When the claim holds (measured, see BENCHMARKS.md): x3 must separate the training classes *strongly but not
+perfectly*. With x3_align = 1 and x3_noise <= 0.3 the classes are (almost) perfectly separable along x3, the loss is
+satisfied by x3 alone and no method learns the moons (all ~50% on test); with x3_align < 1 the conflicting samples
+already force ERM to learn the moons. The defaults (x3_align = 1, x3_noise = 0.6, about 5% overlap along x3) are the
+regime in which vanilla training leans on x3 and MAVias learns the moons.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ class TwoMoons3DConfig(BaseModel):
     n_val: int = Field(500, ge=2)
     n_test: int = Field(1000, ge=2)
     moon_noise: float = Field(0.15, ge=0.0, description="std of the Gaussian noise on x1, x2 (make_moons)")
-    x3_noise: float = Field(0.3, ge=0.0, description="std of x3 around +-1, the class separation along x3")
-    x3_align: float = Field(0.95, ge=0.0, le=1.0, description="fraction of train/val samples whose x3 sign agrees")
+    x3_noise: float = Field(0.6, ge=0.0, description="std of x3 around +-1, the class separation along x3")
+    x3_align: float = Field(1.0, ge=0.0, le=1.0, description="fraction of train/val samples whose x3 mean agrees")
     seed: int = Field(0, ge=0)
 
 
@@ -50,7 +56,8 @@ def _split_features(split: str, n: int, cfg: TwoMoons3DConfig, rng: np.random.Ge
             "x3": x3,
             "label": np.asarray(CLASS_NAMES)[labels],
             "split": split,
-            f"{ATTR_PREFIX}x3_aligned": np.where(aligned, "1", "0"),
+            # observed agreement (sign of x3 vs class), what a model sees: noise flips some planned-aligned samples
+            f"{ATTR_PREFIX}x3_aligned": np.where(np.sign(x3) == class_sign, "1", "0"),
         }
     )
 

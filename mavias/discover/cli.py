@@ -11,7 +11,8 @@ from rich.console import Console
 
 from mavias.discover.run import discover_partition, resolve_manifest
 from mavias.encode.cli import EncodeMode, EncoderKind, EncoderModel, make_encoder
-from mavias.judging.base import RelevanceJudge
+from mavias.judging.cli import BaseUrl, JudgeKind, ReviewPath, make_judge
+from mavias.judging.review import load_review
 from mavias.manifest import load_manifest
 from mavias.tagging.cli import (
     AllowDownload,
@@ -33,16 +34,7 @@ from mavias.tagging.cli import (
 from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED, TAG_THRESHOLD, TAG_TOP_K
 from mavias.tagging.run import DEFAULT_NUM_SHARDS
 
-JUDGE_KINDS = ("offline",)
-
-
-def make_judge(kind: str) -> RelevanceJudge:
-    if kind != "offline":
-        raise typer.BadParameter(f"unknown judge {kind!r}; use one of {JUDGE_KINDS}")
-    from mavias.judging.offline import OfflineJudge
-
-    return OfflineJudge()
-
+LlmModel = Annotated[str, typer.Option("--llm-model", envvar="MAVIAS_LLM_MODEL", help="LLM model name (--judge llm)")]
 
 app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)
 
@@ -60,7 +52,10 @@ def discover(
     vocabulary: VocabularyPath = None,
     threshold: Threshold = TAG_THRESHOLD,
     top_k: TopK = TAG_TOP_K,
-    judge: Annotated[str, typer.Option(help="relevance judge")] = "offline",
+    judge: JudgeKind = "offline",
+    base_url: BaseUrl = "https://api.openai.com/v1",
+    llm_model: LlmModel = "gpt-4o",
+    review: ReviewPath = None,
     encoder: EncoderKind = "sentence",
     encoder_model: EncoderModel = None,
     mode: EncodeMode = "collective",
@@ -89,10 +84,10 @@ def discover(
             weights_dir=weights_dir,
             allow_download=allow_download,
         ),
-        make_judge(judge),
+        make_judge(judge, base_url=base_url, model=llm_model),
         make_encoder(
             encoder,
-            model=encoder_model,
+            model=encoder_model or (model if encoder == "openclip" else None),  # same family as the tagger
             pretrained=pretrained,
             mode=mode,
             device=device,
@@ -100,6 +95,7 @@ def discover(
             allow_download=allow_download,
         ),
         name=name,
+        review=load_review(review) if review else None,
         num_shards=num_shards,
         batch_size=batch_size,
         num_workers=workers,

@@ -4,7 +4,7 @@ Workspace layout (shared by all partitions)::
 
     tags/<partition>/        shard outputs, tags.parquet, class_tag_counts.parquet (a TagsStore over tags/)
     judging/decisions.sqlite the judge's persistent decision cache
-    embeddings/              EmbeddingStore of bias prompts
+    embeddings/<encoder>/    EmbeddingStore of bias prompts, one per encoder
     partitions/<partition>/  relevance.parquet, sample_embeddings.parquet, discovery.json
 
 A partition only costs what is new: images never tagged by this tagger, (class, tag) pairs never judged by this
@@ -13,6 +13,7 @@ judge, and tag sets never encoded by this encoder. Re-running a partition costs 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,15 @@ from mavias.judging.review import ReviewedDecisions
 from mavias.manifest import load_manifest
 from mavias.relevance import irrelevant_tags, save_relevance
 from mavias.tagging.base import Tagger, tag_lists
-from mavias.tagging.run import DEFAULT_NUM_SHARDS, QUARANTINED, TagsStore, collect_partition, shard_samples, tag_partition
+from mavias.tagging.run import (
+    DEFAULT_NUM_SHARDS,
+    QUARANTINED,
+    TagCounts,
+    TagsStore,
+    collect_partition,
+    shard_samples,
+    tag_partition,
+)
 from mavias.utils.atomic import write_json
 
 MANIFEST_NAME = "manifest.parquet"
@@ -59,9 +68,9 @@ class Workspace:
     def decisions(self) -> Path:
         return self.root / "judging" / "decisions.sqlite"
 
-    @property
-    def embeddings(self) -> Path:
-        return self.root / "embeddings"
+    def embeddings(self, encoder_id: str) -> Path:
+        """One embedding store per encoder: stores hold vectors of a single dimension."""
+        return self.root / "embeddings" / re.sub(r"[^A-Za-z0-9._-]+", "_", encoder_id)
 
     def partition(self, name: str) -> Path:
         return self.root / "partitions" / name
@@ -71,6 +80,26 @@ def resolve_manifest(partition: str | Path) -> Path:
     """A partition folder holding ``manifest.parquet``, or a manifest file."""
     path = Path(partition)
     return path / MANIFEST_NAME if path.is_dir() else path
+
+
+def _tag(
+    df: pd.DataFrame, manifest_dir: Path, tagger: Tagger, tag_dir: Path, store: TagsStore, num_shards: int, **loader
+) -> tuple[TagCounts, pd.DataFrame, pd.Series]:
+    """Tag what is new; return the counts, the decodable samples and their tag lists."""
+    counts = tag_partition(df, manifest_dir, tagger, tag_dir, num_shards=num_shards, store=store, **loader)
+    tags = collect_partition(df, tag_dir, num_shards)
+    samples = shard_samples(tag_dir, num_shards)
+    usable = df[~df["sample_id"].isin(samples.loc[samples["status"] == QUARANTINED, "sample_id"])]
+    return counts, usable, tag_lists(tags, usable["sample_id"]).set_axis(usable.index)
+
+
+def _judge(
+    labels: pd.Series, sample_tags: pd.Series, judge: CountingJudge, cache_path: Path, review: ReviewedDecisions | None
+) -> pd.DataFrame:
+    """The relevance table of every (class, tag) pair of the partition; only undecided pairs reach the judge."""
+    pairs = pd.DataFrame({"class": labels, "tag": sample_tags}).explode("tag").dropna()
+    with DecisionCache(cache_path) as cache:
+        return decide_all(judge, pairs.groupby("class")["tag"].agg(set).to_dict(), cache, review)
 
 
 def discover_partition(
@@ -95,40 +124,25 @@ def discover_partition(
     name = name or manifest_path.parent.name
     ws = Workspace(Path(workspace))
     df = load_manifest(manifest_path, check_files=False)  # missing images are quarantined by the tagging step
-
-    tag_dir = ws.tags / name
-    tagged = tag_partition(
-        df,
-        manifest_path.parent,
-        tagger,
-        tag_dir,
-        num_shards=num_shards,
-        store=TagsStore(ws.tags),
-        batch_size=batch_size,
-        num_workers=num_workers,
-        progress=progress,
-    )
-    tags = collect_partition(df, tag_dir, num_shards)
-    samples = shard_samples(tag_dir, num_shards)
-    usable = df[~df["sample_id"].isin(samples.loc[samples["status"] == QUARANTINED, "sample_id"])]
-    sample_tags = tag_lists(tags, usable["sample_id"]).set_axis(usable.index)
-
-    counting = CountingJudge(judge)
-    tags_by_class = pd.DataFrame({"class": usable["label"], "tag": sample_tags}).explode("tag").dropna()
-    with DecisionCache(ws.decisions) as cache:
-        relevance = decide_all(counting, tags_by_class.groupby("class")["tag"].agg(set).to_dict(), cache, review)
     out = ws.partition(name)
-    save_relevance(relevance, out / "relevance.parquet")
 
+    tagged, usable, sample_tags = _tag(
+        df, manifest_path.parent, tagger, ws.tags / name, TagsStore(ws.tags), num_shards,
+        batch_size=batch_size, num_workers=num_workers, progress=progress,
+    )  # fmt: skip
+    counting = CountingJudge(judge)
+    relevance = _judge(usable["label"], sample_tags, counting, ws.decisions, review)
+    save_relevance(relevance, out / "relevance.parquet")
     bias_tags = irrelevant_tags(usable["label"], sample_tags, relevance)
-    keys, n_encoded = encode_samples(usable["sample_id"], bias_tags, encoder, EmbeddingStore(ws.embeddings))
+    store = EmbeddingStore(ws.embeddings(encoder.encoder_id))
+    keys, n_encoded = encode_samples(usable["sample_id"], bias_tags, encoder, store)
     save_sample_embeddings(keys, out / "sample_embeddings.parquet")
 
     counts = DiscoveryCounts(
         images=len(df),
         images_tagged=tagged.images_tagged,
         images_reused=tagged.images_reused,
-        images_quarantined=int((samples["status"] == QUARANTINED).sum()),
+        images_quarantined=tagged.images_quarantined,
         llm_requests=sum(counting.requests.values()),
         tags_judged=sum(counting.tags_judged.values()),
         prompts_encoded=n_encoded,

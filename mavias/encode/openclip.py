@@ -77,11 +77,13 @@ def _cached_checkpoint(cfg: dict, weights_dir: str | None) -> str | None:
 def _missing_weights_message(model: str, pretrained: str, cfg: dict, weights_dir: str | None) -> str:
     where = [f"Hugging Face repo {_hub_candidates(cfg['hf_hub'])[0]}"] if cfg.get("hf_hub") else []
     where += [f"URL {cfg['url']}"] if cfg.get("url") else []
+    # a bare checkpoint file carries no activation setting: OpenAI weights need the QuickGELU variant of the model
+    architecture = f" --model {model}-quickgelu" if cfg.get("quick_gelu") else ""
     return (
         f"OpenCLIP weights {model!r}/{pretrained!r} are not in the local cache "
         f"({weights_dir or 'default Hugging Face cache and ~/.cache/clip'}); nothing is downloaded by default.\n"
         f"Either run once with downloading allowed (--allow-download), or fetch the checkpoint yourself "
-        f"(from {' or '.join(where) or 'its publisher'}) and pass the file: --pretrained /path/to/checkpoint"
+        f"(from {' or '.join(where) or 'its publisher'}) and pass the file:{architecture} --pretrained /path/to/checkpoint"
     )
 
 

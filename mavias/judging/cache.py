@@ -93,14 +93,14 @@ def decide(
     ``on_batch`` is called with the size of every judged batch (for progress bars).
     """
     unique = sorted({tag.strip() for tag in tags if tag and tag.strip()})
-    reviewed = review.verdicts(class_name, unique) if review else {}
+    reviewed = review.verdicts(class_name, unique) if review is not None else {}
     to_decide = [tag for tag in unique if tag not in reviewed]
-    decided = cache.lookup(judge, class_name, to_decide) if cache else {}
+    decided = cache.lookup(judge, class_name, to_decide) if cache is not None else {}
     judge.stats.cache_hits += len(decided)
     for batch in batches([tag for tag in to_decide if tag not in decided], batch_size):
         relevant = judge.judge(class_name, batch)
         verdicts = {tag: tag in relevant for tag in batch}
-        if cache:
+        if cache is not None:
             cache.store(judge, class_name, verdicts)
         decided.update(verdicts)
         if on_batch:

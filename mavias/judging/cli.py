@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mavias.judging.base import BATCH_SIZE, RelevanceJudge
+from mavias.judging.base import BATCH_SIZE, JudgeStats, RelevanceJudge
 from mavias.judging.cache import DecisionCache, decide_all
 from mavias.judging.evaluate import evaluate_relevance, evaluation_table
 from mavias.judging.review import apply_review, export_review, load_review
@@ -121,6 +121,15 @@ def summary_table(table: pd.DataFrame) -> Table:
     return summary
 
 
+def stats_table(stats: JudgeStats) -> Table:
+    table = Table(title="judge stats")
+    table.add_column("counter")
+    table.add_column("value", justify="right")
+    for name, value in stats.as_dict().items():
+        table.add_row(name, str(value))
+    return table
+
+
 @app.command()
 def run(
     manifest: Annotated[Path | None, typer.Option(help="manifest whose images' tags are judged per label")] = None,
@@ -155,7 +164,7 @@ def run(
     table = judge_tables(judge_obj, wanted, cache_path=cache, no_cache=no_cache, review=review, batch_size=batch_size)
     save_relevance(table, out)
     console.print(summary_table(table))
-    console.print(f"judge stats: {judge_obj.stats.as_dict()}")
+    console.print(stats_table(judge_obj.stats))
     console.print(f"wrote {out}")
 
 

@@ -66,14 +66,13 @@ def evaluate_relevance(predicted: pd.DataFrame, truth: pd.DataFrame) -> Evaluati
 
 
 def evaluation_table(evaluation: Evaluation, *, judge: str, dataset: str) -> Table:
-    """Rows per class and overall, in percent, laid out like the paper's judge-quality table."""
-    table = Table(title=f"Relevance judge vs ground truth — {dataset}")
-    for column in ("judge", "class", "precision", "recall", "F1", "TP", "FP", "FN"):
-        table.add_column(column, justify="left" if column in ("judge", "class") else "right")
+    """Rows per class and overall, in percent, like the paper's judge-quality table (GPT-4o, Waterbirds: 96.1 / 79.0)."""
+    table = Table(title=f"{judge} vs ground truth — {dataset}")
+    for column in ("class", "precision", "recall", "F1", "TP", "FP", "FN"):
+        table.add_column(column, justify="left" if column == "class" else "right")
     rows = [*sorted(evaluation.per_class.items()), ("all (micro)", evaluation.overall)]
     for name, scores in rows:
         table.add_row(
-            judge,
             name,
             f"{100 * scores.precision:.1f}",
             f"{100 * scores.recall:.1f}",

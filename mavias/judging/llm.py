@@ -57,6 +57,10 @@ class JudgeResponseError(RuntimeError):
     """The model's answers could not be read as a list of tags, even after retries."""
 
 
+class JudgeUnavailableError(RuntimeError):
+    """The endpoint kept failing (429, 5xx, timeouts) through every retry."""
+
+
 class _UnreadableAnswer(ValueError):
     pass
 
@@ -268,6 +272,12 @@ class LLMJudge:
             return retrying(call)
         except _UnreadableAnswer as error:
             raise JudgeResponseError(f"{self.judge_id} at {self.base_url}: {error}") from error
+        except openai.APIError as error:
+            if not _is_transient(error):
+                raise
+            raise JudgeUnavailableError(
+                f"{self.base_url} failed {self._max_retries + 1} time(s) in a row; last: {type(error).__name__}: {error}"
+            ) from error
 
     def _wait(self, state: RetryCallState) -> float:
         retry_after = _retry_after(state.outcome.exception() if state.outcome else None)

@@ -1,25 +1,25 @@
-"""The offline judge: WordNet's is-a / part-of knowledge, the class's own definition, and MiniLM for word senses.
+"""The offline judge: WordNet's is-a / part-of knowledge, the class's own definition, and MiniLM as a tie-breaker.
 
 Similarity to the class name alone ranks *context* high (for "boat": sea 0.65 against hull 0.31 in MiniLM), which is
 exactly the shortcut MAVias must expose, so embeddings never decide relevance on their own here. A tag is relevant to
 a class when WordNet says it
 
-- names the class, one of its kinds (hyponyms) or one of its close ancestors ("bird" -> "vertebrate", "animal");
-- is a part, member or substance of the class, of one of its kinds or of a close ancestor, possibly through a chain
-  of parts ("headlight" -> "electrical system" -> "motor vehicle" <- "car");
-- or appears in a defining phrase of the class's gloss ("... characterized by feathers ...", "... having scales"),
-  including the functions of its direct parts ("wing: a movable organ for flying").
+- names the class or one of its kinds (hyponyms), or a close ancestor ("bird" -> "vertebrate", "animal");
+- is a part of the class or of a close ancestor, possibly through a short chain of parts
+  ("headlight" -> "electrical system" -> "motor vehicle" <- "car"), or is the general name of such a part
+  ("door" for "car door"), or a member or substance of the class ("tree" of "forest");
+- or appears in a defining phrase of the class's gloss ("... characterized by feathers ...", "... made of snow"),
+  or names a function of the class or of its parts ("wing: a movable organ for flying").
 
 Everything else (background, scene, weather, lighting, colours, other objects) is irrelevant by default, following
 the paper's rules (supplement, "System Prompt"; REFERENCE.md "LLM step"). For people classes, kinds of person
-(gender, age, role) are irrelevant unless the class names them. MiniLM serves two narrow purposes: choosing which
-senses of an ambiguous tag are plausible at all ("hull" the ship's frame, not the fruit husk), and accepting a whole
-whose name is a near-synonym of the class ("sail" is part of a "sailing vessel", a near-synonym of "boat").
+(gender, age, role) are irrelevant unless the class names them. MiniLM breaks two ties WordNet cannot: whether a far
+ancestor is still a name of the class ("vehicle" for "car", not "container"), and whether a whole from another
+branch of WordNet is the same thing as the class ("sail" is part of a "sailing vessel", a near-synonym of "boat").
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 
@@ -36,15 +36,23 @@ PHYSICAL_LEXNAMES = frozenset(
     {"noun.Tops", "noun.animal", "noun.artifact", "noun.body", "noun.food", "noun.object", "noun.person",
      "noun.plant", "noun.substance"}
 )  # fmt: skip
-MAX_ANCESTOR_LEVELS = 5  # hypernyms this far above the class still describe it ("bird" -> ... -> "organism")
+MAX_ANCESTOR_LEVELS = 5  # hypernyms up to this far above the class may still describe it
 MIN_ANCESTOR_DEPTH = 4  # but never the abstract top of the hierarchy ("entity", "object", "whole")
-MAX_PART_CHAIN = 3  # "eye" -> "face" -> "head" -> "animal"
+CLOSE_ANCESTOR_LEVELS = 2  # a farther ancestor is a name of the class only if MiniLM agrees ("vehicle", not "container")
+MAX_PART_CHAIN = 3  # part-of links from a tag to the class ("eye" -> "face" -> "human"), one less to a near-synonym
+MAX_INHERITED_PART_CHAIN = 2  # to an ancestor ("headlight" -> "electrical system" -> "motor vehicle")
+MIN_PART_WHOLE_DEPTH = 6  # ancestors whose parts every instance has ("wheeled vehicle", "animal"; not "organism")
 # A phrase of a gloss that introduces the defining features of the thing ("with four wheels", "having scales").
-DEFINING_MARKERS = re.compile(r"\b(?:with|having|has|have|characterized by|consisting of|made of|made from|whose|bearing)\b\s+(.*)")
+DEFINING_MARKERS = re.compile(
+    r"\b(?:with|having|has|have|characterized by|consisting of|made of|made from|whose|bearing)\b\s+(?!been\b)"
+)
 PHRASE_END = re.compile(r"[;,:()]|\b(?:for|in|on|at|near|from|to|used|that|which|where|when|usually|especially)\b")
 WORD = re.compile(r"[a-z][a-z-]*")
 FUNCTION = re.compile(r"\bfor ([a-z]{2,}ing)\b")  # "a movable organ for flying"
-FUNCTION_WORDS = frozenset("a an the and or nor but of is are was be been by as its it this these one two not".split())
+FUNCTION_WORDS = frozenset(
+    "a an the and or nor but of is are was be been by as its it this these that not no into through over under "
+    "about than very more most such some any each both either other".split()
+)
 
 
 @dataclass(frozen=True)
@@ -56,9 +64,9 @@ class ClassConcept:
     names: frozenset[str]  # the class string, its WordNet lemma names and defining modifiers ("blond" of "blond hair")
     kinds: frozenset[Synset]  # the class synset and, unless it is a people class, all its hyponyms
     excluded: frozenset[Synset]  # kinds of person for a people class: gender, age, role are not the class
-    ancestors: frozenset[Synset]
+    ancestors: dict[Synset, int]  # hypernym -> levels above the class
     defining_words: frozenset[str]  # lemmas from the defining phrases of the gloss
-    functions: frozenset[str]  # activities the class and its direct parts are for, as gerunds and verbs
+    functions: frozenset[str]  # activities the class and its parts are for, as gerunds and verbs
 
 
 def normalize_tag(tag: str) -> str:
@@ -73,14 +81,14 @@ def _names(synset: Synset) -> list[str]:
     return [lemma.replace("_", " ").lower() for lemma in synset.lemma_names()]
 
 
-def _closure(start: Synset, relation, max_levels: int) -> set[Synset]:
-    """Synsets reachable from ``start`` in 1..max_levels steps of ``relation`` (breadth first)."""
-    seen: set[Synset] = set()
+def _distances(start: Synset, relation, max_levels: int) -> dict[Synset, int]:
+    """Synsets reachable from ``start`` in 1..max_levels steps of ``relation``, with their fewest steps."""
+    found: dict[Synset, int] = {}
     frontier = {start}
-    for _ in range(max_levels):
-        frontier = {nxt for synset in frontier for nxt in relation(synset)} - seen
-        seen |= frontier
-    return seen
+    for level in range(1, max_levels + 1):
+        frontier = {nxt for synset in frontier for nxt in relation(synset)} - found.keys() - {start}
+        found.update(dict.fromkeys(frontier, level))
+    return found
 
 
 def _hypernyms(synset: Synset) -> list[Synset]:
@@ -91,8 +99,13 @@ def _hyponyms(synset: Synset) -> list[Synset]:
     return synset.hyponyms() + synset.instance_hyponyms()
 
 
-def _holonyms(synset: Synset) -> list[Synset]:
-    return synset.part_holonyms() + synset.member_holonyms() + synset.substance_holonyms()
+def _part_holonyms(synset: Synset) -> list[Synset]:
+    return synset.part_holonyms()
+
+
+def _is_member_or_substance_of(synset: Synset, whole: Synset) -> bool:
+    """ "tree" of "forest", "snow" of "snowman": direct links only; chains of them reach taxonomic genera."""
+    return whole in synset.member_holonyms() or whole in synset.substance_holonyms()
 
 
 class OfflineJudge:
@@ -104,11 +117,14 @@ class OfflineJudge:
         wordnet: WordNetCorpusReader | None = None,
         *,
         synonym_similarity: float = 0.7,
+        ancestor_similarity: float = 0.45,
     ):
         self._wn = wordnet or load_wordnet()
         self._encoder = encoder
         self._synonym_similarity = synonym_similarity
+        self._ancestor_similarity = ancestor_similarity
         self._vectors: dict[str, np.ndarray] = {}
+        self._concepts: dict[str, ClassConcept] = {}
         self.stats = JudgeStats()
 
     @property
@@ -129,27 +145,32 @@ class OfflineJudge:
 
     # --- the class ---------------------------------------------------------------------------------------------
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - one judge lives for one run; concepts are small
     def concept(self, class_name: str) -> ClassConcept:
         name = normalize_tag(class_name)
+        if name not in self._concepts:
+            self._concepts[name] = self._make_concept(name)
+        return self._concepts[name]
+
+    def _make_concept(self, name: str) -> ClassConcept:
         synset, modifiers = self._class_synset(name)
         if synset is None:
-            return ClassConcept(name, None, frozenset({name}), frozenset(), frozenset(), frozenset(), frozenset(), frozenset())
-        hyponyms = _closure(synset, _hyponyms, max_levels=100)
-        people = self._is_people(synset)
+            return ClassConcept(name, None, frozenset({name}), frozenset(), frozenset(), {}, frozenset(), frozenset())
+        hyponyms = set(_distances(synset, _hyponyms, max_levels=100))
+        people = synset == self._wn.synset("person.n.01") or synset.lexname() == "noun.person"
         ancestors = {
-            a for a in _closure(synset, _hypernyms, MAX_ANCESTOR_LEVELS) if a.min_depth() >= MIN_ANCESTOR_DEPTH
+            a: level
+            for a, level in _distances(synset, _hypernyms, MAX_ANCESTOR_LEVELS).items()
+            if a.min_depth() >= MIN_ANCESTOR_DEPTH
         }
-        lemma_names = set(_names(synset))
         return ClassConcept(
             name=name,
             synset=synset,
-            names=frozenset({name, *lemma_names, *(m for m in modifiers if self._is_descriptive_adjective(m))}),
+            names=frozenset({name, *_names(synset), *(m for m in modifiers if self._is_descriptive_adjective(m))}),
             kinds=frozenset({synset} if people else {synset, *hyponyms}),
             excluded=frozenset(hyponyms if people else ()),
-            ancestors=frozenset(ancestors),
+            ancestors=ancestors,
             defining_words=frozenset(self._defining_words(synset.definition())),
-            functions=frozenset(self._functions(synset, ancestors)),
+            functions=frozenset(self._functions([synset, *ancestors])),
         )
 
     def _class_synset(self, name: str) -> tuple[Synset | None, list[str]]:
@@ -166,31 +187,29 @@ class OfflineJudge:
                 return self._wn.synsets(suffix, NOUN)[0], [*words[:-1], prefix]
         return None, []
 
-    def _is_people(self, synset: Synset) -> bool:
-        person = self._wn.synset("person.n.01")
-        return synset == person or synset.lexname() == "noun.person"
-
     def _is_descriptive_adjective(self, word: str) -> bool:
-        """A modifier of the class name that describes the object itself ("blond"), not its place ("urban")."""
-        senses = self._wn.synsets(word, ADJ)
-        return bool(senses) and senses[0].lexname() == "adj.all"
+        """A modifier that describes the object itself ("blond", "red"), not its place ("urban") or kind ("ceiling")."""
+        adjectives = self._wn.synsets(word, ADJ)
+        if not adjectives or adjectives[0].lexname() != "adj.all":
+            return False
+        return self._count(adjectives, word) >= self._count(self._wn.synsets(word, NOUN), word)
 
     def _lemmas(self, word: str) -> set[str]:
         return {word} | {lemma for pos in (NOUN, VERB, ADJ) if (lemma := self._wn.morphy(word, pos))}
 
     def _defining_words(self, gloss: str) -> set[str]:
         words: set[str] = set()
-        for match in DEFINING_MARKERS.finditer(gloss.lower()):
-            phrase = PHRASE_END.split(match.group(1))[0]
+        gloss = gloss.lower()
+        for match in DEFINING_MARKERS.finditer(gloss):
+            phrase = PHRASE_END.split(gloss[match.end() :])[0]
             for word in WORD.findall(phrase):
                 if word not in FUNCTION_WORDS:
                     words |= self._lemmas(word)
         return words
 
-    def _functions(self, synset: Synset, ancestors: set[Synset]) -> set[str]:
+    def _functions(self, wholes: list[Synset]) -> set[str]:
         """What the class and its parts are for ("wing: a movable organ for flying" -> "flying", "fly")."""
-        parts = [part for whole in (synset, *ancestors) for part in whole.part_meronyms()]
-        glosses = [synset.definition(), *(part.definition() for part in parts)]
+        glosses = [wholes[0].definition(), *(part.definition() for whole in wholes for part in whole.part_meronyms())]
         gerunds = {word for gloss in glosses for word in FUNCTION.findall(gloss.lower())}
         return gerunds | {verb for word in gerunds if (verb := self._wn.morphy(word, VERB))}
 
@@ -202,37 +221,58 @@ class OfflineJudge:
             return True
         if concept.synset is None:
             return False
-        if self._lemmas(text) & concept.defining_words:
+        if self._lemmas(text) & concept.defining_words or text in concept.functions:
             return True
-        related = [sense for sense in self._physical_senses(text) if self._relates(concept, sense)]
-        if any(self._is_plausible_sense(text, sense) for sense in related):
-            return True
-        return text in concept.functions
+        return any(
+            self._is_plausible_sense(text, sense) and self._relates(concept, text, sense)
+            for sense in self._physical_senses(text)
+        )
 
     def _noun_senses(self, text: str) -> list[Synset]:
         senses = self._wn.synsets(_lemma_key(text), NOUN)
-        if not senses and " " in text:  # an open compound WordNet lacks: judge its head noun ("red wing" -> wing)
-            senses = self._wn.synsets(text.split()[-1], NOUN)
+        *modifiers, head = text.split()
+        if not senses and modifiers and all(map(self._is_descriptive_adjective, modifiers)):
+            senses = self._wn.synsets(head, NOUN)  # an open compound WordNet lacks: "red wing" is a wing
         return senses
 
     def _physical_senses(self, text: str) -> list[Synset]:
         return [sense for sense in self._noun_senses(text) if sense.lexname() in PHYSICAL_LEXNAMES]
 
-    def _relates(self, concept: ClassConcept, sense: Synset) -> bool:
-        """The sense is a kind or close ancestor of the class, or a part of the class or of such an ancestor.
-
-        A general name of a part counts too ("door" for "car door", "tire" for "pneumatic tire"); parts of the
-        class's kinds do not: a motorboat's windshield is no part of every boat.
-        """
+    def _relates(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
         if sense in concept.excluded:
             return False
-        if sense in concept.kinds or sense in concept.ancestors:
+        if sense in concept.kinds or _is_member_or_substance_of(sense, concept.synset):
             return True
-        wholes = {w for s in (sense, *_hyponyms(sense)) for w in _closure(s, _holonyms, MAX_PART_CHAIN)}
-        return any(self._is_whole_of_class(concept, whole) for whole in wholes)
+        if sense in concept.ancestors:
+            return self._is_name_of_class(concept, sense)
+        return self._is_part(concept, text, sense)
 
-    def _is_whole_of_class(self, concept: ClassConcept, whole: Synset) -> bool:
-        return whole == concept.synset or whole in concept.ancestors or self._is_near_synonym(concept, whole)
+    def _is_name_of_class(self, concept: ClassConcept, ancestor: Synset) -> bool:
+        """A close ancestor always; a far one only when MiniLM finds its name close to the class's."""
+        if concept.ancestors[ancestor] <= CLOSE_ANCESTOR_LEVELS:
+            return True
+        return self._similarity_between(_names(ancestor), sorted(concept.names)) >= self._ancestor_similarity
+
+    def _is_part(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
+        """A part of the class, of a near-synonym of it, or (through fewer links) of a specific enough ancestor.
+
+        Parts of the class's kinds do not count: a motorboat's windshield is no part of every boat. Long chains
+        through a general ancestor do: "beard" -> "face" -> "head" -> "animal" would make a beard part of a bird.
+        """
+        for start in (sense, *self._named_kinds(text, sense)):
+            for whole, steps in _distances(start, _part_holonyms, MAX_PART_CHAIN).items():
+                if whole == concept.synset or (steps < MAX_PART_CHAIN and self._is_near_synonym(concept, whole)):
+                    return True
+                if whole in concept.ancestors and steps <= MAX_INHERITED_PART_CHAIN:
+                    if whole.min_depth() >= MIN_PART_WHOLE_DEPTH:
+                        return True
+        return False
+
+    @staticmethod
+    def _named_kinds(text: str, sense: Synset) -> list[Synset]:
+        """Kinds of the sense named "<something> <tag>": "car door" for "door", "pneumatic tire" for "tire"."""
+        suffix = "_" + _lemma_key(text)
+        return [kind for kind in _hyponyms(sense) if any(name.endswith(suffix) for name in kind.lemma_names())]
 
     def _near_synonym_candidate(self, concept: ClassConcept, synset: Synset) -> bool:
         """Outside the class's own tree, in the same category (any concrete one for a top-level class)."""
@@ -258,24 +298,23 @@ class OfflineJudge:
             return True
         if _names(sense)[0] != text:
             return False
-        return self._count(sense, text) > 0 or not any(self._count(s, text) for s in senses)
+        return self._count([sense], text) > 0 or self._count(senses, text) == 0
 
     @staticmethod
-    def _count(sense: Synset, text: str) -> int:
-        return sum(lemma.count() for lemma in sense.lemmas() if lemma.name().lower() == _lemma_key(text))
+    def _count(senses: list[Synset], text: str) -> int:
+        """How often ``text`` was tagged with these senses in WordNet's sense-tagged corpus."""
+        key = _lemma_key(text)
+        return sum(lemma.count() for sense in senses for lemma in sense.lemmas() if lemma.name().lower() == key)
 
     def _texts_to_compare(self, concept: ClassConcept, text: str) -> list[str]:
-        """Every text the decision on ``text`` may embed: its sense glosses and the names of candidate wholes."""
-        senses = self._physical_senses(text)
-        wholes = {w for s in senses for h in (s, *_hyponyms(s)) for w in _closure(h, _holonyms, MAX_PART_CHAIN)}
+        """Every text the decision on ``text`` may embed: the names of candidate wholes and ancestors."""
+        starts = [s for sense in self._physical_senses(text) for s in (sense, *self._named_kinds(text, sense))]
+        wholes = {whole for start in starts for whole in _distances(start, _part_holonyms, MAX_PART_CHAIN)}
         candidates = [s for s in wholes if self._near_synonym_candidate(concept, s)]
+        candidates += [s for s in self._physical_senses(text) if s in concept.ancestors]
         return [*sorted(concept.names), *(name for s in candidates for name in _names(s))]
 
     # --- embeddings --------------------------------------------------------------------------------------------
-
-    def _similarity(self, text: str, others: list[str]) -> float:
-        """Highest cosine similarity between ``text`` and any of ``others``."""
-        return self._similarity_between([text], others)
 
     def _similarity_between(self, texts: list[str], others: list[str]) -> float:
         """Highest cosine similarity between any of ``texts`` and any of ``others``."""

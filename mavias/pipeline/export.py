@@ -9,12 +9,11 @@ convolutions in eval mode.
 from __future__ import annotations
 
 import copy
-import os
 import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,11 @@ class VerificationResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"passed": self.passed}
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> VerificationResult:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{k: v for k, v in document.items() if k != "passed"})
 
 
 def _cpu_eval_copy(model: MainModel) -> MainModel:
@@ -135,11 +139,12 @@ def describe_onnx(onnx_path: str | Path) -> dict[str, Any]:
 
     def spec(value: onnx.ValueInfoProto) -> dict[str, Any]:
         tensor = value.type.tensor_type
-        shape = [d.dim_param or d.dim_value for d in tensor.shape.dim]
-        return {"name": value.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name, "shape": shape}
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
+        return {"name": value.name, "dtype": dtype, "shape": [d.dim_param or d.dim_value for d in tensor.shape.dim]}
 
     opset = next(o.version for o in graph.opset_import if o.domain in ("", "ai.onnx"))
-    return {"opset": opset, "inputs": [spec(v) for v in graph.graph.input], "outputs": [spec(v) for v in graph.graph.output]}
+    inputs, outputs = [spec(v) for v in graph.graph.input], [spec(v) for v in graph.graph.output]
+    return {"opset": opset, "inputs": inputs, "outputs": outputs}
 
 
 def available_providers() -> list[str]:
@@ -204,7 +209,7 @@ def verify_onnx(
 
 
 def _median_ms(call: Callable[[], object], *, runs: int, warmup: int, budget_s: float) -> float:
-    """Median wall time of ``call`` in ms over at most ``runs`` runs, stopping early after ``budget_s`` seconds."""
+    """Median wall time of ``call`` in ms over ``runs`` runs, or fewer (at least 3) once ``budget_s`` has passed."""
     for _ in range(warmup):
         call()
     times: list[float] = []
@@ -227,7 +232,13 @@ def torch_latency(
 
 
 def onnx_latency(
-    session: ort.InferenceSession, batch: int, image_size: int, *, runs: int = 30, warmup: int = 3, budget_s: float = 10.0
+    session: ort.InferenceSession,
+    batch: int,
+    image_size: int,
+    *,
+    runs: int = 30,
+    warmup: int = 3,
+    budget_s: float = 10.0,
 ) -> float:
     """Median ms of one ``session.run`` on a random batch."""
     feed = {INPUT_NAME: np.random.default_rng(0).random((batch, 3, image_size, image_size), dtype=np.float32)}
@@ -245,10 +256,10 @@ def export_latency_benchmark(
 ) -> dict[str, Any]:
     """PyTorch eager vs ONNX Runtime (CPU provider, graph optimisation ORT_ENABLE_ALL), same thread count for both.
 
-    ``threads`` defaults to the machine's CPU count. Per batch size: median ms of each and their ratio; the goal is
-    ONNX <= 0.7 x eager.
+    ``threads`` defaults to torch's current intra-op thread count. Per batch size: median ms of each and their
+    ratio; the goal is ONNX <= 0.7 x eager.
     """
-    threads = threads or os.cpu_count() or 1
+    threads = threads or torch.get_num_threads()
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -34,6 +34,15 @@ GAP_GATES = {"max_abs_bg_gap": "bg_gap", "max_abs_coobj_gap": "coobj_gap", "max_
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le, ">": operator.gt}
 EVALUATION_KEYS = ("split", "n_samples")  # must agree between the models compared
 DISABLED = "disabled in the gate config"
+GATE_TITLES = {
+    "min_worst_group_accuracy": "Worst-group accuracy",
+    "min_group_support": "Worst-group size",
+    "max_abs_bg_gap": "Background gap (magnitude)",
+    "max_abs_coobj_gap": "Co-occurring object gap (magnitude)",
+    "max_abs_both_gap": "Background + object gap (magnitude)",
+    "must_beat_reference": "Beats the ERM reference",
+    "max_regression_vs_production": "No regression vs production",
+}
 
 GateStatus = Literal["passed", "failed", "skipped"]
 Number = float | int
@@ -78,6 +87,10 @@ class GateResult:
     def passed(self) -> bool:
         return self.status == "passed"
 
+    @property
+    def title(self) -> str:
+        return GATE_TITLES[self.name]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -113,13 +126,18 @@ class GateReport:
             "gates": [r.to_dict() for r in self.results],
         }
 
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> GateReport:
+        """Inverse of :meth:`to_dict` (XCom and JSON files carry the dict)."""
+        return cls(GateConfig.model_validate(document["config"]), [GateResult(**g) for g in document["gates"]])
+
 
 def _compared(name: str, value: Number, comparison: str, threshold: Number, detail: str) -> GateResult:
     status: GateStatus = "passed" if COMPARISONS[comparison](value, threshold) else "failed"
     return GateResult(name, status, value, threshold, comparison, detail)
 
 
-def _skipped(name: str, reason: str, comparison: str = "") -> GateResult:
+def _skipped(name: str, reason: str, comparison: str) -> GateResult:
     return GateResult(name, "skipped", None, None, comparison, reason)
 
 
@@ -140,7 +158,7 @@ def _check_same_evaluation(candidate: Mapping[str, Any], other: Mapping[str, Any
 def _wg_detail(wg: Mapping[str, Any]) -> str:
     return (
         f"worst group {wg.get('worst_group', '?')} (n={wg.get('worst_group_n', '?')}), "
-        f"95% CI [{wg['worst_group_ci_low']:.3f}, {wg['worst_group_ci_high']:.3f}]"
+        f"95% CI {wg['worst_group_ci_low']:.1%} to {wg['worst_group_ci_high']:.1%}"
     )
 
 
@@ -168,7 +186,7 @@ def _gap_gates(urbancars: Mapping[str, float] | None, config: GateConfig) -> lis
             results.append(_skipped(name, "the evaluation set has no UrbanCars-style bg/co-object attributes", "<="))
         else:
             gap = urbancars[key]
-            detail = f"signed {key} {gap:+.3f} vs I.D. accuracy {urbancars['id_accuracy']:.3f}"
+            detail = f"signed {key} {gap:+.1%} against I.D. accuracy {urbancars['id_accuracy']:.1%}"
             results.append(_compared(name, abs(gap), "<=", threshold, detail))
     return results
 
@@ -178,7 +196,8 @@ def _beat_reference(wg: Mapping[str, Any], reference_wg: Mapping[str, Any], conf
     if not config.must_beat_reference:
         return _skipped(name, DISABLED, ">")
     reference = reference_wg["worst_group_accuracy"]
-    detail = f"ERM reference WG {reference:.3f} ({reference_wg.get('worst_group')}) + margin {config.reference_margin}"
+    group = reference_wg.get("worst_group")
+    detail = f"ERM reference WG {reference:.1%} ({group}) + margin {config.reference_margin:.1%}"
     return _compared(name, wg["worst_group_accuracy"], ">", reference + config.reference_margin, detail)
 
 
@@ -190,8 +209,8 @@ def _no_regression(wg: Mapping[str, Any], production: Mapping[str, Any] | None, 
         return _skipped(name, "no production model yet", ">=")
     production_wg = _wg_section(production, config.wg_source, "production")["worst_group_accuracy"]
     detail = (
-        f"candidate WG {wg['worst_group_accuracy']:.3f}, CI upper bound vs production WG {production_wg:.3f} "
-        f"- tolerance {tolerance}"
+        f"upper 95% CI bound of the candidate's WG ({wg['worst_group_accuracy']:.1%}) against production WG "
+        f"{production_wg:.1%} - tolerance {tolerance:.1%}"
     )
     return _compared(name, wg["worst_group_ci_high"], ">=", production_wg - tolerance, detail)
 

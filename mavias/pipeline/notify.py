@@ -14,7 +14,7 @@ import smtplib
 import ssl
 from collections.abc import Mapping, Sequence
 from email.message import EmailMessage
-from email.utils import formatdate, make_msgid
+from email.utils import formatdate, make_msgid, parseaddr
 from html.parser import HTMLParser
 from typing import Literal
 
@@ -87,13 +87,14 @@ def build_message(
     message["From"] = from_addr
     message["To"] = ", ".join(recipients)
     message["Date"] = formatdate(usegmt=True)
-    message["Message-ID"] = make_msgid(domain=from_addr.rpartition("@")[2] or None)
+    message["Message-ID"] = make_msgid(domain=parseaddr(from_addr)[1].rpartition("@")[2] or None)
     message.set_content(text)
     message.add_alternative(html, subtype="html")
     html_part = message.get_payload()[1]
     for cid, png in images.items():
+        name = cid.split("@")[0]
         html_part.add_related(
-            png, maintype="image", subtype="png", cid=f"<{cid}>", disposition="inline", filename=f"{cid.split('@')[0]}.png"
+            png, maintype="image", subtype="png", cid=f"<{cid}>", disposition="inline", filename=f"{name}.png"
         )
     return message
 
@@ -125,7 +126,8 @@ def send_report_email(
     text: str | None = None,
 ) -> None:
     """Send the report; ``text`` is the plain-text alternative (default: the HTML's text)."""
-    message = build_message(html_with_cids, images, subject, recipients, smtp.from_addr, text or html_to_text(html_with_cids))
+    text = text or html_to_text(html_with_cids)
+    message = build_message(html_with_cids, images, subject, recipients, smtp.from_addr, text)
     retrying = Retrying(
         stop=stop_after_attempt(smtp.max_attempts),
         wait=wait_exponential(multiplier=smtp.retry_wait_s, max=60),

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import jinja2
 import numpy as np
 import pandas as pd
+from matplotlib.dates import ConciseDateFormatter
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -64,6 +65,31 @@ class HistoryEntry(BaseModel):
     average_accuracy: float
     biased_tags: dict[str, list[str]]  # class -> top-k biased tags, in rank order
     promoted: bool
+
+
+def history_entry(
+    *,
+    night: date,
+    run_id: str,
+    version: str,
+    evaluation: Mapping[str, Any],
+    wg_source: str,
+    biased_tags: pd.DataFrame,
+    promoted: bool,
+) -> HistoryEntry:
+    """Tonight's entry from the candidate's evaluate_checkpoint result and the reference's biased tags."""
+    metrics = evaluation[wg_source]
+    return HistoryEntry(
+        date=night,
+        run_id=run_id,
+        version=version,
+        worst_group_accuracy=metrics["worst_group_accuracy"],
+        worst_group_ci_low=metrics["worst_group_ci_low"],
+        worst_group_ci_high=metrics["worst_group_ci_high"],
+        average_accuracy=metrics["average_accuracy"],
+        biased_tags=biased_tags_by_class(biased_tags),
+        promoted=promoted,
+    )
 
 
 def load_history(path: str | Path) -> list[HistoryEntry]:
@@ -114,7 +140,8 @@ def biased_tag_count(
     ]
     names = [str(min(c, cap)) + ("+" if c >= cap else "") for c in counts]
     categories = [str(c) for c in range(cap)] + [f"{cap}+"]
-    return pd.Series(pd.Categorical(names, categories=categories, ordered=True), index=labels.index, name="bias_strength")
+    strength = pd.Categorical(names, categories=categories, ordered=True)
+    return pd.Series(strength, index=labels.index, name="bias_strength")
 
 
 def logit_summary(
@@ -130,7 +157,9 @@ def logit_summary(
     ||z_main||_2. A categorical ``bias_strength`` keeps its category order.
     """
     logit_cols = sorted((c for c in predictions.columns if c.startswith("logit_")), key=lambda c: int(c[6:]))
-    require_columns(predictions, ["label", *logit_cols[:1]])
+    if not logit_cols:
+        raise KeyError("the predictions table has no logit_<k> columns")
+    require_columns(predictions, ["label"])
     logits = predictions[logit_cols].to_numpy(dtype=float)
     if statistic == "true_class":
         values = logits[np.arange(len(logits)), predictions["label"].to_numpy()]
@@ -170,7 +199,7 @@ class ReportContext(BaseModel):
     biased_tags: pd.DataFrame  # find_biased_tags table of the ERM reference
     logit_summary: pd.DataFrame | None = None  # logit_summary() rows of the ERM reference and of MAVias
     bias_strength_label: str = "biased tags of its class present in the sample"
-    history: list[HistoryEntry] = []
+    history: list[HistoryEntry] = []  # past nights and tonight's entry (append_history before rendering)
     discovery: DiscoveryCounts | None = None
     verification: VerificationResult | None = None
     onnx_sha256: str | None = None
@@ -186,20 +215,34 @@ class Headline:
     next_steps: list[str]
 
 
+def percent(fraction: float | None) -> str:
+    return "–" if fraction is None or pd.isna(fraction) else f"{100 * fraction:.1f}%"
+
+
 def format_value(value: float | int | None) -> str:
     """Counts as integers, fractions (accuracies, gaps) as percentages."""
-    if value is None:
-        return "–"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{100 * value:.1f}%"
+    return f"{value:,}" if isinstance(value, int) else percent(value)
 
 
 def _gate_line(gate: GateResult) -> str:
+    if gate.status == "skipped":
+        return f"{gate.title} ({gate.name}): skipped, {gate.detail}"
     return (
-        f"{gate.name}: {format_value(gate.value)}, required {SYMBOLS.get(gate.comparison, gate.comparison)} "
-        f"{format_value(gate.threshold)} ({gate.detail})"
+        f"{gate.title} ({gate.name}): {format_value(gate.value)}, required {SYMBOLS[gate.comparison]} "
+        f"{format_value(gate.threshold)}; {gate.detail}"
     )
+
+
+def percentage_points(delta: float | None) -> str:
+    if delta is None or pd.isna(delta):
+        return "–"
+    return f"{round(100 * delta, 1) + 0.0:+.1f} pp"  # + 0.0 turns -0.0 into 0.0
+
+
+def signed_colour(delta: float | None) -> str:
+    """Green for a gain, red for a loss, grey for none (or unknown), at the displayed precision."""
+    rounded = 0.0 if delta is None or pd.isna(delta) else round(100 * delta, 1)
+    return "#166534" if rounded > 0 else "#991b1b" if rounded < 0 else "#6b7280"
 
 
 def _failed_partitions(context: ReportContext) -> dict[str, dict[str, Any]]:
@@ -210,28 +253,35 @@ def headline(context: ReportContext) -> Headline:
     """The verdict, why, and what the reader should do next."""
     gates, checked = context.gates, [g for g in context.gates.results if g.status != "skipped"]
     failed_partitions = _failed_partitions(context)
-    partition_lines = [f"partition {name} failed validation: {r['summary']}" for name, r in failed_partitions.items()]
+    partition_lines = [f"partition {name}: validation {r['summary']}" for name, r in failed_partitions.items()]
     partition_steps = [
-        f"Fix partition {name} at the source, then delete quarantine/{name}/validation.json so the next night retries it."
+        f"Fix partition {name} at the source, then delete quarantine/{name}/validation.json so that the next "
+        "night retries it."
         for name in failed_partitions
     ]
     if context.promoted:
         skipped = ", ".join(g.name for g in gates.skipped) or "none"
+        verdict = (
+            f"Promoted although gate(s) failed: {', '.join(g.name for g in gates.failed)}." if gates.failed
+            else f"All {len(checked)} checked gates passed (skipped: {skipped})."
+        )
         return Headline(
             True,
-            f"{context.version} is now in production",
-            [f"All {len(checked)} checked gates passed (skipped: {skipped}).", *partition_lines, *context.notes],
-            [f"Nothing to do. If production misbehaves: mavias registry rollback --name {context.model_name}",
+            f"Promoted: {context.version} is now in production",
+            [verdict, *partition_lines, *context.notes],
+            [f"If production misbehaves, roll back: mavias registry rollback --name {context.model_name}",
              *partition_steps],
         )
     production = context.production_version or "no production model"
     reasons = [_gate_line(g) for g in gates.failed] + partition_lines + context.notes
     steps = [NEXT_STEPS[g.name] for g in gates.failed] + partition_steps
-    if gates.passed and not context.notes:
-        reasons.append("Every gate passed but the model was not promoted; see the pipeline logs.")
-    if gates.passed:
+    if not gates.results and not reasons:
+        reasons.append("No candidate model was evaluated tonight.")
+    if gates.results and gates.passed:
+        if not context.notes:
+            reasons.append("Every gate passed but the model was not promoted; see the pipeline logs.")
         steps.append(f"To promote by hand: mavias registry promote {context.version} --name {context.model_name}")
-    return Headline(False, f"{context.version} was not promoted; production stays {production}", reasons, steps)
+    return Headline(False, f"Not promoted: production stays {production}", reasons, steps or ["Nothing to do."])
 
 
 def group_comparison(candidate: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
@@ -262,21 +312,30 @@ def _biased_tag_rows(context: ReportContext, new_tags: Mapping[str, list[str]]) 
     top = context.biased_tags[context.biased_tags["rank"] <= TOP_K].sort_values(["class", "rank"])
     return [
         {"class": name, "tags": [
-            {"tag": row.tag, "lift": row.lift, "support": row.support, "new": row.tag in new_tags.get(name, [])}
+            {"tag": row.tag, "lift": row.lift, "new": row.tag in new_tags.get(name, [])}
             for row in rows.itertuples()
         ]}
         for name, rows in top.groupby("class", sort=True)
     ]
 
 
-def _previous_night(context: ReportContext) -> HistoryEntry | None:
-    earlier = [night for night in context.history if night.run_id != context.run_id]
-    return earlier[-1] if earlier else None
+@dataclass(frozen=True)
+class Drift:
+    """Tonight's history entry against the night before it (``previous`` is None on the first night)."""
+
+    tonight: HistoryEntry
+    previous: HistoryEntry | None
+
+    def table(self) -> pd.DataFrame | None:
+        return None if self.previous is None else bias_drift(self.previous.biased_tags, self.tonight.biased_tags)
 
 
-def _drift(context: ReportContext) -> pd.DataFrame | None:
-    previous = _previous_night(context)
-    return None if previous is None else bias_drift(previous.biased_tags, biased_tags_by_class(context.biased_tags))
+def _drift(context: ReportContext) -> Drift | None:
+    """None when tonight has no history entry (no candidate was evaluated)."""
+    for i, night in enumerate(context.history):
+        if night.run_id == context.run_id:
+            return Drift(night, context.history[i - 1] if i else None)
+    return None
 
 
 # --- plots -----------------------------------------------------------------------------------------------------------
@@ -304,7 +363,7 @@ def logit_plot(summary: pd.DataFrame, strength_label: str) -> bytes:
     ax.set_xlabel(f"bias strength: {strength_label}")
     ax.axhline(0, color="#9ca3af", linewidth=0.8)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, loc="upper left")
+    ax.legend(frameon=False, loc="best")
     ax.set_title("Training samples: mean logit by bias strength (95% CI)", fontsize=10)
     return _png(fig)
 
@@ -327,9 +386,9 @@ def trend_plot(history: list[HistoryEntry]) -> bytes:
     ax.scatter(dates, wg, s=28, zorder=3, edgecolors=MODEL_COLOURS["MAVias"],
                facecolors=[MODEL_COLOURS["MAVias"] if p else "white" for p in promoted])
     ax.set_ylabel("accuracy (%)")
+    ax.xaxis.set_major_formatter(ConciseDateFormatter(ax.xaxis.get_major_locator()))
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, fontsize=8, loc="lower left", ncols=3)
-    fig.autofmt_xdate()
+    ax.legend(frameon=False, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3)
     return _png(fig)
 
 
@@ -351,8 +410,9 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True, lstrip_blocks=True,
     )
     env.filters["value"] = format_value
-    env.filters["pct"] = lambda x: "–" if x is None or pd.isna(x) else f"{100 * x:.1f}%"
-    env.filters["pp"] = lambda x: "–" if x is None or pd.isna(x) else f"{100 * x:+.1f} pp"
+    env.filters["pct"] = percent
+    env.filters["pp"] = percentage_points
+    env.filters["signed_colour"] = signed_colour
     env.globals["symbols"] = SYMBOLS
     return env
 
@@ -362,7 +422,8 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
     if image_sources is None:
         image_sources = {name: data_uri(png) for name, png in render_plots(context).items()}
     drift = _drift(context)
-    new_tags = {} if drift is None else dict(zip(drift["class"], drift["new"]))
+    changes = None if drift is None else drift.table()
+    new_tags = {} if changes is None else dict(zip(changes["class"], changes["new"]))
     return _environment().get_template("report.html.j2").render(
         c=context,
         headline=headline(context),
@@ -370,8 +431,8 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         min_support=MIN_SUPPORT,
         validations=_validation_rows(context),
         biased=_biased_tag_rows(context, new_tags),
-        drift=None if drift is None else drift.to_dict("records"),
-        previous=_previous_night(context),
+        drift=drift,
+        changes=None if changes is None else changes.to_dict("records"),
         images=image_sources,
         logit_plot=LOGIT_PLOT,
         trend_plot=TREND_PLOT,
@@ -384,7 +445,8 @@ def data_uri(png: bytes) -> str:
 
 
 def subject_line(context: ReportContext) -> str:
-    verdict = "promoted" if context.promoted else f"NOT promoted ({len(context.gates.failed)} gate(s) failed)"
+    failed = len(context.gates.failed)
+    verdict = "promoted" if context.promoted else "NOT promoted" + (f" ({failed} gate(s) failed)" if failed else "")
     return f"[mavias] {context.model_name} {context.version}: {verdict}"
 
 

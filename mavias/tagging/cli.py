@@ -15,14 +15,22 @@ from mavias.manifest import load_manifest
 from mavias.tagging.base import Tagger
 from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED, TAG_THRESHOLD, TAG_TOP_K
 from mavias.tagging.manifest_tags import ManifestTagger
-from mavias.tagging.run import DEFAULT_NUM_SHARDS, TagsStore, collect_partition, missing_shards, parse_shard, tag_partition
+from mavias.tagging.run import (
+    DEFAULT_NUM_SHARDS,
+    TagsStore,
+    collect_partition,
+    missing_shards,
+    parse_shard,
+    tag_partition,
+)
 
 TAGGER_KINDS = ("auto", "openclip", "manifest")
 
 TaggerKind = Annotated[
     str,
     typer.Option(
-        "--tagger", help="openclip (zero-shot over a vocabulary), manifest (its tags column), or auto (manifest if tagged)"
+        "--tagger",
+        help="openclip (zero-shot over a vocabulary), manifest (its tags column), or auto (manifest if it has tags)",
     ),
 ]
 Model = Annotated[str, typer.Option(help="open_clip architecture")]

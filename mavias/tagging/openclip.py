@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 
 from mavias.encode.openclip import OpenClip
 from mavias.tagging.base import ScoredTags, TagBatch
@@ -71,7 +72,7 @@ class OpenClipTagger:
         )
 
     @property
-    def preprocess(self):
+    def preprocess(self) -> Callable[[Image.Image], torch.Tensor]:
         return self.clip.preprocess
 
     @property

@@ -105,6 +105,13 @@ class TagsStore:
         return known, pd.concat(parts, ignore_index=True)
 
 
+@dataclass(frozen=True)
+class _LoaderOptions:
+    batch_size: int
+    num_workers: int
+    progress: bool
+
+
 class _ImageDataset(Dataset):
     def __init__(self, paths: list[Path], preprocess):
         self.paths = paths
@@ -128,18 +135,18 @@ def _collate(items) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str
 
 
 def _batches(
-    rows: pd.DataFrame, manifest_dir: Path, tagger: Tagger, batch_size: int, num_workers: int
+    rows: pd.DataFrame, manifest_dir: Path, tagger: Tagger, options: _LoaderOptions
 ) -> Iterator[tuple[TagBatch, dict[str, str]]]:
     """(batch of decodable rows, {sample_id: reason} of the undecodable ones) in order."""
     if tagger.preprocess is None:
-        for start in range(0, len(rows), batch_size):
-            yield TagBatch(rows.iloc[start : start + batch_size], None), {}
+        for start in range(0, len(rows), options.batch_size):
+            yield TagBatch(rows.iloc[start : start + options.batch_size], None), {}
         return
     dataset = _ImageDataset([resolve_uri(manifest_dir, u) for u in rows["uri"]], tagger.preprocess)
     loader = DataLoader(
         dataset,
-        batch_size=batch_size,
-        num_workers=num_workers,
+        batch_size=options.batch_size,
+        num_workers=options.num_workers,
         collate_fn=_collate,
         pin_memory=torch.cuda.is_available(),
     )
@@ -149,11 +156,11 @@ def _batches(
 
 
 def _run_tagger(
-    rows: pd.DataFrame, manifest_dir: Path, tagger: Tagger, batch_size: int, num_workers: int, progress: bool
+    rows: pd.DataFrame, manifest_dir: Path, tagger: Tagger, options: _LoaderOptions
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     parts, failures = [empty_tags_table()], {}
-    with tqdm(total=len(rows), unit="img", desc="tagging", disable=not progress) as bar:
-        for batch, failed in _batches(rows, manifest_dir, tagger, batch_size, num_workers):
+    with tqdm(total=len(rows), unit="img", desc="tagging", disable=not options.progress) as bar:
+        for batch, failed in _batches(rows, manifest_dir, tagger, options):
             if len(batch.rows):
                 parts.append(tags_table(batch.rows["sample_id"].tolist(), tagger.tag(batch)))
             failures.update(failed)
@@ -174,36 +181,31 @@ def _tag_shard(
     rows: pd.DataFrame,
     manifest_dir: Path,
     tagger: Tagger,
-    out_dir: Path,
-    shard: tuple[int, int],
-    store: TagsStore | None,
-    batch_size: int,
-    num_workers: int,
-    progress: bool,
+    paths: tuple[Path, Path],
+    known: set[str],
+    reused: pd.DataFrame,
+    loader: _LoaderOptions,
 ) -> TagCounts:
-    samples_path, tags_path = shard_paths(out_dir, *shard)
-    if tags_path.exists():
-        _check_tagger(samples_path, tagger.tagger_id)
-        return TagCounts(shards_skipped=1)
-    known, reused = store.lookup(tagger.tagger_id, rows["sample_id"].tolist()) if store else (set(), empty_tags_table())
+    """Tag the rows not in ``known`` (whose tags ``reused`` holds), then commit the shard: samples first, tags last."""
     todo = rows[~rows["sample_id"].isin(known)]
-    new_tags, failures = _run_tagger(todo, manifest_dir, tagger, batch_size, num_workers, progress)
-    status = [REUSED if s in known else QUARANTINED if s in failures else TAGGED for s in rows["sample_id"]]
+    new_tags, failures = _run_tagger(todo, manifest_dir, tagger, loader)
+    ids = rows["sample_id"].tolist()
     samples = pd.DataFrame(
         {
-            "sample_id": rows["sample_id"].tolist(),
+            "sample_id": ids,
             "tagger_id": tagger.tagger_id,
-            "status": status,
-            "reason": [failures.get(s) for s in rows["sample_id"]],
+            "status": [REUSED if s in known else QUARANTINED if s in failures else TAGGED for s in ids],
+            "reason": [failures.get(s) for s in ids],
         },
         columns=SAMPLES_COLUMNS,
     )
+    samples_path, tags_path = paths
     with atomic_path(samples_path) as tmp:
         samples.to_parquet(tmp, index=False)
     write_tags(pd.concat([reused, new_tags], ignore_index=True), tags_path)  # the commit
     return TagCounts(
         images_tagged=len(todo) - len(failures),
-        images_reused=len(known),
+        images_reused=len(rows) - len(todo),
         images_quarantined=len(failures),
         shards_done=1,
     )
@@ -226,14 +228,21 @@ def tag_partition(
     out_dir = Path(out_dir)
     if shard is not None:
         num_shards = shard[1]
+    wanted = [shard[0]] if shard is not None else list(range(num_shards))
+    committed = [i for i in wanted if shard_paths(out_dir, i, num_shards)[1].exists()]
+    for index in committed:
+        _check_tagger(shard_paths(out_dir, index, num_shards)[0], tagger.tagger_id)
+    pending = [i for i in wanted if i not in committed]
     assignment = manifest_df["sample_id"].map(lambda s: shard_of(s, num_shards))
-    indices = [shard[0]] if shard is not None else range(num_shards)
-    counts = TagCounts()
-    for index in indices:
+    pending_ids = manifest_df.loc[assignment.isin(pending), "sample_id"].tolist()
+    known, reused = store.lookup(tagger.tagger_id, pending_ids) if store and pending else (set(), empty_tags_table())
+    loader = _LoaderOptions(batch_size, num_workers, progress)
+    counts = TagCounts(shards_skipped=len(committed))
+    for index in pending:
         rows = manifest_df[assignment == index]
-        counts += _tag_shard(
-            rows, Path(manifest_dir), tagger, out_dir, (index, num_shards), store, batch_size, num_workers, progress
-        )
+        shard_reused = reused[reused["sample_id"].isin(rows["sample_id"])]
+        paths = shard_paths(out_dir, index, num_shards)
+        counts += _tag_shard(rows, Path(manifest_dir), tagger, paths, known, shard_reused, loader)
     return counts
 
 
@@ -257,7 +266,8 @@ def shard_samples(out_dir: str | Path, num_shards: int) -> pd.DataFrame:
 def collect_partition(manifest_df: pd.DataFrame, out_dir: str | Path, num_shards: int) -> pd.DataFrame:
     """Merge the committed shards into the partition's tags table, class tag counts and quarantine list."""
     out_dir = Path(out_dir)
-    tags = pd.concat([read_tags(tags_path) for _, tags_path in _committed_paths(out_dir, num_shards)], ignore_index=True)
+    paths = _committed_paths(out_dir, num_shards)
+    tags = pd.concat([read_tags(tags_path) for _, tags_path in paths], ignore_index=True)
     write_tags(tags, out_dir / TAGS_NAME)
     with atomic_path(out_dir / CLASS_TAG_COUNTS_NAME) as tmp:
         class_tag_counts(tags, manifest_df).to_parquet(tmp, index=False)

@@ -29,14 +29,15 @@ def test_x3_separates_the_classes_in_train_and_val(features):
     for split in ("train", "val"):
         rows = features[features["split"] == split]
         assert _x3_sign_accuracy(rows) == pytest.approx(CFG.x3_align, abs=0.01)
-        assert (rows["attr_x3_aligned"] == "1").groupby(rows["label"]).mean().tolist() == [0.9, 0.9]
+        observed = (rows["attr_x3_aligned"] == "1").groupby(rows["label"]).mean()
+        assert observed.tolist() == pytest.approx([0.9, 0.9], abs=0.01)  # noise 0.3 flips almost no sign
 
 
 def test_x3_is_independent_of_the_label_in_test(features):
     test = features[features["split"] == "test"]
     assert _x3_sign_accuracy(test) == pytest.approx(0.5, abs=0.03)
     assert abs(np.corrcoef(test["x3"], test["label"] == "moon_1")[0, 1]) < 0.05
-    assert (test["attr_x3_aligned"] == "1").groupby(test["label"]).mean().tolist() == [0.5, 0.5]
+    assert (test["attr_x3_aligned"] == "1").groupby(test["label"]).mean().tolist() == pytest.approx([0.5, 0.5], abs=0.03)
 
 
 def test_the_moons_still_define_the_label(features):

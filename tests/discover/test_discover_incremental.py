@@ -34,7 +34,8 @@ def test_a_partition_costs_only_what_is_new_and_a_rerun_costs_nothing(scenes, ju
 
     day1, day2, day2_again = run(tmp_path / "day1"), run(tmp_path / "day2"), run(tmp_path / "day2")
 
-    relevance = load_relevance(ws / "partitions" / "day2" / "relevance.parquet")
+    tables = [load_relevance(ws / "partitions" / day / "relevance.parquet") for day in ("day1", "day2")]
+    relevance = pd.concat(tables).drop_duplicates(["class", "tag"])
     new_pairs = _pairs(second) - _pairs(first)
     assert (day1.images_tagged, day1.images_reused) == (24, 0)
     assert day1.llm_requests_per_class == {label: 1 for label in first["label"].unique()}  # < 100 tags per class
@@ -51,7 +52,7 @@ def test_a_partition_costs_only_what_is_new_and_a_rerun_costs_nothing(scenes, ju
 
 def test_cli_prints_the_counts_of_a_rerun(scenes, judge, encoder, tmp_path, monkeypatch):
     _partition(scenes.iloc[:6], tmp_path / "night")
-    monkeypatch.setattr(discover_cli, "make_judge", lambda kind: judge)
+    monkeypatch.setattr(discover_cli, "make_judge", lambda kind, **_: judge)
     monkeypatch.setattr(discover_cli, "make_encoder", lambda kind, **_: encoder)
     args = ["--partition", str(tmp_path / "night"), "--workspace", str(tmp_path / "ws"), "--num-shards", "2"]
 

@@ -55,7 +55,8 @@ def test_cli_encodes_irrelevant_tags_of_a_manifest(tmp_path):
     save_manifest(manifest, tmp_path / "manifest.parquet")
     decisions = [("boat", "hull", True), ("boat", "sail", True), ("boat", "sea", False), ("boat", "dusk", False),
                  ("car", "wheel", True), ("car", "street", False)]  # fmt: skip
-    save_relevance(pd.DataFrame(decisions, columns=["class", "tag", "relevant"]).assign(source="test"), tmp_path / "r.parquet")
+    relevance = pd.DataFrame(decisions, columns=["class", "tag", "relevant"]).assign(source="test")
+    save_relevance(relevance, tmp_path / "r.parquet")
     args = [
         "--manifest", str(tmp_path / "manifest.parquet"), "--relevance", str(tmp_path / "r.parquet"),
         "--store", str(tmp_path / "store"), "--out", str(tmp_path / "keys.parquet"),

@@ -15,6 +15,7 @@ from torch import nn
 from mavias.pipeline.export import (
     ExportError,
     ExportVerificationError,
+    VerificationResult,
     describe_onnx,
     export_latency_benchmark,
     export_onnx,
@@ -79,6 +80,7 @@ def test_verify_on_held_out_uint8_images(exported):
     result = verify_onnx(path, model, images, batch_size=4)
     assert result.passed and result.argmax_equal and result.max_abs_diff <= 1e-4
     assert result.n == 7 and "CPUExecutionProvider" in result.providers
+    assert VerificationResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
 def test_verify_rejects_a_graph_of_another_model(exported):

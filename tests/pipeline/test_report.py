@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from mavias.pipeline.export import VerificationResult
-from mavias.pipeline.gates import evaluate_gates
+from mavias.pipeline.gates import GateReport, evaluate_gates
 from mavias.pipeline.report import (
     LOGIT_PLOT,
     TREND_PLOT,
@@ -23,6 +23,7 @@ from mavias.pipeline.report import (
     biased_tag_count,
     biased_tags_by_class,
     headline,
+    history_entry,
     load_history,
     logit_summary,
     render_email,
@@ -111,16 +112,19 @@ def fake_context(*, classes: list[str] | None = None, promoted: bool = False, ni
                  tags: dict[str, list[str]] = TAGS) -> ReportContext:
     rng = np.random.default_rng(0)
     classes = classes or sorted(tags)
-    candidate, reference = group_tables(rng, classes)
+    candidate_groups, reference_groups = group_tables(rng, classes)
     biased = biased_tags_table({name: tags[name] for name in classes})
-    production = evaluation(0.74, (0.70, 0.78))
-    gates = evaluate_gates(evaluation(0.68, (0.6, 0.71)), evaluation(0.55), production, CONFIG)
+    candidate, production = evaluation(0.68, (0.6, 0.71)), evaluation(0.74, (0.70, 0.78))
+    gates = evaluate_gates(candidate, evaluation(0.55), production, CONFIG)
+    run_id = "scheduled__2025-06-15T02:00:00+00:00"
+    tonight = history_entry(night=date(2025, 6, 15), run_id=run_id, version="20250615T0200", evaluation=candidate,
+                            wg_source="open_set", biased_tags=biased, promoted=promoted)
     return ReportContext(
-        model_name="imagenet9", version="20250615T0200", run_id="scheduled__2025-06-15T02:00:00+00:00",
+        model_name="imagenet9", version="20250615T0200", run_id=run_id,
         created=datetime(2025, 6, 15, 3, 41, tzinfo=UTC), promoted=promoted, production_version="20250613T0200",
         model_uri="s3://mavias-models/models/imagenet9/20250615T0200/", gates=gates, validations=validations(),
-        candidate_groups=candidate, reference_groups=reference, biased_tags=biased,
-        logit_summary=training_logits(rng, classes, biased), history=history(rng, tags, nights),
+        candidate_groups=candidate_groups, reference_groups=reference_groups, biased_tags=biased,
+        logit_summary=training_logits(rng, classes, biased), history=[*history(rng, tags, nights), tonight],
         discovery=DiscoveryCounts(images_tagged=1840, llm_requests=37, encodings=212),
         verification=VerificationResult(3.1e-6, True, 256, ["CPUExecutionProvider"], 1e-4),
         onnx_sha256="9f2c" * 16,
@@ -192,16 +196,23 @@ def test_report_has_every_section_and_embedded_plots(context):
 def test_failed_gate_explains_itself_in_the_headline(context):
     head = headline(context)
     assert not head.promoted and "production stays 20250613T0200" in head.title
-    assert any(r.startswith("max_regression_vs_production") for r in head.reasons)
-    assert any("partition 2025-06-15 failed validation" in r for r in head.reasons)
+    assert any(r.startswith("No regression vs production (max_regression_vs_production): 71.0%") for r in head.reasons)
+    assert "partition 2025-06-15: validation failed: labels_known_classes (unknown classes: cat)" in head.reasons
     assert len(head.next_steps) == len(context.gates.failed) + 1
     text = render_text(context)
     assert "[FAILED ]" in text and "[SKIPPED]" in text and context.model_uri in text
 
 
 def test_promoted_headline_mentions_rollback():
-    head = headline(fake_context(promoted=True))
+    night = fake_context(promoted=True)
+    head = headline(night)
     assert head.promoted and "rollback" in head.next_steps[0]
+    assert head.reasons[0] == "Promoted although gate(s) failed: max_regression_vs_production."
+    passing = evaluate_gates(evaluation(0.8), evaluation(0.6), None, CONFIG)
+    assert headline(night.model_copy(update={"gates": passing})).reasons[0] == (
+        "All 3 checked gates passed (skipped: max_abs_bg_gap, max_abs_coobj_gap, max_abs_both_gap, "
+        "max_regression_vs_production)."
+    )
 
 
 def test_email_variant_references_its_images_by_content_id(context):
@@ -216,10 +227,32 @@ def test_email_variant_references_its_images_by_content_id(context):
 def test_write_report_saves_html_and_plots(tmp_path):
     path = write_report(tmp_path, fake_context(nights=0))
     assert path == tmp_path / "report.html"
-    assert (tmp_path / LOGIT_PLOT).read_bytes().startswith(PNG_MAGIC)
-    assert not (tmp_path / TREND_PLOT).exists()  # no history yet: no trend plot
+    assert all((tmp_path / name).read_bytes().startswith(PNG_MAGIC) for name in (LOGIT_PLOT, TREND_PLOT))
     html = path.read_text()
-    assert "First night on record" in html and html.count("data:image/png;base64,") == 1
+    assert "First night on record" in html and html.count("data:image/png;base64,") == 2
+
+
+def test_missing_plot_data_is_said_not_hidden(tmp_path):
+    bare = fake_context().model_copy(update={"logit_summary": None, "history": [], "verification": None})
+    write_report(tmp_path, bare)
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("Not available for this run.") == 2 and "was not exported tonight" in html
+    assert not (tmp_path / LOGIT_PLOT).exists() and not (tmp_path / TREND_PLOT).exists()
+
+
+def test_a_night_without_candidate_still_reports():
+    night = fake_context()
+    empty = night.model_copy(update={
+        "gates": GateReport(CONFIG, []), "candidate_groups": night.candidate_groups.iloc[:0],
+        "reference_groups": night.reference_groups.iloc[:0], "biased_tags": night.biased_tags.iloc[:0],
+        "logit_summary": None, "verification": None, "latency": None, "validations": {}, "history": night.history[:-1],
+        "notes": ["no new partitions tonight: nothing to train"],
+    })
+    text = " ".join(parse(render_report(empty)).text)
+    for line in ("no new partitions tonight", "no gate ran", "No per-group results", "No candidate tonight",
+                 "Nothing to do."):
+        assert line in text
+    assert "registry promote" not in text
 
 
 def test_history_append_is_idempotent_per_run(tmp_path):

@@ -35,7 +35,8 @@ def test_tags_are_top_k_vocabulary_words_by_probability(clip, scenes, scenes_man
 def test_threshold_is_relative_to_the_uniform_probability(clip, vocabulary, vocab_cache):
     capped = OpenClipTagger(clip=clip, vocabulary=vocabulary, threshold=1.0, top_k=100, cache_dir=vocab_cache)
     top_two = OpenClipTagger(clip=clip, vocabulary=vocabulary, threshold=1.0, top_k=2, cache_dir=vocab_cache)
-    impossible = OpenClipTagger(clip=clip, vocabulary=vocabulary, threshold=len(vocabulary) + 1.0, cache_dir=vocab_cache)
+    above_one = len(vocabulary) + 1.0  # a probability above 1
+    impossible = OpenClipTagger(clip=clip, vocabulary=vocabulary, threshold=above_one, cache_dir=vocab_cache)
     uniform = 1.0 / len(vocabulary)
     probs = torch.tensor([[3 * uniform, 2 * uniform, 1.5 * uniform] + [0.0] * (len(vocabulary) - 4) + [uniform]])
 

@@ -22,7 +22,9 @@ def _wait_for_first_commit(out: Path, proc: subprocess.Popen, log: Path, timeout
         time.sleep(0.01)
 
 
-def test_a_killed_run_resumes_without_redoing_committed_shards(clip, scenes_manifest, vocabulary, vocab_cache, tmp_path):
+def test_a_killed_run_resumes_without_redoing_committed_shards(
+    clip, scenes_manifest, vocabulary, vocab_cache, tmp_path
+):
     vocab_file = tmp_path / "vocabulary.txt"
     vocab_file.write_text("\n".join(vocabulary) + "\n")
     out = tmp_path / "tags"

@@ -43,6 +43,13 @@ def test_shards_partition_the_manifest_and_union_to_its_tags(scenes_manifest, tm
     assert bird_beaks == sum("beak" in t for t in df.loc[df["label"] == "bird", "tags"])
 
 
+def test_empty_shards_commit_too(scenes_manifest, tmp_path):
+    df = _manifest(scenes_manifest).head(2)
+    counts = tag_partition(df, scenes_manifest.parent, ManifestTagger(), tmp_path, num_shards=8, progress=False)
+    assert (counts.shards_done, counts.images_tagged) == (8, 2)
+    assert set(collect_partition(df, tmp_path, 8)["sample_id"]) == set(df["sample_id"])
+
+
 def test_a_second_run_skips_committed_shards(scenes_manifest, tmp_path):
     df = _manifest(scenes_manifest)
     tag_partition(df, scenes_manifest.parent, ManifestTagger(), tmp_path, shard=(1, 3), progress=False)
@@ -65,11 +72,10 @@ def test_images_seen_in_earlier_partitions_are_not_tagged_again(scenes_manifest,
     df = _manifest(scenes_manifest)
     first, second = df.iloc[:20], df.iloc[10:]
     store = TagsStore(tmp_path)
-    tag_partition(first, scenes_manifest.parent, ManifestTagger(), tmp_path / "p1", num_shards=2, store=store, progress=False)
+    options = {"num_shards": 2, "store": store, "progress": False}
+    tag_partition(first, scenes_manifest.parent, ManifestTagger(), tmp_path / "p1", **options)
 
-    counts = tag_partition(
-        second, scenes_manifest.parent, ManifestTagger(), tmp_path / "p2", num_shards=2, store=store, progress=False
-    )
+    counts = tag_partition(second, scenes_manifest.parent, ManifestTagger(), tmp_path / "p2", **options)
 
     assert (counts.images_tagged, counts.images_reused) == (len(df) - 20, 10)
     statuses = pd.concat(_shard_samples(tmp_path / "p2", 2)).set_index("sample_id")["status"]
@@ -78,7 +84,9 @@ def test_images_seen_in_earlier_partitions_are_not_tagged_again(scenes_manifest,
     assert set(collect_partition(second, tmp_path / "p2", 2)["sample_id"]) == set(second["sample_id"])
 
 
-def test_openclip_tagging_with_workers_quarantines_broken_images(clip, scenes_manifest, vocabulary, vocab_cache, tmp_path):
+def test_openclip_tagging_with_workers_quarantines_broken_images(
+    clip, scenes_manifest, vocabulary, vocab_cache, tmp_path
+):
     images = tmp_path / "data"
     shutil.copytree(scenes_manifest.parent / "images", images / "images")
     df = _manifest(scenes_manifest).head(6).copy()
@@ -86,7 +94,9 @@ def test_openclip_tagging_with_workers_quarantines_broken_images(clip, scenes_ma
     (images / df["uri"].iloc[1]).unlink()
     tagger = OpenClipTagger(clip=clip, vocabulary=vocabulary, threshold=0.0, top_k=3, cache_dir=vocab_cache)
 
-    counts = tag_partition(df, images, tagger, tmp_path / "out", num_shards=2, batch_size=2, num_workers=1, progress=False)
+    counts = tag_partition(
+        df, images, tagger, tmp_path / "out", num_shards=2, batch_size=2, num_workers=1, progress=False
+    )
 
     assert (counts.images_tagged, counts.images_quarantined) == (4, 2)
     tags = collect_partition(df, tmp_path / "out", 2)

@@ -1,0 +1,226 @@
+"""
+### mavias_nightly
+
+Nightly open-set bias audit and MAVias retraining. Every task calls `mavias.pipeline.nightly`; this file only wires.
+
+1. **sense** new partitions under `s3://<bucket>/incoming/<partition>/` (processed ones are skipped),
+2. **pull_and_validate** them with Great Expectations (a failing partition is quarantined and nothing is trained),
+3. **discover** incrementally: `tag_shard` is mapped over the untagged shards, then judge and encode,
+4. **train_reference** (ERM) and **train_mavias** on all accumulated data, on the `gpu` pool and queue,
+5. **evaluate** candidate, reference and production on the fixed evaluation set, 6. **quality_gates**,
+7. **package** (ONNX + verification + model card), 8. **publish** and **promote** when every gate passed,
+9. **report** by email and next to the models, whatever happened; **finish** fails the run if a task failed.
+
+Params (manual runs): `full_retrain` (train even without new partitions, from scratch), `skip_promotion`
+(publish but leave production alone), `force_partition` (process this partition again).
+Configuration: `$MAVIAS_NIGHTLY_CONFIG` (see `mavias.pipeline.nightly_config`); connections `aws_default` (optional,
+else the AWS environment) and `smtp_default`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, time, timedelta
+from types import ModuleType
+from typing import Any
+
+from airflow.sdk import Asset, AssetAlias, Param, TriggerRule, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
+from mavias_airflow.operators import QualityGateOperator
+from mavias_airflow.resources import gpu_task_kwargs
+
+from mavias.pipeline.nightly_config import NightlyConfig, load_nightly_config
+
+log = logging.getLogger(__name__)
+CONFIG = load_nightly_config()  # YAML + environment only: connections are resolved inside the tasks
+SETTINGS = CONFIG.airflow
+GPU = gpu_task_kwargs(SETTINGS)
+PROMOTIONS = AssetAlias("mavias-promotions")
+PRODUCTION_MODEL = Asset(
+    name=f"mavias/{CONFIG.model_name}/production",
+    uri=f"s3://{CONFIG.s3.bucket}/{CONFIG.s3.models_prefix}{CONFIG.model_name}/production.json",
+)
+# report() argument -> the task whose result it is
+RESULT_TASKS = {
+    "sensed": "sense", "validated": "pull_and_validate", "planned": "plan_tagging", "discovered": "discover",
+    "dataset": "prepare_dataset", "reference": "train_reference", "candidate": "train_mavias",
+    "evaluated": "evaluate", "gates": "quality_gates", "packaged": "package", "published": "publish",
+    "promoted": "promote", "recorded": "record_processed",
+}
+
+
+def steps() -> ModuleType:
+    """The pipeline's steps; imported when a task runs (torch, onnx, Great Expectations), not when parsing."""
+    from mavias.pipeline import nightly
+
+    return nightly
+
+
+def _config() -> NightlyConfig:
+    return MaviasHook().get_conn()
+
+
+def _night_time(context: Any) -> datetime:
+    """The logical date names the night; a manual run without one is named after when it was triggered."""
+    return context["logical_date"] or context["dag_run"].run_after
+
+
+def _task_states(context: Any) -> dict[str, str]:
+    run_id = context["run_id"]
+    return context["ti"].get_task_states(dag_id=context["dag"].dag_id, run_ids=[run_id])[run_id]
+
+
+@dag(
+    dag_id="mavias_nightly",
+    schedule=SETTINGS.schedule,
+    start_date=datetime.combine(SETTINGS.start_date, time(), tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args={
+        "retries": SETTINGS.retries,
+        "retry_delay": timedelta(seconds=SETTINGS.retry_delay_s),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(seconds=SETTINGS.max_retry_delay_s),
+    },
+    params={
+        "full_retrain": Param(False, type="boolean", description="Train even without new partitions, from scratch."),
+        "skip_promotion": Param(False, type="boolean", description="Publish the candidate but leave production alone."),
+        "force_partition": Param(None, type=["null", "string"], description="Process this partition again."),
+    },
+    tags=["mavias"],
+    doc_md=__doc__,
+)
+def mavias_nightly() -> None:
+    @task
+    def sense() -> dict:
+        context = get_current_context()
+        return steps().sense(_config(), _night_time(context), force_partition=context["params"]["force_partition"])
+
+    @task
+    def pull_and_validate(sensed: dict) -> dict:
+        return steps().pull_and_validate(_config(), sensed)
+
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def should_train(validated: dict) -> bool:
+        full_retrain = get_current_context()["params"]["full_retrain"]
+        go, why = steps().training_decision(validated, full_retrain=full_retrain)
+        log.info("%s: %s", "training" if go else "not training", why)
+        return go
+
+    @task
+    def plan_tagging(validated: dict) -> list[dict]:
+        return steps().plan_tagging(_config(), validated)
+
+    @task(**GPU, map_index_template="{{ shard_label }}")
+    def tag_shard(job: dict) -> dict:
+        get_current_context()["shard_label"] = f"{job['partition']} {job['shard']}/{job['num_shards']}"
+        return steps().tag_shard(_config(), job)
+
+    @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # also when no shard was left to tag
+    def discover(validated: dict, tagged: list[dict] | None) -> dict:
+        return steps().discover(_config(), validated, list(tagged or []))
+
+    @task
+    def prepare_dataset(validated: dict, discovered: dict) -> dict:
+        full_retrain = get_current_context()["params"]["full_retrain"]
+        return steps().prepare_dataset(_config(), validated, full_retrain=full_retrain)
+
+    @task(**GPU)
+    def train_reference(dataset: dict) -> dict:
+        return steps().train_reference_model(_config(), dataset)
+
+    @task(**GPU)
+    def train_mavias(dataset: dict, reference: dict) -> dict:
+        return steps().train_candidate(_config(), dataset, reference)
+
+    @task(multiple_outputs=True)
+    def evaluate(dataset: dict, reference: dict, candidate: dict) -> dict:
+        return steps().evaluate(_config(), dataset, reference, candidate)
+
+    @task
+    def package(dataset: dict, candidate: dict, evaluated: dict, gates: dict) -> dict:
+        return steps().package(_config(), dataset, candidate, evaluated, gates)
+
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def gates_passed(gates: dict) -> bool:
+        return gates["passed"]
+
+    @task
+    def publish(packaged: dict) -> dict:
+        return steps().publish(_config(), packaged)
+
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def promotion_requested() -> bool:
+        return not get_current_context()["params"]["skip_promotion"]
+
+    @task(outlets=[PROMOTIONS])
+    def promote(published: dict, evaluated: dict) -> dict:
+        result = steps().promote(_config(), published, evaluated)
+        if result["promoted"]:  # an asset event only for a real promotion, not for a lost race or a rerun
+            get_current_context()["outlet_events"][PROMOTIONS].add(PRODUCTION_MODEL, extra={"version": result["version"]})
+        return result
+
+    @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # after promotion, or after a blocked candidate
+    def record_processed(dataset: dict) -> dict:
+        return steps().record_processed(_config(), dataset)
+
+    @task(trigger_rule=TriggerRule.ALL_DONE)
+    def report() -> dict:
+        context = get_current_context()
+        states = _task_states(context)
+        # Only this try's results: a skipped task keeps the XCom of an earlier try of the run (after a clear).
+        results = {
+            name: context["ti"].xcom_pull(task_ids=task_id)
+            for name, task_id in RESULT_TASKS.items()
+            if states.get(task_id) == "success"
+        }
+        params = context["params"]
+        trained, decision = (
+            steps().training_decision(results["validated"], full_retrain=params["full_retrain"])
+            if "validated" in results else (False, "the partitions could not be pulled or validated (see the task log)")
+        )
+        cfg = _config()
+        return steps().report(
+            cfg, results, trained=trained, decision=decision, skip_promotion=params["skip_promotion"],
+            smtp=smtp_settings_from_connection(cfg.airflow.smtp_conn_id),
+        )
+
+    @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    def finish() -> None:
+        """Fail the run when any task failed; the report has been sent by then."""
+        failed = sorted(t for t, s in _task_states(get_current_context()).items() if s in ("failed", "upstream_failed"))
+        if failed:
+            raise AirflowFailException(f"task(s) failed: {', '.join(failed)}")
+
+    sensed = sense()
+    validated = pull_and_validate(sensed)
+    go = should_train(validated)
+    plan = plan_tagging(validated)
+    tagged = tag_shard.expand(job=plan)
+    discovered = discover(validated, tagged)
+    go >> [plan, discovered]  # the short circuit skips these directly; their downstream by trigger rule
+    plan >> discovered
+    dataset = prepare_dataset(validated, discovered)
+    reference = train_reference(dataset)
+    candidate = train_mavias(dataset, reference)
+    evaluated = evaluate(dataset, reference, candidate)
+    gates = QualityGateOperator(
+        task_id="quality_gates",
+        candidate_metrics=evaluated["candidate"],
+        reference_metrics=evaluated["reference"],
+        production_metrics=evaluated["production"],
+        gates_path=str(CONFIG.gates),
+    )
+    packaged = package(dataset, candidate, evaluated, gates.output)
+    published = publish(packaged)
+    promoted = promote(published, evaluated)
+    gates_passed(gates.output) >> published >> promotion_requested() >> promoted
+    recorded = record_processed(dataset)
+    [packaged, published, promoted] >> recorded
+    results = [sensed, validated, plan, discovered, dataset, reference, candidate, evaluated, gates, packaged,
+               published, promoted, recorded]
+    results >> report() >> finish()
+
+
+mavias_nightly()

@@ -1,0 +1,447 @@
+"""`mavias demo`: the nightly pipeline end to end on one machine, offline, in minutes on two CPU cores.
+
+1. generates synthetic-scenes and splits its train/val images into two nightly partitions by sample, its test
+   split being the fixed evaluation set ``evaluation/v1``;
+2. starts a local S3-compatible server (moto_server, a subprocess on 127.0.0.1) and an SMTP server (aiosmtpd,
+   every message saved as ``.eml``), and uploads the evaluation set and the first partition;
+3. runs the ``mavias_nightly`` DAG with ``airflow dags test`` (SQLite metadata DB, ``AIRFLOW_HOME`` in the work
+   folder, examples off), uploads the second partition, runs the second night;
+4. prints the reports, the promoted ONNX model (and a local copy), the registry, and what night 2 cost against
+   night 1: discovery is incremental, so night 2 tags, judges and encodes only what is new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from pydantic import SecretStr
+from rich.console import Console
+from rich.table import Table
+
+import mavias
+from mavias.benchmarks import SyntheticScenesConfig, make_synthetic_scenes
+from mavias.pipeline.storage import S3Settings, download_file, make_s3_client, upload_dir, upload_file
+
+DAG_ID = "mavias_nightly"
+REPO_ROOT = Path(mavias.__file__).resolve().parent.parent
+BUCKET = "mavias-demo"
+MODEL_NAME = "mavias-scenes"
+CREDENTIALS = {"access_key_id": "demo", "secret_access_key": "demo-secret"}  # moto accepts any; nothing real
+RECIPIENTS = ["ml-team@example.com"]
+FIRST_NIGHT = date(2025, 1, 1)
+DEMO_TRAINING = {  # small and fast on two CPU cores; accuracy is the synthetic task's, not the paper's
+    "image_size": 32,
+    "epochs": 8,
+    "batch_size": 64,
+    "backbone.width": 16,
+    "optim.name": "adam",
+    "optim.lr": 0.003,
+    "device": "auto",
+}
+
+
+# -- local servers ----------------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def moto_server(log_path: Path, timeout_s: float = 30.0) -> Iterator[str]:
+    """A moto_server subprocess on 127.0.0.1; yields its endpoint URL and stops it on exit."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        _wait_until_answering(url, process, timeout_s)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_until_answering(url: str, process: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"moto_server exited with code {process.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except urllib.error.HTTPError:  # any HTTP answer means it is up
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"moto_server did not answer on {url} within {timeout_s:.0f} s")
+
+
+class _SaveMessages:
+    """aiosmtpd handler: every message is written to ``folder`` as ``<n>.eml``."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's name
+        index = len(list(self.folder.glob("*.eml"))) + 1
+        (self.folder / f"{index:03d}.eml").write_bytes(envelope.original_content or envelope.content)
+        return "250 Message accepted for delivery"
+
+
+@contextmanager
+def smtp_server(mail_dir: Path) -> Iterator[int]:
+    """An SMTP server on 127.0.0.1 (aiosmtpd, in a thread) saving what it receives; yields its port."""
+    from aiosmtpd.controller import Controller
+
+    controller = Controller(_SaveMessages(mail_dir), hostname="127.0.0.1", port=free_port(), loop=asyncio.new_event_loop())
+    controller.start()
+    try:
+        yield controller.port
+    finally:
+        controller.stop()
+
+
+# -- data -----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DemoData:
+    root: Path
+    evaluation: pd.DataFrame
+    partitions: dict[str, pd.DataFrame]  # name -> manifest rows (uris relative to root)
+
+
+def make_demo_data(root: Path, *, n_train: int, n_val: int, n_test_per_cell: int, nights: int = 2, seed: int = 0,
+                   **scene_options: Any) -> DemoData:
+    """synthetic-scenes with its train/val images split by sample over ``nights`` partitions."""
+    cfg = SyntheticScenesConfig(n_train=n_train, n_val=n_val, n_test_per_cell=n_test_per_cell, seed=seed,
+                                **scene_options)
+    manifest = pd.read_parquet(root / "manifest.parquet") if (root / "manifest.parquet").exists() else None
+    if manifest is None or json.loads((root / "benchmark.json").read_text())["config"] != cfg.model_dump(mode="json"):
+        manifest = pd.read_parquet(make_synthetic_scenes(root, cfg))
+    pool = manifest[manifest["split"] != "test"].sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    partitions = {f"night-{i + 1}": pool.iloc[i::nights].reset_index(drop=True) for i in range(nights)}
+    return DemoData(root, manifest[manifest["split"] == "test"].reset_index(drop=True), partitions)
+
+
+def upload_manifest_folder(client: Any, settings: S3Settings, prefix: str, root: Path, rows: pd.DataFrame,
+                           staging: Path) -> None:
+    """Upload the images ``rows`` reference, then (last, as producers must) their manifest, under ``prefix``."""
+    for uri in rows["uri"]:
+        target = staging / uri
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(root / uri, target)
+    upload_dir(client, settings, staging, prefix)
+    manifest = staging.parent / f"{staging.name}-manifest.parquet"
+    rows.to_parquet(manifest, index=False)
+    upload_file(client, settings, manifest, f"{prefix}manifest.parquet")
+
+
+# -- airflow --------------------------------------------------------------------------------------------------------
+
+
+def python_path() -> str:
+    """PYTHONPATH that makes ``mavias`` importable in Airflow's processes, installed or from this checkout."""
+    return os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def airflow_environment(home: Path, config_path: Path, s3_endpoint: str, smtp_port: int) -> dict[str, str]:
+    """Environment of the ``airflow`` subprocesses: local metadata DB, this repo's DAG and plugins, connections."""
+    for folder in ("dags", "plugins"):
+        if not (REPO_ROOT / folder / ("mavias_nightly.py" if folder == "dags" else "mavias_airflow")).exists():
+            raise FileNotFoundError(f"{REPO_ROOT / folder} not found: run the demo from a mavias checkout")
+    aws = {"conn_type": "aws", "login": CREDENTIALS["access_key_id"], "password": CREDENTIALS["secret_access_key"],
+           "extra": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}
+    smtp = {"conn_type": "smtp", "host": "127.0.0.1", "port": smtp_port,
+            "extra": {"from_email": "mavias@localhost", "disable_ssl": True, "disable_tls": True}}
+    return os.environ | {
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws),
+        "AIRFLOW_CONN_SMTP_DEFAULT": json.dumps(smtp),
+        "MAVIAS_NIGHTLY_CONFIG": str(config_path),
+        "PYTHONPATH": python_path(),
+        "TQDM_DISABLE": "1",
+    }
+
+
+TASK_LINE = re.compile(r"\[DAG TEST\] starting task_id=(\S+) map_index=(-?\d+)")
+
+
+def run_airflow(args: list[str], env: dict[str, str], log_path: Path,
+                on_task: Callable[[str, int], None] | None = None) -> None:
+    """``airflow <args>`` with its output in ``log_path``; ``on_task(task_id, map_index)`` as each task starts."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        process = subprocess.Popen([sys.executable, "-m", "airflow", *args], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, bufsize=1)
+        for line in process.stdout:
+            log.write(line)
+            log.flush()
+            match = TASK_LINE.search(line)
+            if match and on_task:
+                on_task(match.group(1), int(match.group(2)))
+        code = process.wait()
+    if code != 0:
+        raise RuntimeError(f"airflow {' '.join(args)} failed with exit code {code}; see {log_path}")
+
+
+def airflow_setup(env: dict[str, str], logs: Path) -> None:
+    run_airflow(["db", "migrate"], env, logs / "airflow-db-migrate.log")
+    run_airflow(["pools", "set", "gpu", "1", "GPU workers (training, tagging)"], env, logs / "airflow-pools.log")
+
+
+@dataclass
+class NightRun:
+    night: int
+    logical_date: date
+    wall_s: float
+    tasks: pd.DataFrame  # task_id, map_index, state, try_number, duration_s
+    results: dict[str, Any]  # task id -> its return value (XCom)
+
+
+def _run_id_where(logical_date: date) -> tuple[str, tuple[str, str]]:
+    return "dag_id = ? AND logical_date LIKE ?", (DAG_ID, f"{logical_date.isoformat()}%")
+
+
+def read_night(db_path: Path, logical_date: date) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Task durations and return values of the DAG run of ``logical_date`` from Airflow's metadata DB."""
+    where, args = _run_id_where(logical_date)
+    with sqlite3.connect(db_path) as db:
+        (run_id,) = db.execute(f"SELECT run_id FROM dag_run WHERE {where}", args).fetchone()  # noqa: S608 - constant
+        tasks = pd.read_sql_query(
+            "SELECT task_id, map_index, state, try_number, duration AS duration_s FROM task_instance "
+            "WHERE dag_id = ? AND run_id = ? ORDER BY start_date", db, params=(DAG_ID, run_id),
+        )
+        rows = db.execute(
+            "SELECT task_id, value FROM xcom WHERE dag_id = ? AND run_id = ? AND key = 'return_value' AND map_index < 0",
+            (DAG_ID, run_id),
+        ).fetchall()
+    return tasks, {task_id: _xcom_value(value) for task_id, value in rows}
+
+
+def _xcom_value(value: Any) -> Any:
+    decoded = json.loads(value) if isinstance(value, (str, bytes)) else value
+    return json.loads(decoded) if isinstance(decoded, str) else decoded
+
+
+# -- the demo -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DemoResult:
+    workdir: Path
+    nights: list[NightRun]
+    reports: list[Path]
+    emails: list[Path]
+    production_version: str | None
+    onnx_uri: str | None
+    onnx_local: Path | None
+    registry_history: list[dict[str, Any]]
+    wall_s: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def counts(self, night: int) -> dict[str, int]:
+        """Work done in a night: images tagged, judge requests, prompts encoded, images trained on."""
+        results = self.nights[night - 1].results
+        discovered = results.get("discover") or {}
+        dataset = results.get("prepare_dataset") or {}
+        return {
+            "images tagged": discovered.get("images_tagged", 0),
+            "judge requests": discovered.get("llm_requests", 0),
+            "tags judged": discovered.get("tags_judged", 0),
+            "prompts encoded": discovered.get("prompts_encoded", 0),
+            "partitions discovered": len(discovered.get("partitions", [])),
+            "images trained on": sum(v for k, v in dataset.get("sizes", {}).items() if k in ("train", "val")),
+        }
+
+
+def demo_config(workdir: Path, s3_endpoint: str, *, epochs: int) -> dict[str, Any]:
+    return {
+        "model_name": MODEL_NAME,
+        "workspace": str(workdir / "workspace"),
+        "s3": {"bucket": BUCKET, "endpoint_url": s3_endpoint},
+        "train": {"overrides": DEMO_TRAINING | {"epochs": epochs}},
+        "discovery": {"tagger": "manifest", "judge": "offline", "encoder": "sentence", "num_shards": 2},
+        "evaluation": {"version": "v1", "n_boot": 200},
+        "report": {"recipients": RECIPIENTS, "latency_runs": 10},
+        "airflow": {"schedule": "@daily", "retries": 1, "retry_delay_s": 2, "max_retry_delay_s": 10},
+    }
+
+
+def _registry_state(settings: S3Settings, workdir: Path) -> tuple[str | None, str | None, Path | None, list[dict]]:
+    from mavias.pipeline.registry import ModelRegistry
+
+    client = make_s3_client(settings)
+    registry = ModelRegistry(client, settings, MODEL_NAME)
+    production = registry.production()
+    history = [r.model_dump(mode="json") for r in registry.history()]
+    if production is None:
+        return None, None, None, history
+    local = workdir / "promoted" / production.version / "model.onnx"
+    download_file(client, settings, f"{registry.prefix}{production.version}/model.onnx", local)
+    return production.version, f"{registry.version_uri(production.version)}model.onnx", local, history
+
+
+def run_demo(
+    workdir: str | Path,
+    *,
+    n_train: int = 2400,
+    n_val: int = 600,
+    n_test_per_cell: int = 10,
+    epochs: int = DEMO_TRAINING["epochs"],
+    console: Console | None = None,
+) -> DemoResult:
+    """Run the demo in ``workdir`` (created; a previous demo's data is reused, its S3 and Airflow state is not)."""
+    console = console or Console()
+    workdir = Path(workdir).resolve()
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    def step(name: str):  # noqa: ANN202 - a context manager timing one demo step
+        return _timed(console, name, timings)
+
+    with step("generate synthetic-scenes"):
+        data = make_demo_data(workdir / "data", n_train=n_train, n_val=n_val, n_test_per_cell=n_test_per_cell)
+    _fresh(workdir)
+    with ExitStack() as servers:
+        endpoint = servers.enter_context(moto_server(workdir / "logs" / "moto_server.log"))
+        smtp_port = servers.enter_context(smtp_server(workdir / "mail"))
+        settings = S3Settings(bucket=BUCKET, endpoint_url=endpoint,
+                              **{k: SecretStr(v) for k, v in CREDENTIALS.items()})
+        client = make_s3_client(settings)
+        client.create_bucket(Bucket=BUCKET)
+        config_path = workdir / "nightly.yaml"
+        config_path.write_text(yaml.safe_dump(demo_config(workdir, endpoint, epochs=epochs), sort_keys=False))
+        env = airflow_environment(workdir / "airflow", config_path, endpoint, smtp_port)
+        with step("upload the evaluation set (evaluation/v1)"):
+            upload_manifest_folder(client, settings, "evaluation/v1/", data.root, data.evaluation,
+                                   workdir / "staging" / "evaluation")
+        with step("airflow db migrate + gpu pool"):
+            airflow_setup(env, workdir / "logs")
+        nights = []
+        for index, (name, rows) in enumerate(data.partitions.items(), start=1):
+            with step(f"upload partition incoming/{name}/ ({len(rows)} images)"):
+                upload_manifest_folder(client, settings, f"incoming/{name}/", data.root, rows, workdir / "staging" / name)
+            nights.append(_run_night(console, env, workdir, index, FIRST_NIGHT + timedelta(days=index - 1)))
+        production, onnx_uri, onnx_local, history = _registry_state(settings, workdir)
+    reports = sorted((workdir / "workspace" / "nights").glob("*/report/report.html"))
+    return DemoResult(workdir, nights, reports, sorted((workdir / "mail").glob("*.eml")), production, onnx_uri,
+                      onnx_local, history, time.perf_counter() - started, timings)
+
+
+def _fresh(workdir: Path) -> None:
+    """Forget a previous demo's pipeline state (the generated data is kept)."""
+    import shutil
+
+    for name in ("airflow", "workspace", "mail", "staging", "promoted", "logs"):
+        shutil.rmtree(workdir / name, ignore_errors=True)
+
+
+@contextmanager
+def _timed(console: Console, name: str, timings: dict[str, float]) -> Iterator[None]:
+    start = time.perf_counter()
+    with console.status(f"{name} ..."):
+        yield
+    timings[name] = time.perf_counter() - start
+    console.print(f"[green]✓[/green] {name} [dim]({timings[name]:.0f} s)[/dim]")
+
+
+def _run_night(console: Console, env: dict[str, str], workdir: Path, night: int, logical_date: date) -> NightRun:
+    start = time.perf_counter()
+    log_path = workdir / "logs" / f"night-{night}.log"
+    with console.status(f"night {night} ({logical_date}): starting airflow dags test ...") as status:
+        def on_task(task_id: str, map_index: int) -> None:
+            label = task_id if map_index < 0 else f"{task_id}[{map_index}]"
+            status.update(f"night {night} ({logical_date}): {label} [dim]({time.perf_counter() - start:.0f} s)[/dim]")
+
+        run_airflow(["dags", "test", DAG_ID, logical_date.isoformat()], env, log_path, on_task)
+    tasks, results = read_night(workdir / "airflow" / "airflow.db", logical_date)
+    wall = time.perf_counter() - start
+    console.print(f"[green]✓[/green] night {night} ({logical_date}) [dim]({wall:.0f} s, log {log_path})[/dim]")
+    return NightRun(night, logical_date, wall, tasks, results)
+
+
+# -- the printout ---------------------------------------------------------------------------------------------------
+
+
+def counts_table(result: DemoResult) -> Table:
+    table = Table(title="Work per night (night 2 only pays for what is new)")
+    table.add_column("")
+    for run in result.nights:
+        table.add_column(f"night {run.night}", justify="right")
+    for key in result.counts(1):
+        table.add_row(key, *(str(result.counts(run.night)[key]) for run in result.nights))
+    return table
+
+
+def task_table(result: DemoResult) -> Table:
+    table = Table(title="Wall time per task (s)")
+    table.add_column("task")
+    for run in result.nights:
+        table.add_column(f"night {run.night}", justify="right")
+    per_night = [run.tasks.groupby("task_id", sort=False)["duration_s"].sum(min_count=1) for run in result.nights]
+    order = list(dict.fromkeys(t for frame in per_night for t in frame.index))
+    for task_id in order:
+        cells = [("–" if pd.isna(frame.get(task_id)) else f"{frame.get(task_id):.1f}") for frame in per_night]
+        table.add_row(task_id, *cells)
+    table.add_row("[bold]night total (wall)[/bold]", *(f"{run.wall_s:.0f}" for run in result.nights))
+    return table
+
+
+def print_summary(result: DemoResult, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(task_table(result))
+    console.print(counts_table(result))
+    for run in result.nights:
+        promoted = run.results.get("promote") or {}
+        report = run.results.get("report") or {}
+        verdict = "promoted" if promoted.get("promoted") else "not promoted"
+        console.print(f"night {run.night}: version {report.get('version', '–')} {verdict}; report {report.get('uri', '–')}")
+    console.print("\n[bold]Reports[/bold]")
+    for path in result.reports:
+        console.print(f"  {path}")
+    for path in result.emails:
+        console.print(f"  email received: {path}")
+    console.print("\n[bold]Registry[/bold]")
+    console.print(f"  production: {result.production_version or '(none)'}")
+    for record in result.registry_history:
+        console.print(f"  #{record['seq']} {record['action']} {record['version']} (from {record['previous_version']})")
+    console.print(f"  promoted ONNX model: {result.onnx_uri or '(none)'}")
+    console.print(f"  local copy: {result.onnx_local or '(none)'}")
+    console.print(f"  roll back: mavias registry rollback --name {MODEL_NAME} (with MAVIAS_S3_* of a running server)")
+    console.print(f"\ndemo wall time: {result.wall_s / 60:.1f} min (work folder {result.workdir})")

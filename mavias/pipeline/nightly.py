@@ -1,0 +1,726 @@
+"""The nightly pipeline as plain functions, one per DAG task: sense, pull + validate, discover, train, evaluate,
+package, publish, promote, record, report. The Airflow DAG only wires them; the library never imports Airflow.
+
+Each step takes the :class:`NightlyConfig` and the small JSON dicts returned by the steps before it, and returns
+another small dict (paths, URIs, counts), so XCom stays tiny. Steps are idempotent: run twice, they do the work
+once. Heavy artifacts live in the workspace::
+
+    partitions/<partition>/       pulled incoming partitions (manifest + images), refreshed by ETag
+    evaluation/<version>/         the pulled, fixed evaluation set
+    discovery/                    the mavias.discover workspace: tags, judge decisions, bias embeddings
+    training/<digest>/            dataset/, prepared.pt, reference/, mavias/ -- keyed by the data and the config,
+                                  so a retried or repeated night resumes or reuses instead of retraining
+    production/<version>/         production checkpoints fetched to compare the candidate with
+    nights/<night>/               validation/, eval/, package/<version>/, report/
+    history.json                  headline numbers of every night (mirrored to the bucket)
+
+A night is identified by its logical date, so a rerun of the same night finds the same folders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import logging
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from botocore.client import BaseClient
+
+from mavias.discover import Workspace, discover_partition
+from mavias.encode.base import TextEncoder
+from mavias.evaluate.metrics import GROUP_TABLE_COLUMNS
+from mavias.evaluate.protocols import BIASED_TAG_COLUMNS
+from mavias.manifest import ManifestError, load_manifest, read_manifest_table
+from mavias.pipeline.export import VerificationResult, export_latency_benchmark, export_onnx, verify_onnx
+from mavias.pipeline.gates import GateConfig, GateReport, GateResult, load_gate_config
+from mavias.pipeline.model_card import build_model_card, lineage_from_files, write_model_card
+from mavias.pipeline.notify import SmtpSettings, send_email_content
+from mavias.pipeline.nightly_config import NightlyConfig
+from mavias.pipeline.registry import ModelRegistry, VersionExists
+from mavias.pipeline.report import (
+    DiscoveryCounts,
+    HistoryEntry,
+    ReportContext,
+    append_history,
+    biased_tag_count,
+    biased_tags_by_class,
+    load_history,
+    logit_summary,
+    render_email,
+    write_report,
+)
+from mavias.pipeline.storage import (
+    ProcessedLedger,
+    S3Settings,
+    download_file,
+    find_manifest,
+    get_json,
+    make_s3_client,
+    pull_partition,
+    put_json,
+    s3_uri,
+    upload_dir,
+)
+from mavias.pipeline.validation import CheckResult, ValidationResult, quarantine_partition, validate_manifest_file
+from mavias.relevance import RELEVANCE_COLUMNS
+from mavias.tagging import Tagger, TagsStore, tag_partition
+from mavias.tagging.run import TAGS_NAME, missing_shards
+from mavias.train.inference import predict
+from mavias.train.prepare import PreparedData, prepare_image_data
+from mavias.train.trainer import load_main_model
+from mavias.utils.atomic import atomic_path, write_json
+from mavias.workflow import evaluate_checkpoint, load_reference, train_method, train_reference, write_run_evaluation
+
+log = logging.getLogger(__name__)
+
+NIGHT_FORMAT = "%Y%m%dT%H%M%S"
+PREPARED_NAME = "prepared.pt"
+SIZES_NAME = "sizes.json"
+CHECKPOINT_NAME = "model.pt"
+VERIFY_IMAGES = 256
+LATENCY_BUDGET_S = 3.0
+TRAIN_SPLITS = ("train", "val")
+
+
+# -- workspace ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    def partition(self, name: str) -> Path:
+        return self.root / "partitions" / name
+
+    def evaluation(self, version: str) -> Path:
+        return self.root / "evaluation" / version
+
+    @property
+    def discovery(self) -> Workspace:
+        return Workspace(self.root / "discovery")
+
+    def training(self, digest: str) -> Path:
+        return self.root / "training" / digest
+
+    def production(self, version: str) -> Path:
+        return self.root / "production" / version
+
+    def night(self, night: str) -> Path:
+        return self.root / "nights" / night
+
+    @property
+    def history(self) -> Path:
+        return self.root / "history.json"
+
+
+def layout(cfg: NightlyConfig) -> Layout:
+    return Layout(cfg.workspace)
+
+
+def night_id(when: datetime) -> str:
+    return when.strftime(NIGHT_FORMAT)
+
+
+def evaluation_partition(cfg: NightlyConfig) -> str:
+    """Discovery name of the evaluation set: it is tagged, judged and encoded like a partition, once per version."""
+    return f"evaluation-{cfg.evaluation.version}"
+
+
+def registry(cfg: NightlyConfig, client: BaseClient | None = None) -> ModelRegistry:
+    return ModelRegistry(client or make_s3_client(cfg.s3), cfg.s3, cfg.model_name)
+
+
+def _reports_prefix(cfg: NightlyConfig) -> str:
+    return f"{cfg.s3.models_prefix}{cfg.model_name}/reports/"
+
+
+# -- 1. sense -------------------------------------------------------------------------------------------------------
+
+
+def sense(cfg: NightlyConfig, when: datetime, *, force_partition: str | None = None) -> dict[str, Any]:
+    """New partitions (ready, neither processed nor quarantined) plus ``force_partition``, which is redone."""
+    client = make_s3_client(cfg.s3)
+    ledger = ProcessedLedger(client, cfg.s3)
+    processed, new = ledger.processed(), set(ledger.new_partitions())
+    if force_partition:
+        if find_manifest(client, cfg.s3, force_partition) is None:
+            prefix = s3_uri(cfg.s3, f"{cfg.s3.incoming_prefix}{force_partition}/")
+            raise ValueError(f"forced partition {force_partition!r} has no manifest under {prefix}")
+        new.add(force_partition)
+        processed.discard(force_partition)
+    log.info("night %s: %d new partition(s) %s, %d processed before", night_id(when), len(new), sorted(new), len(processed))
+    return {"night": night_id(when), "date": when.date().isoformat(), "new": sorted(new), "processed": sorted(processed)}
+
+
+# -- 2. pull + validate ---------------------------------------------------------------------------------------------
+
+
+def pull_evaluation_set(cfg: NightlyConfig, client: BaseClient) -> Path:
+    """The fixed evaluation set ``s3://<bucket>/<prefix><version>/`` (pulled like a partition, by ETag)."""
+    settings = cfg.s3.model_copy(update={"incoming_prefix": cfg.evaluation.prefix})
+    return pull_partition(client, settings, cfg.evaluation.version, layout(cfg).evaluation(cfg.evaluation.version))
+
+
+def known_classes(cfg: NightlyConfig, evaluation_manifest: Path) -> list[str]:
+    """The configured classes, else the evaluation set's: the fixed evaluation set defines the task."""
+    return sorted(cfg.classes or read_manifest_table(evaluation_manifest)["label"].dropna().unique())
+
+
+def _class_counts(manifest: pd.DataFrame) -> dict[str, int]:
+    train = manifest[manifest["split"] == "train"] if "split" in manifest.columns else manifest.iloc[:0]
+    return {str(k): int(v) for k, v in train["label"].value_counts().items()}
+
+
+def _accumulated_class_counts(client: BaseClient, settings: S3Settings, processed: Iterable[str]) -> dict[str, int]:
+    """Training-label counts of the processed partitions, from their ledger markers (see :func:`record_processed`)."""
+    ledger = ProcessedLedger(client, settings)
+    total: dict[str, int] = {}
+    for partition in processed:
+        marker = get_json(client, settings, f"{ledger.processed_prefix}{partition}.json")
+        for label, n in (marker[0].get("class_counts", {}) if marker else {}).items():
+            total[label] = total.get(label, 0) + n
+    return total
+
+
+def _unreadable(err: Exception) -> ValidationResult:
+    return ValidationResult(False, [CheckResult("manifest_readable", False, details=str(err), source="mavias")])
+
+
+def _validate_partition(
+    cfg: NightlyConfig, client: BaseClient, night: str, partition: str, classes: list[str], counts: dict[str, int]
+) -> dict[str, Any]:
+    try:
+        manifest = pull_partition(client, cfg.s3, partition, layout(cfg).partition(partition))
+        result = validate_manifest_file(manifest, classes, counts)
+    except (ManifestError, OSError, ValueError) as err:  # an unreadable manifest is bad data, not a crash
+        result = _unreadable(err)
+    path = write_json(layout(cfg).night(night) / "validation" / f"{partition}.json", result.to_dict())
+    if not result.success:
+        quarantine_partition(client, cfg.s3, partition, result)
+    log.info("partition %s: %s", partition, result.summary())
+    return {"success": result.success, "summary": result.summary(), "path": str(path)}
+
+
+def pull_and_validate(cfg: NightlyConfig, sensed: Mapping[str, Any]) -> dict[str, Any]:
+    """Pull every new partition and the evaluation set; validate; quarantine the partitions that fail."""
+    client = make_s3_client(cfg.s3)
+    evaluation = pull_evaluation_set(cfg, client)
+    classes = known_classes(cfg, evaluation)
+    counts = _accumulated_class_counts(client, cfg.s3, sensed["processed"])
+    validations = {p: _validate_partition(cfg, client, sensed["night"], p, classes, counts) for p in sensed["new"]}
+    valid = [p for p, v in validations.items() if v["success"]]
+    return {
+        "night": sensed["night"],
+        "valid": valid,
+        "failed": [p for p, v in validations.items() if not v["success"]],
+        "validations": validations,
+        "partitions": sorted({*sensed["processed"], *valid}),
+        "evaluation": str(evaluation),
+        "classes": classes,
+    }
+
+
+def training_decision(validated: Mapping[str, Any], *, full_retrain: bool) -> tuple[bool, str]:
+    """Whether tonight trains, and why (or why not) in one line for the report."""
+    if validated["failed"]:
+        return False, f"partition(s) {', '.join(validated['failed'])} failed validation: nothing was trained tonight"
+    if not validated["partitions"]:
+        return False, "no partition has been processed yet: nothing to train on"
+    if not validated["valid"] and not full_retrain:
+        return False, "no new partitions since the last run: nothing was trained tonight"
+    if not validated["valid"]:
+        return True, "full retrain requested without new partitions"
+    return True, f"new partition(s): {', '.join(validated['valid'])}"
+
+
+# -- 3. discover ----------------------------------------------------------------------------------------------------
+
+
+def _is_discovered(cfg: NightlyConfig, partition: str) -> bool:
+    return (layout(cfg).discovery.partition(partition) / "discovery.json").exists()
+
+
+def partitions_to_discover(cfg: NightlyConfig, validated: Mapping[str, Any]) -> dict[str, str]:
+    """Partition -> local manifest, for those not discovered yet: tonight's new ones, once the evaluation set, and
+    any processed partition a fresh workspace has not seen."""
+    client = make_s3_client(cfg.s3)
+    todo = {} if _is_discovered(cfg, evaluation_partition(cfg)) else {evaluation_partition(cfg): validated["evaluation"]}
+    for partition in validated["partitions"]:
+        if not _is_discovered(cfg, partition):
+            todo[partition] = str(pull_partition(client, cfg.s3, partition, layout(cfg).partition(partition)))
+    return todo
+
+
+def plan_tagging(cfg: NightlyConfig, validated: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The untagged shards of the partitions to discover, one job each (shards committed earlier are done)."""
+    n = cfg.discovery.num_shards
+    jobs = [
+        {"partition": name, "manifest": path, "shard": index, "num_shards": n}
+        for name, path in partitions_to_discover(cfg, validated).items()
+        for index in missing_shards(layout(cfg).discovery.tags / name, n)
+    ]
+    log.info("tagging: %d shard(s) to tag", len(jobs))
+    return jobs
+
+
+def make_tagger(cfg: NightlyConfig) -> Tagger:
+    from mavias.tagging.cli import make_tagger as make
+    from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED, TAG_THRESHOLD, TAG_TOP_K
+
+    if ":" in cfg.discovery.tagger:  # a custom tagger: "package.module:factory"
+        module, factory = cfg.discovery.tagger.split(":")
+        return getattr(importlib.import_module(module), factory)()
+    return make(
+        cfg.discovery.tagger, model=OPENCLIP_MODEL, pretrained=OPENCLIP_PRETRAINED, threshold=TAG_THRESHOLD,
+        top_k=TAG_TOP_K,
+    )
+
+
+def make_encoder(cfg: NightlyConfig) -> TextEncoder:
+    from mavias.encode.cli import make_encoder as make
+
+    return make(cfg.discovery.encoder)
+
+
+def tag_shard(cfg: NightlyConfig, job: Mapping[str, Any]) -> dict[str, Any]:
+    """Tag one shard of one partition; a shard committed before (by a killed or earlier attempt) is skipped."""
+    manifest = Path(job["manifest"])
+    counts = tag_partition(
+        load_manifest(manifest, check_files=False),
+        manifest.parent,
+        make_tagger(cfg),
+        layout(cfg).discovery.tags / job["partition"],
+        shard=(job["shard"], job["num_shards"]),
+        store=TagsStore(layout(cfg).discovery.tags),
+        batch_size=cfg.discovery.batch_size,
+        progress=False,
+    )
+    log.info("partition %s shard %d/%d: %s", job["partition"], job["shard"], job["num_shards"], counts)
+    return {"partition": job["partition"], "shard": job["shard"], **asdict(counts)}
+
+
+def discover(
+    cfg: NightlyConfig, validated: Mapping[str, Any], tagged: Iterable[Mapping[str, Any]] | None
+) -> dict[str, Any]:
+    """Judge and encode the partitions to discover (their shards are tagged by now); what tonight cost."""
+    totals = {"images_tagged": sum(t["images_tagged"] for t in tagged or []), "llm_requests": 0, "tags_judged": 0,
+              "prompts_encoded": 0}
+    partitions = partitions_to_discover(cfg, validated)
+    if partitions:
+        from mavias.discover.cli import make_judge
+
+        tagger, judge, encoder = make_tagger(cfg), make_judge(cfg.discovery.judge), make_encoder(cfg)
+        for name, manifest in partitions.items():
+            counts = discover_partition(
+                manifest, layout(cfg).discovery.root, tagger, judge, encoder, name=name,
+                num_shards=cfg.discovery.num_shards, batch_size=cfg.discovery.batch_size, progress=False,
+            )
+            for key in ("llm_requests", "tags_judged", "prompts_encoded"):
+                totals[key] += getattr(counts, key)
+    log.info("discovery of %s: %s", sorted(partitions) or "nothing new", totals)
+    return {"partitions": sorted(partitions), **totals}
+
+
+# -- 4. dataset + training ------------------------------------------------------------------------------------------
+
+
+def _discovered_tables(cfg: NightlyConfig, names: Iterable[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(tags, relevance) over the partitions, one decision per (class, tag)."""
+    ws = layout(cfg).discovery
+    tags = pd.concat([pd.read_parquet(ws.tags / name / TAGS_NAME) for name in names], ignore_index=True)
+    relevance = pd.concat([pd.read_parquet(ws.partition(name) / "relevance.parquet") for name in names])
+    relevance = relevance[RELEVANCE_COLUMNS].drop_duplicates(["class", "tag"]).reset_index(drop=True)
+    return tags.drop_duplicates(["sample_id", "tag"]), relevance
+
+
+def _absolute(manifest_path: Path) -> pd.DataFrame:
+    frame = load_manifest(manifest_path, check_files=False).drop(columns=["tags"], errors="ignore")
+    return frame.assign(uri=[str(manifest_path.parent / uri) for uri in frame["uri"]])
+
+
+def accumulated_manifest(partition_manifests: Iterable[Path], evaluation_manifest: Path) -> pd.DataFrame:
+    """Train/val rows of every partition (first occurrence of an image wins, evaluation images excluded) plus the
+    evaluation set as the ``test`` split; uris are absolute."""
+    test = _absolute(evaluation_manifest).assign(split="test")
+    parts = [_absolute(path) for path in partition_manifests]
+    train = pd.concat(parts, ignore_index=True) if parts else test.iloc[:0]
+    train = train[train["split"].isin(TRAIN_SPLITS) & ~train["sample_id"].isin(test["sample_id"])]
+    return pd.concat([train.drop_duplicates("sample_id"), test], ignore_index=True)
+
+
+def _digest(*parts: object) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        text = part.to_csv(index=False) if isinstance(part, pd.DataFrame) else json.dumps(part, sort_keys=True, default=str)
+        digest.update(text.encode())
+    return digest.hexdigest()[:16]
+
+
+def dataset_digest(cfg: NightlyConfig, manifest: pd.DataFrame, tags: pd.DataFrame, relevance: pd.DataFrame,
+                   salt: str = "") -> str:
+    """Identity of a training run: the data (not where it lies), the discovery choices and the training config."""
+    rows = manifest[["sample_id", "label", "split"]].sort_values("sample_id")
+    tag_rows = tags[tags["sample_id"].isin(manifest["sample_id"])][["sample_id", "tag"]].sort_values(["sample_id", "tag"])
+    decisions = relevance[["class", "tag", "relevant"]].sort_values(["class", "tag"])
+    choices = {"train": cfg.train.resolve().model_dump(mode="json"), "discovery": cfg.discovery.model_dump(), "salt": salt}
+    return _digest(rows, tag_rows, decisions, choices)
+
+
+def save_prepared(data: PreparedData, path: Path) -> Path:
+    with atomic_path(path) as tmp:
+        torch.save(data, tmp)
+    return path
+
+
+def load_prepared(dataset: Mapping[str, Any]) -> PreparedData:
+    # Our own file in our own workspace, written by save_prepared: a pickle of the prepared splits.
+    return torch.load(Path(dataset["dir"]) / PREPARED_NAME, weights_only=False)
+
+
+def prepare_dataset(cfg: NightlyConfig, validated: Mapping[str, Any], *, full_retrain: bool = False) -> dict[str, Any]:
+    """Accumulated training data (all processed + tonight's partitions) with the evaluation set as ``test``,
+    prepared once (images decoded, bias embeddings attached) for the training and evaluation steps."""
+    client = make_s3_client(cfg.s3)
+    partitions = validated["partitions"]
+    manifests = [pull_partition(client, cfg.s3, p, layout(cfg).partition(p)) for p in partitions]
+    manifest = accumulated_manifest(manifests, Path(validated["evaluation"]))
+    tags, relevance = _discovered_tables(cfg, [*partitions, evaluation_partition(cfg)])
+    digest = dataset_digest(cfg, manifest, tags, relevance, salt=validated["night"] if full_retrain else "")
+    out = layout(cfg).training(digest)
+    if not (out / PREPARED_NAME).exists():
+        with atomic_path(out / "dataset" / "manifest.parquet") as tmp:
+            manifest.to_parquet(tmp, index=False)
+        with atomic_path(out / "dataset" / "relevance.parquet") as tmp:
+            relevance.to_parquet(tmp, index=False)
+        with atomic_path(out / "dataset" / "tags.parquet") as tmp:
+            tags.to_parquet(tmp, index=False)
+        encoder = make_encoder(cfg)
+        data = prepare_image_data(
+            out / "dataset" / "manifest.parquet", relevance=relevance, encoder=encoder,
+            store_dir=layout(cfg).discovery.embeddings(encoder.encoder_id), image_size=cfg.train.resolve().image_size,
+            tags_table=tags,
+            quarantine_csv=out / "dataset" / "quarantine.csv", progress=False,
+        )
+        sizes = {name: len(split) for name, split in data.splits.items()} | {"quarantined": len(data.quarantined)}
+        write_json(out / "dataset" / SIZES_NAME, sizes)
+        save_prepared(data, out / PREPARED_NAME)  # last: its presence marks the dataset complete
+    sizes = json.loads((out / "dataset" / SIZES_NAME).read_text())
+    log.info("dataset %s: %s from %d partition(s)", digest, sizes, len(partitions))
+    return {"night": validated["night"], "digest": digest, "dir": str(out), "partitions": partitions,
+            "new": validated["valid"], "sizes": sizes}
+
+
+def train_reference_model(cfg: NightlyConfig, dataset: Mapping[str, Any]) -> dict[str, Any]:
+    """The ERM reference of the open-set protocol (resumes from its last epoch; a finished run is reused)."""
+    out = Path(dataset["dir"]) / "reference"
+    reference = train_reference(load_prepared(dataset), cfg.train.resolve(), out, progress=False)
+    return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {}}
+
+
+def train_candidate(cfg: NightlyConfig, dataset: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
+    """MAVias on the accumulated data, selected as the training config says (resumable like the reference)."""
+    train_cfg = cfg.train.resolve()
+    data = load_prepared(dataset)
+    out = Path(dataset["dir"]) / train_cfg.method
+    run = train_method(data, train_cfg, out, load_reference(reference["dir"], data), progress=False)
+    return {"dir": str(out), "checkpoint": str(run.checkpoint(train_cfg.selection)), "best": run.best,
+            "method": train_cfg.method, "selection": train_cfg.selection}
+
+
+# -- 5. evaluate ----------------------------------------------------------------------------------------------------
+
+
+def _production_checkpoint(cfg: NightlyConfig, client: BaseClient, version: str) -> Path:
+    reg = registry(cfg, client)
+    path = layout(cfg).production(version) / CHECKPOINT_NAME
+    if not path.exists():
+        download_file(client, cfg.s3, f"{reg.prefix}{version}/{CHECKPOINT_NAME}", path)
+    return path
+
+
+def _logit_summaries(data: PreparedData, reference_dir: Path, checkpoints: Mapping[str, str | Path]) -> pd.DataFrame:
+    """Mean training-sample logits by bias strength, per model (the paper's logit plot)."""
+    biased = pd.read_csv(reference_dir / "biased_tags.csv", keep_default_na=False)
+    rows = []
+    for name, checkpoint in checkpoints.items():
+        pred = predict(load_main_model(checkpoint)[0], data["train"])
+        strength = biased_tag_count(pred["label_name"], pred["irrelevant_tags"], biased)
+        rows.append(logit_summary(pred, strength, model=name))
+    return pd.concat(rows, ignore_index=True)
+
+
+def evaluate(
+    cfg: NightlyConfig, dataset: Mapping[str, Any], reference: Mapping[str, Any], candidate: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Candidate, ERM reference and current production model on the fixed evaluation set, with the same groups.
+
+    Records the production pointer's ETag: promotion later succeeds only if production has not changed since.
+    """
+    client = make_s3_client(cfg.s3)
+    data = load_prepared(dataset)
+    ref = load_reference(reference["dir"], data)
+    out = layout(cfg).night(dataset["night"]) / "eval"
+
+    def run(role: str, checkpoint: str | Path) -> str:
+        result = evaluate_checkpoint(data, checkpoint, ref, closed_set_attrs=cfg.evaluation.closed_set_attrs or None,
+                                     n_boot=cfg.evaluation.n_boot)
+        return str(write_run_evaluation(out / role, result) / "metrics.json")
+
+    metrics = {"candidate": run("candidate", candidate["checkpoint"]), "reference": run("reference", ref.checkpoint)}
+    production = registry(cfg, client).production()
+    notes = []
+    if production is not None:
+        try:
+            metrics["production"] = run("production", _production_checkpoint(cfg, client, production.version))
+        except ValueError as err:  # e.g. production was trained on other classes: not comparable
+            notes.append(f"production {production.version} not compared: {err}")
+    summary = _logit_summaries(data, Path(reference["dir"]), {"ERM reference": ref.checkpoint,
+                                                                "MAVias": candidate["checkpoint"]})
+    with atomic_path(out / "logit_summary.csv") as tmp:
+        summary.to_csv(tmp, index=False)
+    return {
+        "candidate": metrics["candidate"],
+        "reference": metrics["reference"],
+        "production": metrics.get("production"),
+        "production_version": production.version if production else None,
+        "production_etag": production.etag if production else None,
+        "logit_summary": str(out / "logit_summary.csv"),
+        "notes": notes,
+    }
+
+
+def gate_report_from_dict(document: Mapping[str, Any]) -> GateReport:
+    """Inverse of :meth:`GateReport.to_dict` (XCom and JSON files carry the dict)."""
+    return GateReport(GateConfig.model_validate(document["config"]), [GateResult(**g) for g in document["gates"]])
+
+
+# -- 6. package -----------------------------------------------------------------------------------------------------
+
+
+def model_version(dataset: Mapping[str, Any]) -> str:
+    """One version per night and dataset: a rerun of the night publishes (and promotes) nothing twice."""
+    return f"{dataset['night']}-{dataset['digest'][:8]}"
+
+
+def _held_out_images(data: PreparedData, limit: int = VERIFY_IMAGES) -> torch.Tensor:
+    inputs = data["test"].inputs
+    return torch.stack([inputs[i] for i in range(min(limit, len(inputs)))])
+
+
+def package(
+    cfg: NightlyConfig,
+    dataset: Mapping[str, Any],
+    candidate: Mapping[str, Any],
+    evaluated: Mapping[str, Any],
+    gates: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The version folder: ONNX of backbone + head (verified against PyTorch), checkpoint, metrics, gates, card."""
+    version = model_version(dataset)
+    out = layout(cfg).night(dataset["night"]) / "package" / version
+    model, classes, train_cfg = load_main_model(candidate["checkpoint"])
+    onnx_path = export_onnx(model, out / "model.onnx", image_size=train_cfg.image_size)
+    verification = verify_onnx(onnx_path, model, _held_out_images(load_prepared(dataset)))
+    latency = export_latency_benchmark(model, train_cfg.image_size, runs=cfg.report.latency_runs, budget_s=LATENCY_BUDGET_S)
+    shutil.copyfile(candidate["checkpoint"], out / CHECKPOINT_NAME)
+    write_json(out / "classes.json", classes)
+    write_json(out / "latency.json", latency)
+    write_json(out / "gates.json", dict(gates))
+    shutil.copyfile(evaluated["candidate"], out / "metrics.json")
+    dataset_dir = Path(dataset["dir"]) / "dataset"
+    lineage = lineage_from_files(
+        dataset["partitions"], {name: dataset_dir / f"{name}.parquet" for name in ("manifest", "tags", "relevance")}
+    )
+    card = build_model_card(
+        name=cfg.model_name, version=version, classes=classes, onnx_path=onnx_path, verification=verification,
+        evaluation=json.loads(Path(evaluated["candidate"]).read_text()), gates=gate_report_from_dict(gates),
+        train_config=train_cfg, lineage=lineage,
+    )
+    write_model_card(out / "model_card.json", card)
+    log.info("packaged %s: ONNX max |diff| %.2e, latency %s", version, verification.max_abs_diff, latency["results"])
+    return {"version": version, "dir": str(out), "onnx": str(onnx_path), "onnx_sha256": card["onnx"]["sha256"],
+            "verification": verification.to_dict(), "latency": latency}
+
+
+# -- 7. publish + promote -------------------------------------------------------------------------------------------
+
+
+def publish(cfg: NightlyConfig, packaged: Mapping[str, Any]) -> dict[str, Any]:
+    """Upload the version folder to ``models/<name>/<version>/`` (immutable; a rerun finds it published)."""
+    reg = registry(cfg)
+    version = packaged["version"]
+    try:
+        uri = reg.publish_version(packaged["dir"], version)
+    except VersionExists:
+        if version not in reg.versions():
+            raise
+        log.info("%s was published before (rerun of the night)", version)
+        uri = reg.version_uri(version)
+    return {"version": version, "uri": uri}
+
+
+def promote(cfg: NightlyConfig, published: Mapping[str, Any], evaluated: Mapping[str, Any]) -> dict[str, Any]:
+    """Point production at the version, atomically, unless production changed since it was evaluated."""
+    reg = registry(cfg)
+    version = published["version"]
+    current = reg.production()
+    if current is not None and current.version == version:
+        return {"version": version, "promoted": False, "reason": f"{version} was already in production (rerun)",
+                "uri": published["uri"]}
+    if reg.promote(version, evaluated["production_etag"]):
+        log.info("model %s: %s is production", cfg.model_name, version)
+        return {"version": version, "promoted": True, "previous": evaluated["production_version"], "reason": "",
+                "uri": published["uri"]}
+    reason = "production changed after tonight's evaluation (a concurrent promotion or rollback won): not promoted"
+    return {"version": version, "promoted": False, "reason": reason, "uri": published["uri"]}
+
+
+def record_processed(cfg: NightlyConfig, dataset: Mapping[str, Any]) -> dict[str, Any]:
+    """Mark tonight's new partitions processed, with their training-label counts for the next drift check."""
+    ledger = ProcessedLedger(make_s3_client(cfg.s3), cfg.s3)
+    for partition in dataset["new"]:
+        manifest = read_manifest_table(pull_partition(ledger.client, cfg.s3, partition, layout(cfg).partition(partition)))
+        ledger.mark_processed(partition, {"night": dataset["night"], "class_counts": _class_counts(manifest)})
+    return {"recorded": list(dataset["new"])}
+
+
+# -- 8. report ------------------------------------------------------------------------------------------------------
+
+CANDIDATE_STEPS = ("planned", "discovered", "dataset", "reference", "candidate", "evaluated", "gates", "packaged")
+
+
+def _empty_groups() -> pd.DataFrame:
+    return pd.DataFrame(columns=GROUP_TABLE_COLUMNS)
+
+
+def _candidate_tables(results: Mapping[str, Any], gates: GateReport) -> dict[str, Any]:
+    evaluated, reference = results["evaluated"], results["reference"]
+    source = gates.config.wg_source
+
+    def groups(role: str) -> pd.DataFrame:
+        return pd.read_csv(Path(evaluated[role]).parent / f"groups_{source}.csv", keep_default_na=False)
+
+    return {
+        "candidate_groups": groups("candidate"),
+        "reference_groups": groups("reference"),
+        "biased_tags": pd.read_csv(Path(reference["dir"]) / "biased_tags.csv", keep_default_na=False),
+        "logit_summary": pd.read_csv(evaluated["logit_summary"], dtype={"bias_strength": str}),
+    }
+
+
+def _notes(results: Mapping[str, Any], trained: bool, decision: str, skip_promotion: bool) -> list[str]:
+    if not trained:
+        return [decision]
+    stopped = next((step for step in CANDIDATE_STEPS if results.get(step) is None), None)
+    notes = [f"the run stopped at '{stopped}' (a task failed, see its log): no candidate tonight"] if stopped else []
+    notes += (results.get("evaluated") or {}).get("notes", [])
+    promoted = results.get("promoted")
+    if promoted and not promoted["promoted"]:
+        notes.append(promoted["reason"])
+    if results.get("published") and promoted is None and skip_promotion:
+        notes.append("promotion skipped on request (skip_promotion); the version is published")
+    return notes
+
+
+def _history_entry(results: Mapping[str, Any], context: ReportContext) -> HistoryEntry:
+    metrics = json.loads(Path(results["evaluated"]["candidate"]).read_text())
+    wg = metrics[context.gates.config.wg_source]
+    return HistoryEntry(
+        date=results["sensed"]["date"], run_id=context.run_id, version=context.version,
+        worst_group_accuracy=wg["worst_group_accuracy"], worst_group_ci_low=wg.get("worst_group_ci_low"),
+        worst_group_ci_high=wg.get("worst_group_ci_high"), average_accuracy=metrics["accuracy"],
+        biased_tags=biased_tags_by_class(context.biased_tags), promoted=context.promoted,
+    )
+
+
+def _synced_history(cfg: NightlyConfig, client: BaseClient, entry: HistoryEntry | None) -> list[HistoryEntry]:
+    """The bucket's history (the source of truth) plus tonight's entry, saved in the workspace and the bucket."""
+    key = f"{_reports_prefix(cfg)}history.json"
+    remote = get_json(client, cfg.s3, key)
+    if remote is not None:
+        write_json(layout(cfg).history, remote[0])
+    if entry is None:
+        return load_history(layout(cfg).history)
+    nights = append_history(layout(cfg).history, entry)
+    put_json(client, cfg.s3, key, json.loads(layout(cfg).history.read_text()))
+    return nights
+
+
+def build_report_context(
+    cfg: NightlyConfig,
+    results: Mapping[str, Any],
+    *,
+    trained: bool,
+    decision: str,
+    skip_promotion: bool,
+    client: BaseClient,
+) -> tuple[ReportContext, HistoryEntry | None]:
+    """The report of whatever steps completed (``results``: step name -> its result, absent when it did not run)."""
+    night = results["sensed"]["night"]
+    validated = results.get("validated") or {}
+    validations = {p: json.loads(Path(v["path"]).read_text()) for p, v in validated.get("validations", {}).items()}
+    has_candidate = results.get("gates") is not None and results.get("packaged") is not None
+    gates = gate_report_from_dict(results["gates"]) if has_candidate else GateReport(load_gate_config(cfg.gates), [])
+    tables = _candidate_tables(results, gates) if has_candidate else {
+        "candidate_groups": _empty_groups(), "reference_groups": _empty_groups(),
+        "biased_tags": pd.DataFrame(columns=BIASED_TAG_COLUMNS),
+    }
+    packaged, promoted, discovered = results.get("packaged") or {}, results.get("promoted"), results.get("discovered")
+    production = registry(cfg, client).production()
+    context = ReportContext(
+        model_name=cfg.model_name,
+        version=packaged.get("version", f"{night} (no candidate)"),
+        run_id=night,
+        created=datetime.now(UTC),
+        promoted=bool(promoted and promoted["promoted"]),
+        production_version=production.version if production else None,
+        model_uri=(results.get("published") or {}).get("uri"),
+        notes=_notes(results, trained, decision, skip_promotion),
+        gates=gates,
+        validations=validations,
+        discovery=DiscoveryCounts(images_tagged=discovered["images_tagged"], llm_requests=discovered["llm_requests"],
+                                  encodings=discovered["prompts_encoded"]) if discovered else None,
+        verification=VerificationResult(**{k: v for k, v in packaged["verification"].items() if k != "passed"})
+        if packaged else None,
+        onnx_sha256=packaged.get("onnx_sha256"),
+        latency=packaged.get("latency"),
+        **tables,
+    )
+    return context, _history_entry(results, context) if has_candidate else None
+
+
+def report(
+    cfg: NightlyConfig,
+    results: Mapping[str, Any],
+    *,
+    trained: bool,
+    decision: str,
+    skip_promotion: bool = False,
+    smtp: SmtpSettings | None = None,
+) -> dict[str, Any]:
+    """Render the night's HTML report from whatever steps completed, save it in the workspace and next to the models
+    (``models/<name>/reports/<night>/``), and mail it to the configured recipients."""
+    client = make_s3_client(cfg.s3)
+    night = results["sensed"]["night"]
+    context, entry = build_report_context(
+        cfg, results, trained=trained, decision=decision, skip_promotion=skip_promotion, client=client
+    )
+    context = context.model_copy(update={"history": _synced_history(cfg, client, entry)})
+    html = write_report(layout(cfg).night(night) / "report", context)
+    prefix = f"{_reports_prefix(cfg)}{night}/"
+    upload_dir(client, cfg.s3, html.parent, prefix)
+    emailed: list[str] = []
+    if cfg.report.recipients and smtp is not None:
+        send_email_content(render_email(context), cfg.report.recipients, smtp)
+        emailed = list(cfg.report.recipients)
+    elif cfg.report.recipients:
+        log.warning("report not emailed: no SMTP settings (configure the Airflow SMTP connection)")
+    return {"html": str(html), "uri": s3_uri(cfg.s3, f"{prefix}{html.name}"), "emailed_to": emailed,
+            "promoted": context.promoted, "version": context.version}

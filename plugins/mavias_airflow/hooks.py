@@ -1,0 +1,103 @@
+"""Hooks: the nightly config with S3 credentials from an Airflow connection, the model registry, SMTP settings.
+
+Credentials come from the Airflow connection when it exists (an ``aws``-type connection: login = access key id,
+password = secret access key, extra ``endpoint_url`` / ``region_name`` / ``aws_session_token``), otherwise from the
+standard AWS chain (environment, profile, instance role). They travel as ``SecretStr`` and are never logged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook, Connection
+from airflow.sdk.exceptions import AirflowNotFoundException
+from pydantic import SecretStr
+
+from mavias.pipeline.nightly_config import NightlyConfig, load_nightly_config
+from mavias.pipeline.notify import SmtpSettings
+from mavias.pipeline.registry import ModelRegistry
+from mavias.pipeline.storage import S3Settings, make_s3_client
+
+
+def _optional_connection(conn_id: str) -> Connection | None:
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+
+
+def _secret(value: str | None) -> SecretStr | None:
+    return SecretStr(value) if value else None
+
+
+def s3_settings_from_connection(base: S3Settings, conn_id: str) -> S3Settings:
+    """``base`` with the connection's endpoint, region and credentials; ``base`` alone when there is none."""
+    conn = _optional_connection(conn_id)
+    if conn is None:
+        return base
+    extra: dict[str, Any] = conn.extra_dejson
+    update = {
+        "endpoint_url": extra.get("endpoint_url") or base.endpoint_url,
+        "region": extra.get("region_name") or base.region,
+        "access_key_id": _secret(conn.login) or base.access_key_id,
+        "secret_access_key": _secret(conn.password) or base.secret_access_key,
+        "session_token": _secret(extra.get("aws_session_token")) or base.session_token,
+    }
+    return base.model_copy(update=update)
+
+
+class MaviasHook(BaseHook):
+    """The nightly configuration (YAML + environment) with S3 credentials resolved from ``aws_conn_id``."""
+
+    conn_name_attr = "aws_conn_id"
+    default_conn_name = "aws_default"
+    conn_type = "aws"
+    hook_name = "MAVias"
+
+    def __init__(self, aws_conn_id: str | None = None, config_path: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.aws_conn_id = aws_conn_id
+
+    def get_conn(self) -> NightlyConfig:
+        cfg = load_nightly_config(self.config_path)
+        conn_id = self.aws_conn_id or cfg.airflow.aws_conn_id
+        return cfg.model_copy(update={"s3": s3_settings_from_connection(cfg.s3, conn_id)})
+
+
+class MaviasRegistryHook(MaviasHook):
+    """The S3 model registry of one model: versions, atomic production pointer, history, rollback."""
+
+    hook_name = "MAVias model registry"
+
+    def __init__(self, model_name: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.model_name = model_name
+
+    def get_registry(self) -> ModelRegistry:
+        cfg = self.get_conn()
+        return ModelRegistry(make_s3_client(cfg.s3), cfg.s3, self.model_name or cfg.model_name)
+
+    def production_version(self) -> str | None:
+        record = self.get_registry().production()
+        return record.version if record else None
+
+
+def smtp_settings_from_connection(conn_id: str) -> SmtpSettings | None:
+    """An Airflow SMTP connection as :class:`SmtpSettings` (the SMTP provider's extras: ``from_email``,
+    ``disable_ssl``, ``disable_tls``, ``timeout``, ``retry_limit``); ``None`` when there is no such connection."""
+    conn = _optional_connection(conn_id)
+    if conn is None:
+        return None
+    extra = conn.extra_dejson
+    security = "ssl" if not extra.get("disable_ssl", False) else "none" if extra.get("disable_tls", False) else "starttls"
+    return SmtpSettings(
+        host=conn.host,
+        port=conn.port or (465 if security == "ssl" else 587),
+        user=conn.login or None,
+        password=_secret(conn.password) if conn.login else None,
+        security=security,
+        from_addr=extra.get("from_email") or f"mavias@{conn.host}",
+        timeout=float(extra.get("timeout", 30)),
+        max_attempts=int(extra.get("retry_limit", 5)),
+    )

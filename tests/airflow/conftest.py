@@ -1,0 +1,40 @@
+"""Fixtures of the Airflow tests: one migrated metadata DB per session, synthetic scenes, deployments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from mavias.demo import DemoData, airflow_environment, make_demo_data, run_airflow, smtp_server
+from mavias.pipeline.nightly_config import DEFAULT_CONFIG_PATH
+from tests.airflow.harness import Deployment, make_deployment
+from tests.pipeline.s3server import create_bucket, moto_endpoint  # noqa: F401 - a fixture
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("airflow-home")
+    env = airflow_environment(home, DEFAULT_CONFIG_PATH, "http://127.0.0.1:9", 25)
+    run_airflow(["db", "migrate"], env, home / "db-migrate.log")
+    run_airflow(["pools", "set", "gpu", "1", "GPU workers"], env, home / "pools.log")
+    return home
+
+
+@pytest.fixture(scope="session")
+def scenes(tmp_path_factory: pytest.TempPathFactory) -> DemoData:
+    """Two partitions of 150 train/val images and an 81-image evaluation set, mildly biased so that a tiny model
+    trained for seconds learns the shapes."""
+    return make_demo_data(tmp_path_factory.mktemp("scenes"), n_train=240, n_val=60, n_test_per_cell=3,
+                          bg_align=0.5, coobj_align=0.5)
+
+
+@contextmanager
+def deploy(root: Path, airflow_home: Path, endpoint: str, scenes: DemoData) -> Iterator[Deployment]:
+    """A deployment with its own bucket, SMTP server and the evaluation set uploaded."""
+    with smtp_server(root / "mail") as port:
+        deployment = make_deployment(root, airflow_home, endpoint, create_bucket(endpoint), port)
+        deployment.upload("evaluation/v1/", scenes, scenes.evaluation, "evaluation")
+        yield deployment

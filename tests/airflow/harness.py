@@ -1,0 +1,135 @@
+"""A throw-away deployment of the nightly DAG for tests: real ``airflow dags test`` processes against the session's
+moto_server and an aiosmtpd server, each deployment with its own bucket, workspace and nightly config.
+
+Every module gets its own deployment but the session shares one migrated metadata DB, so modules must use
+different logical dates (``airflow dags test`` replaces the run of the same date).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from pydantic import SecretStr
+
+from mavias.demo import DAG_ID, DemoData, airflow_environment, read_night, upload_manifest_folder
+from mavias.pipeline.registry import ModelRegistry
+from mavias.pipeline.storage import S3Settings, make_s3_client
+
+NIGHT_TIMEOUT_S = 480
+GATES = Path(__file__).with_name("gates_test.yaml")
+CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}
+TEST_TRAINING = {"image_size": 32, "epochs": 4, "batch_size": 32, "backbone.width": 8, "optim.name": "adam",
+                 "optim.lr": 0.01, "device": "cpu", "num_workers": 0}
+
+
+@dataclass
+class Night:
+    returncode: int
+    tasks: pd.DataFrame  # task_id, map_index, state, duration_s
+    results: dict[str, Any]  # task id -> return value
+    log: Path
+
+    def state(self, task_id: str) -> str | None:
+        states = self.tasks.loc[self.tasks["task_id"] == task_id, "state"]
+        return None if states.empty else states.iloc[0]
+
+
+@dataclass
+class Deployment:
+    root: Path
+    settings: S3Settings
+    env: dict[str, str]
+    mail_dir: Path
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def client(self):  # noqa: ANN201 - boto3 client
+        return make_s3_client(self.settings)
+
+    @property
+    def registry(self) -> ModelRegistry:
+        return ModelRegistry(self.client, self.settings, self.config["model_name"])
+
+    @property
+    def workspace(self) -> Path:
+        return Path(self.config["workspace"])
+
+    def upload(self, prefix: str, data: DemoData, rows: pd.DataFrame, name: str) -> None:
+        upload_manifest_folder(self.client, self.settings, prefix, data.root, rows, self.root / "staging" / name)
+
+    def emails(self) -> list[EmailMessage]:
+        return [BytesParser(policy=policy.default).parsebytes(p.read_bytes()) for p in sorted(self.mail_dir.glob("*.eml"))]
+
+    def start_night(self, day: date, *, conf: dict | None = None, env: dict[str, str] | None = None,
+                    log_name: str | None = None) -> tuple[subprocess.Popen, Path]:
+        log_path = self.root / "logs" / f"{log_name or day.isoformat()}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", "airflow", "dags", "test", DAG_ID, day.isoformat()]
+        if conf is not None:
+            args += ["--conf", json.dumps(conf)]
+        with log_path.open("w") as log:
+            # Its own session, so that a test can kill the night's whole process group (a worker dying).
+            process = subprocess.Popen(args, env=self.env | (env or {}), stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        return process, log_path
+
+    def run_night(self, day: date, **kwargs: Any) -> Night:
+        process, log_path = self.start_night(day, **kwargs)
+        try:
+            returncode = process.wait(timeout=NIGHT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            kill_group(process)
+            raise
+        tasks, results = read_night(Path(self.env["AIRFLOW_HOME"]) / "airflow.db", day)
+        return Night(returncode, tasks, results, log_path)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def wait_for(condition: Callable[[], bool], process: subprocess.Popen, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"the night ended (code {process.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            kill_group(process)
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def make_deployment(root: Path, airflow_home: Path, endpoint: str, bucket: str, smtp_port: int,
+                    **config_overrides: Any) -> Deployment:
+    settings = S3Settings(bucket=bucket, endpoint_url=endpoint, **CREDENTIALS)
+    config = {
+        "model_name": "scenes-test",
+        "workspace": str(root / "workspace"),
+        "s3": {"bucket": bucket, "endpoint_url": endpoint},
+        "train": {"overrides": TEST_TRAINING},
+        "discovery": {"tagger": "manifest", "num_shards": 2, "batch_size": 16},
+        "evaluation": {"version": "v1", "n_boot": 50},
+        "gates": str(GATES),
+        "report": {"recipients": ["ml-team@example.com"], "latency_runs": 3},
+        "airflow": {"retries": 2, "retry_delay_s": 1, "max_retry_delay_s": 4},
+    } | config_overrides
+    config_path = root / "nightly.yaml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    env = airflow_environment(airflow_home, config_path, endpoint, smtp_port)
+    return Deployment(root, settings, env, root / "mail", config)

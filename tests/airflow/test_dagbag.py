@@ -1,0 +1,96 @@
+"""The DAG folder imports with zero errors, GPU tasks carry pool, queue and GPU resources, the hooks map Airflow
+connections to the library's settings without leaking secrets, and a bad config is a clear import error.
+
+Airflow runs in a subprocess (its settings are read once, at import), configured like the demo's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mavias.demo import airflow_environment
+
+GPU_TASKS = {"tag_shard", "train_reference", "train_mavias"}
+SECRET = "s3cr3t-never-logged"
+
+PROBE = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+
+bag = DagBag(dag_folder=sys.argv[1])
+out = {"import_errors": {k: str(v) for k, v in bag.import_errors.items()}, "tasks": {}}
+dag = bag.dags.get("mavias_nightly")
+if dag is not None:
+    from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
+
+    out |= {"schedule": dag.timetable.summary, "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
+            "params": {k: dag.params[k] for k in dag.params}}
+    for task in dag.tasks:
+        pod = task.executor_config.get("pod_override")
+        limits = pod.spec.containers[0].resources.limits if pod is not None else None
+        out["tasks"][task.task_id] = {"pool": task.pool, "queue": task.queue, "gpu_limits": limits,
+                                      "mapped": task.is_mapped, "trigger_rule": str(task.trigger_rule)}
+    cfg = MaviasHook().get_conn()
+    smtp = smtp_settings_from_connection("smtp_default")
+    out["s3"] = {"endpoint_url": cfg.s3.endpoint_url, "secret": cfg.s3.secret_access_key.get_secret_value(),
+                 "repr": repr(cfg.s3) + str(cfg.model_dump())}
+    out["smtp"] = {"host": smtp.host, "port": smtp.port, "security": smtp.security, "from_addr": smtp.from_addr}
+print("PROBE " + json.dumps(out, default=str))
+"""
+
+
+def probe(tmp_path: Path, **env: str) -> dict:
+    config = tmp_path / "nightly.yaml"
+    config.write_text(yaml.safe_dump({"model_name": "m", "workspace": str(tmp_path / "ws"), "s3": {"bucket": "b"}}))
+    environment = airflow_environment(tmp_path / "home", config, "http://127.0.0.1:9000", 2525) | env
+    aws = json.loads(environment["AIRFLOW_CONN_AWS_DEFAULT"])
+    environment["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(aws | {"password": SECRET})
+    dags = environment["AIRFLOW__CORE__DAGS_FOLDER"]
+    done = subprocess.run([sys.executable, "-c", PROBE, dags], env=environment, capture_output=True, text=True,
+                          timeout=300)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("PROBE ")), None)
+    assert line, done.stdout[-3000:] + done.stderr[-3000:]
+    assert SECRET not in done.stdout.replace(line, "") + done.stderr
+    return json.loads(line.removeprefix("PROBE "))
+
+
+@pytest.fixture(scope="module")
+def dag_info(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return probe(tmp_path_factory.mktemp("dagbag"))
+
+
+def test_dag_folder_imports_without_errors(dag_info: dict) -> None:
+    assert dag_info["import_errors"] == {}
+    assert dag_info["schedule"] == "@daily" and dag_info["catchup"] is False and dag_info["max_active_runs"] == 1
+    assert dag_info["params"] == {"full_retrain": False, "skip_promotion": False, "force_partition": None}
+
+
+def test_gpu_tasks_carry_pool_queue_and_resources(dag_info: dict) -> None:
+    tasks = dag_info["tasks"]
+    for task_id in GPU_TASKS:
+        assert (tasks[task_id]["pool"], tasks[task_id]["queue"]) == ("gpu", "gpu"), task_id
+        if importlib.util.find_spec("kubernetes") is not None:
+            assert tasks[task_id]["gpu_limits"] == {"nvidia.com/gpu": "1"}, task_id
+    for task_id in tasks.keys() - GPU_TASKS:
+        assert tasks[task_id]["pool"] == "default_pool" and tasks[task_id]["gpu_limits"] is None, task_id
+    assert tasks["tag_shard"]["mapped"]
+    assert tasks["report"]["trigger_rule"] == "all_done"
+
+
+def test_hooks_map_connections_and_keep_secrets(dag_info: dict) -> None:
+    assert dag_info["s3"]["endpoint_url"] == "http://127.0.0.1:9000"  # from the connection's extra
+    assert dag_info["s3"]["secret"] == SECRET
+    assert SECRET not in dag_info["s3"]["repr"]
+    assert dag_info["smtp"] == {"host": "127.0.0.1", "port": 2525, "security": "none", "from_addr": "mavias@localhost"}
+
+
+def test_bad_config_is_a_clear_import_error(tmp_path: Path) -> None:
+    info = probe(tmp_path, MAVIAS_NIGHTLY__DISCOVERY__TAGGER="nope")
+    (error,) = info["import_errors"].values()
+    assert "invalid nightly config" in error and "discovery.tagger" in error

@@ -1,0 +1,42 @@
+import pandas as pd
+import pytest
+
+from mavias.judging.evaluate import Scores, evaluate_relevance, evaluation_table
+from mavias.relevance import RelevanceError
+
+
+def table(rows):
+    return pd.DataFrame([(c, t, r, "x") for c, t, r in rows], columns=["class", "tag", "relevant", "source"])
+
+
+TRUTH = table([("a", "t1", True), ("a", "t2", True), ("a", "t3", False), ("a", "t4", False),
+               ("b", "t1", True), ("b", "t5", False)])  # fmt: skip
+PREDICTED = table([("a", "t1", True), ("a", "t2", False), ("a", "t3", True), ("a", "t4", False),
+                   ("b", "t1", True), ("b", "t5", True), ("b", "extra", True)])  # fmt: skip
+
+
+def test_micro_and_per_class_scores_by_hand():
+    evaluation = evaluate_relevance(PREDICTED, TRUTH)
+    # pairs: TP a/t1 b/t1; FP a/t3 b/t5; FN a/t2; the extra predicted pair is not in the ground truth
+    assert evaluation.overall == Scores(true_positives=2, false_positives=2, false_negatives=1, pairs=6)
+    assert evaluation.overall.precision == pytest.approx(0.5)
+    assert evaluation.overall.recall == pytest.approx(2 / 3)
+    assert evaluation.overall.f1 == pytest.approx(4 / 7)
+    assert (evaluation.per_class["a"].precision, evaluation.per_class["a"].recall) == (0.5, 0.5)
+    assert (evaluation.per_class["b"].precision, evaluation.per_class["b"].recall) == (0.5, 1.0)
+    assert evaluation.per_class["b"].f1 == pytest.approx(2 / 3)
+
+
+def test_empty_ratios_are_zero():
+    assert Scores(0, 0, 0, 3).precision == Scores(0, 0, 0, 3).recall == Scores(0, 0, 0, 3).f1 == 0.0
+
+
+def test_a_ground_truth_pair_without_prediction_is_an_error():
+    with pytest.raises(RelevanceError, match="no prediction"):
+        evaluate_relevance(PREDICTED.iloc[1:], TRUTH)
+
+
+def test_table_lists_classes_then_the_micro_average():
+    rendered = evaluation_table(evaluate_relevance(PREDICTED, TRUTH), judge="j", dataset="d")
+    assert list(rendered.columns[0].cells) == ["a", "b", "all (micro)"]
+    assert list(rendered.columns[1].cells)[-1] == "50.0" and list(rendered.columns[2].cells)[-1] == "66.7"

@@ -1,0 +1,136 @@
+"""The nightly steps without Airflow: configuration, sensing and validation against a real S3 server (moto on
+loopback), the training decision, the accumulated data set, and two promotions racing."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from mavias.pipeline import nightly
+from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
+from mavias.pipeline.registry import ModelRegistry
+from mavias.pipeline.storage import S3Settings, get_json
+from tests.pipeline.s3server import (  # noqa: F401 - fixtures
+    moto_endpoint,
+    s3_client,
+    s3_settings,
+    seed_partition,
+    write_local_partition,
+)
+
+NIGHT = datetime(2025, 3, 1)
+
+
+def write_config(path: Path, **values: object) -> Path:
+    path.write_text(yaml.safe_dump({"model_name": "m", "workspace": "ws", "s3": {"bucket": "b"}} | values))
+    return path
+
+
+def test_config_resolves_paths_and_applies_environment_overrides(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "nightly.yaml", gates="gates.yaml")
+    environ = {
+        "MAVIAS_NIGHTLY__EVALUATION__VERSION": "v7",
+        "MAVIAS_NIGHTLY__REPORT__RECIPIENTS": "[a@example.com, b@example.com]",
+        "MAVIAS_NIGHTLY__TRAIN__OVERRIDES": "{epochs: 3}",
+        "MAVIAS_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+    }
+    cfg = load_nightly_config(path, environ)
+    assert cfg.workspace == tmp_path / "ws" and cfg.gates == tmp_path / "gates.yaml"
+    assert cfg.evaluation.version == "v7" and cfg.report.recipients == ["a@example.com", "b@example.com"]
+    assert cfg.train.resolve().epochs == 3
+    assert cfg.s3.endpoint_url == "http://127.0.0.1:9000"
+
+
+def test_invalid_config_names_the_field_and_never_echoes_a_secret(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "nightly.yaml", discovery={"num_shards": 0})
+    with pytest.raises(NightlyConfigError, match="discovery.num_shards") as err:
+        load_nightly_config(path, {"MAVIAS_S3_SECRET_ACCESS_KEY": "hunter2", "MAVIAS_S3_MAX_ATTEMPTS": "hunter2"})
+    assert "hunter2" not in str(err.value)
+    with pytest.raises(NightlyConfigError, match="does not exist"):
+        load_nightly_config(tmp_path / "missing.yaml", {})
+
+
+@pytest.mark.parametrize(
+    ("validated", "full_retrain", "expected"),
+    [
+        ({"failed": ["p2"], "valid": ["p1"], "partitions": ["p1"]}, False, (False, "failed validation")),
+        ({"failed": [], "valid": [], "partitions": []}, True, (False, "no partition")),
+        ({"failed": [], "valid": [], "partitions": ["p1"]}, False, (False, "no new partitions")),
+        ({"failed": [], "valid": [], "partitions": ["p1"]}, True, (True, "full retrain")),
+        ({"failed": [], "valid": ["p2"], "partitions": ["p1", "p2"]}, False, (True, "p2")),
+    ],
+)
+def test_training_decision(validated: dict, full_retrain: bool, expected: tuple[bool, str]) -> None:
+    go, why = nightly.training_decision(validated, full_retrain=full_retrain)
+    assert (go, expected[1] in why) == (expected[0], True)
+
+
+def _manifest(folder: Path, rows: list[tuple[str, str, str]]) -> Path:
+    folder.mkdir(parents=True)
+    frame = pd.DataFrame(rows, columns=["sample_id", "label", "split"]).assign(uri=lambda f: f["sample_id"] + ".png")
+    frame.to_parquet(folder / "manifest.parquet")
+    return folder / "manifest.parquet"
+
+
+def test_accumulated_manifest_unions_partitions_and_keeps_the_evaluation_set_out_of_training(tmp_path: Path) -> None:
+    first = _manifest(tmp_path / "p1", [("a", "car", "train"), ("b", "boat", "val"), ("e", "car", "train")])
+    second = _manifest(tmp_path / "p2", [("a", "car", "train"), ("c", "bird", "train"), ("x", "car", "test")])
+    evaluation = _manifest(tmp_path / "eval", [("e", "car", "test"), ("f", "bird", "test")])
+    frame = nightly.accumulated_manifest([first, second], evaluation).set_index("sample_id")
+    assert frame["split"].to_dict() == {"a": "train", "b": "val", "c": "train", "e": "test", "f": "test"}
+    assert frame.loc["c", "uri"] == str(tmp_path / "p2" / "c.png")
+
+
+def _config(settings: S3Settings, workspace: Path) -> NightlyConfig:
+    return NightlyConfig(model_name="m", s3=settings, workspace=workspace)
+
+
+def test_sense_and_validate_quarantine_a_bad_partition_and_pass_a_good_one(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001 - boto3 client
+) -> None:
+    seed_partition(s3_client, s3_settings.model_copy(update={"incoming_prefix": "evaluation/"}), "v1",
+                   ["car", "boat", "bird"])
+    seed_partition(s3_client, s3_settings, "good", ["car", "boat", "bird", "car"])
+    seed_partition(s3_client, s3_settings, "bad", ["car", "zebra"])
+    cfg = _config(s3_settings, tmp_path)
+    sensed = nightly.sense(cfg, NIGHT)
+    assert sensed["new"] == ["bad", "good"] and sensed["night"] == "20250301T000000"
+    validated = nightly.pull_and_validate(cfg, sensed)
+    assert (validated["valid"], validated["failed"], validated["classes"]) == (["good"], ["bad"], ["bird", "boat", "car"])
+    record, _ = get_json(s3_client, s3_settings, "quarantine/bad/validation.json")
+    assert "labels_known_classes" in record["failed"]
+    assert nightly.sense(cfg, NIGHT)["new"] == ["good"]  # quarantined partitions are not sensed again
+    assert nightly.sense(cfg, NIGHT, force_partition="bad")["new"] == ["bad", "good"]
+    with pytest.raises(ValueError, match="no manifest"):
+        nightly.sense(cfg, NIGHT, force_partition="nowhere")
+
+
+def test_two_racing_promotions_exactly_one_wins(s3_client, s3_settings: S3Settings, tmp_path: Path) -> None:  # noqa: ANN001
+    registry = ModelRegistry(s3_client, s3_settings, "m")
+    for version in ("night-a", "night-b"):
+        write_local_partition(tmp_path / version, ["car"])
+        registry.publish_version(tmp_path / version, version)
+    cfg = _config(s3_settings, tmp_path)
+    evaluated = {"production_etag": None, "production_version": None}  # both evaluated against "no production"
+    results: list[dict] = []
+    barrier = threading.Barrier(2)
+
+    def promote(version: str) -> None:
+        barrier.wait()
+        results.append(nightly.promote(cfg, {"version": version, "uri": registry.version_uri(version)}, evaluated))
+
+    threads = [threading.Thread(target=promote, args=(v,)) for v in ("night-a", "night-b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [r["version"] for r in results if r["promoted"]]
+    assert len(winners) == 1
+    assert [r.version for r in registry.history()] == winners
+    (loser,) = [r for r in results if not r["promoted"]]
+    assert "concurrent" in loser["reason"]
