@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -28,9 +29,10 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pandas as pd
+import typer
 import yaml
 from pydantic import SecretStr
 from rich.console import Console
@@ -38,14 +40,18 @@ from rich.table import Table
 
 import mavias
 from mavias.benchmarks import SyntheticScenesConfig, make_synthetic_scenes
-from mavias.pipeline.storage import S3Settings, download_file, make_s3_client, upload_dir, upload_file
+from mavias.pipeline.registry import ModelRegistry
+from mavias.pipeline.storage import S3Settings, download_file, list_objects, make_s3_client, upload_dir, upload_file
 
 DAG_ID = "mavias_nightly"
 REPO_ROOT = Path(mavias.__file__).resolve().parent.parent
+DAGS_FOLDER, PLUGINS_FOLDER = REPO_ROOT / "dags", REPO_ROOT / "plugins"
 BUCKET = "mavias-demo"
 MODEL_NAME = "mavias-scenes"
 CREDENTIALS = {"access_key_id": "demo", "secret_access_key": "demo-secret"}  # moto accepts any; nothing real
 RECIPIENTS = ["ml-team@example.com"]
+DEMO_GATES = Path(__file__).with_name("demo_gates.yaml")
+DEMO_BIAS = 0.8  # P(background / co-object aligned with the class): biased, yet learnable in a minute on a CPU
 FIRST_NIGHT = date(2025, 1, 1)
 DEMO_TRAINING = {  # small and fast on two CPU cores; accuracy is the synthetic task's, not the paper's
     "image_size": 32,
@@ -54,6 +60,7 @@ DEMO_TRAINING = {  # small and fast on two CPU cores; accuracy is the synthetic 
     "backbone.width": 16,
     "optim.name": "adam",
     "optim.lr": 0.003,
+    "selection": "val_acc",
     "device": "auto",
 }
 
@@ -160,7 +167,10 @@ def upload_manifest_folder(client: Any, settings: S3Settings, prefix: str, root:
         target = staging / uri
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            os.link(root / uri, target)
+            try:
+                os.link(root / uri, target)
+            except OSError:  # another file system
+                shutil.copyfile(root / uri, target)
     upload_dir(client, settings, staging, prefix)
     manifest = staging.parent / f"{staging.name}-manifest.parquet"
     rows.to_parquet(manifest, index=False)
@@ -177,17 +187,16 @@ def python_path() -> str:
 
 def airflow_environment(home: Path, config_path: Path, s3_endpoint: str, smtp_port: int) -> dict[str, str]:
     """Environment of the ``airflow`` subprocesses: local metadata DB, this repo's DAG and plugins, connections."""
-    for folder in ("dags", "plugins"):
-        if not (REPO_ROOT / folder / ("mavias_nightly.py" if folder == "dags" else "mavias_airflow")).exists():
-            raise FileNotFoundError(f"{REPO_ROOT / folder} not found: run the demo from a mavias checkout")
+    if not (DAGS_FOLDER / "mavias_nightly.py").exists() or not (PLUGINS_FOLDER / "mavias_airflow").exists():
+        raise FileNotFoundError(f"{DAGS_FOLDER} or {PLUGINS_FOLDER} not found: run the demo from a mavias checkout")
     aws = {"conn_type": "aws", "login": CREDENTIALS["access_key_id"], "password": CREDENTIALS["secret_access_key"],
            "extra": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}
     smtp = {"conn_type": "smtp", "host": "127.0.0.1", "port": smtp_port,
             "extra": {"from_email": "mavias@localhost", "disable_ssl": True, "disable_tls": True}}
     return os.environ | {
         "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PLUGINS_FOLDER),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
@@ -234,15 +243,12 @@ class NightRun:
     results: dict[str, Any]  # task id -> its return value (XCom)
 
 
-def _run_id_where(logical_date: date) -> tuple[str, tuple[str, str]]:
-    return "dag_id = ? AND logical_date LIKE ?", (DAG_ID, f"{logical_date.isoformat()}%")
-
-
 def read_night(db_path: Path, logical_date: date) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Task durations and return values of the DAG run of ``logical_date`` from Airflow's metadata DB."""
-    where, args = _run_id_where(logical_date)
     with sqlite3.connect(db_path) as db:
-        (run_id,) = db.execute(f"SELECT run_id FROM dag_run WHERE {where}", args).fetchone()  # noqa: S608 - constant
+        (run_id,) = db.execute(
+            "SELECT run_id FROM dag_run WHERE dag_id = ? AND logical_date LIKE ?", (DAG_ID, f"{logical_date}%")
+        ).fetchone()
         tasks = pd.read_sql_query(
             "SELECT task_id, map_index, state, try_number, duration AS duration_s FROM task_instance "
             "WHERE dag_id = ? AND run_id = ? ORDER BY start_date", db, params=(DAG_ID, run_id),
@@ -298,22 +304,23 @@ def demo_config(workdir: Path, s3_endpoint: str, *, epochs: int) -> dict[str, An
         "train": {"overrides": DEMO_TRAINING | {"epochs": epochs}},
         "discovery": {"tagger": "manifest", "judge": "offline", "encoder": "sentence", "num_shards": 2},
         "evaluation": {"version": "v1", "n_boot": 200},
+        "gates": str(DEMO_GATES),
         "report": {"recipients": RECIPIENTS, "latency_runs": 10},
         "airflow": {"schedule": "@daily", "retries": 1, "retry_delay_s": 2, "max_retry_delay_s": 10},
     }
 
 
 def _registry_state(settings: S3Settings, workdir: Path) -> tuple[str | None, str | None, Path | None, list[dict]]:
-    from mavias.pipeline.registry import ModelRegistry
-
+    """Production, its ONNX URI, a local copy of the models folder (the S3 server stops with the demo), history."""
     client = make_s3_client(settings)
     registry = ModelRegistry(client, settings, MODEL_NAME)
+    for obj in list_objects(client, settings, registry.prefix):
+        download_file(client, settings, obj.key, workdir / "bucket" / obj.key)
     production = registry.production()
     history = [r.model_dump(mode="json") for r in registry.history()]
     if production is None:
         return None, None, None, history
-    local = workdir / "promoted" / production.version / "model.onnx"
-    download_file(client, settings, f"{registry.prefix}{production.version}/model.onnx", local)
+    local = workdir / "bucket" / registry.prefix / production.version / "model.onnx"
     return production.version, f"{registry.version_uri(production.version)}model.onnx", local, history
 
 
@@ -336,7 +343,8 @@ def run_demo(
         return _timed(console, name, timings)
 
     with step("generate synthetic-scenes"):
-        data = make_demo_data(workdir / "data", n_train=n_train, n_val=n_val, n_test_per_cell=n_test_per_cell)
+        data = make_demo_data(workdir / "data", n_train=n_train, n_val=n_val, n_test_per_cell=n_test_per_cell,
+                              bg_align=DEMO_BIAS, coobj_align=DEMO_BIAS)
     _fresh(workdir)
     with ExitStack() as servers:
         endpoint = servers.enter_context(moto_server(workdir / "logs" / "moto_server.log"))
@@ -366,9 +374,7 @@ def run_demo(
 
 def _fresh(workdir: Path) -> None:
     """Forget a previous demo's pipeline state (the generated data is kept)."""
-    import shutil
-
-    for name in ("airflow", "workspace", "mail", "staging", "promoted", "logs"):
+    for name in ("airflow", "workspace", "mail", "staging", "bucket", "logs"):
         shutil.rmtree(workdir / name, ignore_errors=True)
 
 
@@ -443,5 +449,21 @@ def print_summary(result: DemoResult, console: Console | None = None) -> None:
         console.print(f"  #{record['seq']} {record['action']} {record['version']} (from {record['previous_version']})")
     console.print(f"  promoted ONNX model: {result.onnx_uri or '(none)'}")
     console.print(f"  local copy: {result.onnx_local or '(none)'}")
-    console.print(f"  roll back: mavias registry rollback --name {MODEL_NAME} (with MAVIAS_S3_* of a running server)")
+    console.print(f"  the bucket's models/ folder (the local S3 server has stopped): {result.workdir / 'bucket'}")
     console.print(f"\ndemo wall time: {result.wall_s / 60:.1f} min (work folder {result.workdir})")
+
+
+def demo_command(
+    workdir: Annotated[Path, typer.Option("--workdir", help="work folder (data, S3 and SMTP logs, Airflow home)")] = Path(
+        "runs/demo"
+    ),
+    n_train: Annotated[int, typer.Option(help="synthetic-scenes training images, split over the two nights")] = 2400,
+    n_val: Annotated[int, typer.Option(help="validation images, split over the two nights")] = 600,
+    n_test_per_cell: Annotated[int, typer.Option(help="evaluation images per (class, background, co-object)")] = 10,
+    epochs: Annotated[int, typer.Option(help="training epochs of both models, each night")] = DEMO_TRAINING["epochs"],
+) -> None:
+    """Two nights of the nightly DAG on this machine, offline: local S3 and SMTP servers, `airflow dags test`."""
+    console = Console()
+    result = run_demo(workdir, n_train=n_train, n_val=n_val, n_test_per_cell=n_test_per_cell, epochs=epochs,
+                      console=console)
+    print_summary(result, console)

@@ -80,7 +80,7 @@ class SyntheticScenesConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     n_train: int = Field(4000, ge=1)
-    n_val: int = Field(600, ge=1)
+    n_val: int = Field(1200, ge=1)
     n_test_per_cell: int = Field(40, ge=1, description="test images per (class, background, co-object) cell")
     image_size: int = Field(64, ge=32, le=512)
     classes: tuple[str, ...] = Field(("car", "bird", "boat"), description=f"K >= 3 of {sorted(SCENE_CLASSES)}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import binomtest
 
 from mavias.evaluate.metrics import (
     GROUP_SEPARATOR,
@@ -28,7 +29,10 @@ from mavias.evaluate.metrics import (
 )
 from mavias.utils.atomic import atomic_path, write_json
 
-BIASED_TAG_COLUMNS = ["class", "tag", "support", "tag_accuracy", "class_accuracy", "lift", "rank", "in_top_k"]
+BIASED_TAG_COLUMNS = [
+    "class", "tag", "support", "tag_accuracy", "class_accuracy", "lift", "p_value", "rank", "in_top_k"
+]
+MAX_P_VALUE = None  # the paper's rule; 0.05 adds the significance filter (see find_biased_tags)
 BIASED, UNBIASED = "biased", "unbiased"
 _TRUE, _FALSE = {"1", "true"}, {"0", "false"}
 _URBANCARS_GROUP = ["label", "bg_aligned", "co_aligned"]
@@ -66,13 +70,16 @@ def find_biased_tags(
     *,
     min_support: int = MIN_SUPPORT,
     top_k: int = 10,
+    max_p_value: float | None = MAX_P_VALUE,
 ) -> pd.DataFrame:
     """B' per class from a vanilla (ERM) model's VALIDATION predictions (paper §Evaluation Protocol, open-set).
 
     A tag is biased for class c when at least ``min_support`` validation samples of c carry it among their
-    irrelevant tags and the model is more accurate on them than on class c overall (lift > 0). Rows are sorted by
-    class order, then lift desc, support desc, tag; ``rank`` counts from 1 within a class and ``in_top_k`` marks
-    rank <= top_k. Every biased tag is kept.
+    irrelevant tags and the model is more accurate on them than on class c overall (lift > 0). With ``max_p_value``
+    (off by default: the paper's rule) the lift must also be significant, by a one-sided binomial test of the tag's
+    correct count against the class accuracy: at 95% class accuracy 26/26 correct is chance (p = 0.26), and such
+    tags shrink the "unbiased" group; with few bias-conflicting validation samples it can leave B' empty. Rows are sorted by class order, then lift desc, support desc, tag;
+    ``rank`` counts from 1 within a class and ``in_top_k`` marks rank <= top_k. Every biased tag is kept.
     """
     labels = _class_labels(val_pred, class_names)
     samples = pd.DataFrame({"label": labels, "correct": correctness(val_pred).to_numpy()}, index=val_pred.index)
@@ -85,7 +92,14 @@ def find_biased_tags(
     stats["tag_accuracy"] = stats["tag_correct"] / stats["support"]
     stats["class_accuracy"] = stats["class_correct"] / stats["class_n"]
     stats["lift"] = stats["tag_accuracy"] - stats["class_accuracy"]
-    biased = stats[(stats["lift"] > 0) & (stats["support"] >= min_support)].sort_values(
+    stats["p_value"] = [
+        binomtest(int(k), int(n), p, alternative="greater").pvalue if p < 1 else 1.0
+        for k, n, p in zip(stats["tag_correct"], stats["support"], stats["class_accuracy"])
+    ]
+    keep = (stats["lift"] > 0) & (stats["support"] >= min_support)
+    if max_p_value is not None:
+        keep &= stats["p_value"] <= max_p_value
+    biased = stats[keep].sort_values(
         ["label", "lift", "support", "tag"], ascending=[True, False, False, True]
     )
     biased["class"] = [class_names[label] for label in biased["label"]]
@@ -226,6 +240,7 @@ def openset_evaluation(
     tag_min_support: int = MIN_SUPPORT,
     top_k: int = 10,
     min_support: int = MIN_SUPPORT,
+    max_p_value: float | None = MAX_P_VALUE,
     n_boot: int = 1000,
     seed: int = 0,
 ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
@@ -237,7 +252,9 @@ def openset_evaluation(
     shared = set(val_pred["sample_id"]) & set(test_pred["sample_id"])
     if shared:
         raise ValueError(f"{len(shared)} sample(s) are in both the validation and the test predictions")
-    biased = find_biased_tags(val_pred, val_irrelevant_tags, class_names, min_support=tag_min_support, top_k=top_k)
+    biased = find_biased_tags(
+        val_pred, val_irrelevant_tags, class_names, min_support=tag_min_support, top_k=top_k, max_p_value=max_p_value
+    )
     groups = openset_groups(test_pred, test_irrelevant_tags, biased, class_names)
     metrics, table = evaluation_report(test_pred, groups, min_support=min_support, n_boot=n_boot, seed=seed)
     metrics.update(protocol="open-set", tag_min_support=tag_min_support, n_biased_tags=len(biased))

@@ -50,5 +50,17 @@ def batches(tags: list[str], size: int = BATCH_SIZE) -> Iterator[list[str]]:
         yield tags[start : start + size]
 
 
-class JudgeConfigError(RuntimeError):
+class JudgeError(RuntimeError):
+    """A judge could not decide; nothing of the failed batch was cached."""
+
+
+class JudgeConfigError(JudgeError):
     """A judge that cannot work as configured (bad credentials, unknown model, missing data); retrying will not help."""
+
+
+class JudgeUnavailableError(JudgeError):
+    """The endpoint kept failing (429, 5xx, timeouts) through every retry."""
+
+
+class JudgeResponseError(JudgeError):
+    """The model's answers could not be read as a list of tags, even after retries."""

@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS decisions (
     PRIMARY KEY (judge_id, prompt_version, class, tag)
 )
 """
+INSERT = "INSERT OR REPLACE INTO decisions (judge_id, prompt_version, class, tag, relevant) VALUES (?, ?, ?, ?, ?)"
 LOOKUP_CHUNK = 500  # stays far below SQLite's limit on query parameters
 
 
@@ -58,10 +59,7 @@ class DecisionCache:
     def store(self, judge: RelevanceJudge, class_name: str, decisions: Mapping[str, bool]) -> None:
         rows = [(judge.judge_id, judge.prompt_version, class_name, tag, int(v)) for tag, v in decisions.items()]
         with self._db:  # one transaction: a batch is stored whole or not at all
-            self._db.executemany(
-                "INSERT OR REPLACE INTO decisions (judge_id, prompt_version, class, tag, relevant) VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
+            self._db.executemany(INSERT, rows)
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM decisions").fetchone()[0]

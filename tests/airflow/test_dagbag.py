@@ -29,13 +29,13 @@ dag = bag.dags.get("mavias_nightly")
 if dag is not None:
     from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
 
-    out |= {"schedule": dag.timetable.summary, "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
+    out |= {"schedule": str(dag.schedule), "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
             "params": {k: dag.params[k] for k in dag.params}}
     for task in dag.tasks:
         pod = task.executor_config.get("pod_override")
         limits = pod.spec.containers[0].resources.limits if pod is not None else None
         out["tasks"][task.task_id] = {"pool": task.pool, "queue": task.queue, "gpu_limits": limits,
-                                      "mapped": task.is_mapped, "trigger_rule": str(task.trigger_rule)}
+                                      "mapped": task.is_mapped, "trigger_rule": task.trigger_rule.value}
     cfg = MaviasHook().get_conn()
     smtp = smtp_settings_from_connection("smtp_default")
     out["s3"] = {"endpoint_url": cfg.s3.endpoint_url, "secret": cfg.s3.secret_access_key.get_secret_value(),

@@ -41,7 +41,7 @@ def val_tags(val_pred):
 
 
 def test_find_biased_tags_selects_by_lift_and_support(val_pred, val_tags):
-    biased = find_biased_tags(val_pred, val_tags, CLASSES, min_support=20, top_k=1)
+    biased = find_biased_tags(val_pred, val_tags, CLASSES, min_support=20, top_k=1, max_p_value=None)
     expected = pd.DataFrame(
         {
             "class": ["cat", "cat", "dog"],
@@ -50,15 +50,25 @@ def test_find_biased_tags_selects_by_lift_and_support(val_pred, val_tags):
             "tag_accuracy": [0.95, 0.8, 0.75],
             "class_accuracy": [0.75, 0.75, 0.5],
             "lift": [0.2, 0.05, 0.25],
+            "p_value": [0.0243, 0.3783, 0.0207],
             "rank": [1, 2, 1],
             "in_top_k": [True, False, True],
         }
     )
-    pd.testing.assert_frame_equal(biased, expected, check_dtype=False)
+    pd.testing.assert_frame_equal(biased, expected, check_dtype=False, atol=5e-4)
+
+
+def test_significance_filter_drops_chance_lifts(val_pred, val_tags):
+    # grass: 20/25 correct against class accuracy 0.75 is chance (one-sided binomial p ~ 0.38);
+    # sofa 19/20 against 0.75 (p ~ 0.024) and leash 15/20 against 0.5 (p ~ 0.021) are not.
+    biased = find_biased_tags(val_pred, val_tags, CLASSES, min_support=20, max_p_value=0.05)
+    assert biased["tag"].tolist() == ["sofa", "leash"]
+    assert biased["p_value"].tolist() == pytest.approx([0.0243, 0.0207], abs=5e-4)
+    assert find_biased_tags(val_pred, val_tags, CLASSES, min_support=20, max_p_value=0.01).empty
 
 
 def test_min_support_lets_rare_tags_in(val_pred, val_tags):
-    biased = find_biased_tags(val_pred, val_tags, CLASSES, min_support=5)
+    biased = find_biased_tags(val_pred, val_tags, CLASSES, min_support=5, max_p_value=None)
     assert biased.loc[biased["class"] == "cat", "tag"].tolist() == ["rare", "sofa", "grass"]
 
 
@@ -66,14 +76,14 @@ def test_biased_tag_ties_break_by_support_then_tag(predictions):
     pred = predictions((8, 4, {"label": 0}))  # class accuracy 0.5
     tags = pd.Series([["b", "a", "c"], ["b", "a", "c"], ["c"], ["c"], [], ["a", "b"], ["c"], ["c"]])
     # a, b: 2/3 correct (lift 1/6, support 3); c: 4/6 (lift 1/6, support 6)
-    assert find_biased_tags(pred, tags, ["only"], min_support=2)["tag"].tolist() == ["c", "a", "b"]
+    assert find_biased_tags(pred, tags, ["only"], min_support=2, max_p_value=None)["tag"].tolist() == ["c", "a", "b"]
 
 
 def test_find_biased_tags_with_no_biased_tag_is_empty(val_pred):
     tags = pd.Series([[]] * len(val_pred), index=val_pred.index)
-    biased = find_biased_tags(val_pred, tags, CLASSES)
+    biased = find_biased_tags(val_pred, tags, CLASSES, max_p_value=None)
     assert biased.empty
-    columns = ["class", "tag", "support", "tag_accuracy", "class_accuracy", "lift", "rank", "in_top_k"]
+    columns = ["class", "tag", "support", "tag_accuracy", "class_accuracy", "lift", "p_value", "rank", "in_top_k"]
     assert list(biased.columns) == columns
 
 
@@ -81,13 +91,13 @@ def test_find_biased_tags_validates_inputs(val_pred, val_tags):
     with pytest.raises(ValueError, match="index"):
         find_biased_tags(val_pred, val_tags.reset_index(drop=True).iloc[::-1], CLASSES)
     with pytest.raises(ValueError, match="class names"):
-        find_biased_tags(val_pred, val_tags, ["cat"])
+        find_biased_tags(val_pred, val_tags, ["cat"], max_p_value=None)
     with pytest.raises(TypeError, match="string"):
         find_biased_tags(val_pred, val_tags.map(" ".join), CLASSES)
 
 
 def test_openset_groups_use_the_class_own_biased_tags(val_pred, val_tags, predictions):
-    biased = find_biased_tags(val_pred, val_tags, CLASSES)
+    biased = find_biased_tags(val_pred, val_tags, CLASSES, max_p_value=None)
     test = predictions((4, 4, {"label": 0}), (2, 2, {"label": 1}))
     tags = pd.Series([["sofa", "x"], ["rare"], ["leash"], [], ["leash", "x"], None])
     expected = ["cat|biased", "cat|unbiased", "cat|unbiased", "cat|unbiased", "dog|biased", "dog|unbiased"]
@@ -184,7 +194,7 @@ def test_openset_evaluation_end_to_end(tmp_path, val_pred, val_tags, predictions
     test = predictions((20, 18, {"label": 0}), (20, 10, {"label": 0}), (25, 20, {"label": 1}))
     test["sample_id"] = "t" + test["sample_id"]
     tags = pd.Series([["sofa"]] * 20 + [[]] * 20 + [["leash"]] * 25, index=test.index)
-    metrics, groups, biased = openset_evaluation(val_pred, val_tags, test, tags, CLASSES, n_boot=50)
+    metrics, groups, biased = openset_evaluation(val_pred, val_tags, test, tags, CLASSES, n_boot=50, max_p_value=None)
     assert groups["group"].tolist() == ["cat|biased", "cat|unbiased", "dog|biased"]
     assert groups["accuracy"].tolist() == pytest.approx([0.9, 0.5, 0.8])
     assert (metrics["worst_group"], metrics["n_biased_tags"], metrics["protocol"]) == ("cat|unbiased", 3, "open-set")
@@ -193,4 +203,4 @@ def test_openset_evaluation_end_to_end(tmp_path, val_pred, val_tags, predictions
     assert pd.read_csv(tmp_path / "biased_tags.csv")["tag"].tolist() == ["sofa", "grass", "leash"]
 
     with pytest.raises(ValueError, match="both the validation and the test"):
-        openset_evaluation(val_pred, val_tags, val_pred, val_tags, CLASSES)
+        openset_evaluation(val_pred, val_tags, val_pred, val_tags, CLASSES, max_p_value=None)

@@ -1,4 +1,4 @@
-"""A real local HTTP server that speaks the OpenAI chat API and misbehaves on purpose, one scripted reply per request."""
+"""A real local HTTP server speaking the OpenAI chat API that misbehaves on purpose, one scripted reply per request."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def test_decide_judges_sorted_unique_tags_in_batches():
     table = decide(judge, "bird", TAGS + ["wing", " sky "], batch_size=2)
     assert judge.calls == [("bird", ["beak", "forest"]), ("bird", ["sky", "tail"]), ("bird", ["wing"])]
     assert list(table.columns) == RELEVANCE_COLUMNS
-    assert dict(zip(table["tag"], table["relevant"])) == {
+    assert dict(zip(table["tag"], table["relevant"], strict=True)) == {
         "beak": True, "forest": False, "sky": False, "tail": True, "wing": True
     }  # fmt: skip
     assert set(table["source"]) == {"recording"}

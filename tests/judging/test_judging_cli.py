@@ -1,4 +1,5 @@
 import pandas as pd
+from judge_fake_server import error
 from typer.testing import CliRunner
 
 from mavias.judging.cli import app
@@ -62,3 +63,13 @@ def test_eval_prints_precision_and_recall(tmp_path):
 def test_eval_runs_a_judge_on_the_built_in_benchmark(fake_llm, tmp_path):
     result = invoke("eval", "--benchmark", "synthetic-scenes", *llm_options(fake_llm, tmp_path))
     assert "synthetic-scenes" in result.output and "all (micro)" in result.output
+
+
+def test_a_judge_that_cannot_work_ends_the_command_with_its_reason(fake_llm, tmp_path):
+    fake_llm.default = lambda request: error(401, "invalid key")
+    (tmp_path / "vocab.txt").write_text("wheel\n")
+    args = ["run", "--classes", "car", "--vocabulary", tmp_path / "vocab.txt", "--out", tmp_path / "r.parquet"]
+    result = runner.invoke(app, [str(a) for a in args + llm_options(fake_llm, tmp_path)])
+    assert result.exit_code == 1
+    assert "judge error" in result.output and "refused the credentials" in result.output
+    assert not (tmp_path / "r.parquet").exists()

@@ -6,9 +6,9 @@ import time
 import pytest
 from judge_fake_server import FakeLLM, batch_tags, completion, delayed, error, relevant_by
 
-from mavias.judging.base import JudgeConfigError
+from mavias.judging.base import JudgeConfigError, JudgeResponseError, JudgeUnavailableError
 from mavias.judging.cache import DecisionCache, decide
-from mavias.judging.llm import JudgeResponseError, JudgeUnavailableError, LLMJudge, parse_relevant_tags
+from mavias.judging.llm import LLMJudge, parse_relevant_tags
 
 TAGS = ["beak", "sky", "water", "wing"]
 

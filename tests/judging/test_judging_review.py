@@ -21,7 +21,9 @@ def test_export_then_load_round_trips_the_decisions(tmp_path):
 
 def test_apply_review_overrides_matching_tags_case_insensitively(tmp_path):
     (tmp_path / "review.yaml").write_text("version: 1\ndecisions:\n  bird:\n    relevant: [Sky]\n")
-    decisions = table([("bird", "sky", False, "offline"), ("bird", "tree", False, "offline"), ("car", "sky", False, "o")])
+    decisions = table(
+        [("bird", "sky", False, "offline"), ("bird", "tree", False, "offline"), ("car", "sky", False, "o")]
+    )
     result = apply_review(decisions, load_review(tmp_path / "review.yaml"))
     assert result.values.tolist() == [
         ["bird", "sky", True, "review"], ["bird", "tree", False, "offline"], ["car", "sky", False, "o"]

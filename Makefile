@@ -1,0 +1,29 @@
+# The two entry points of the README: `make demo` (the demo night, offline) and `make test`.
+# Both build .venv from scratch when it is missing and install the one system package the offline judge needs.
+VENV ?= .venv
+PYTHON ?= python3
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test system-deps
+
+demo: system-deps $(VENV)/.installed-all
+	$(VENV)/bin/mavias demo
+
+test: system-deps $(VENV)/.installed-test
+	$(VENV)/bin/python -m pytest -q
+
+# WordNet 3.0 for the offline relevance judge (no PyPI package ships its data).
+system-deps:
+	@[ -f /usr/share/wordnet/data.noun ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q wordnet-base; }
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+
+$(VENV)/.installed-all: pyproject.toml $(VENV)/bin/python
+	$(VENV)/bin/pip install -q -e '.[all]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/bin/python
+	$(VENV)/bin/pip install -q -e '.[all,test]'
+	touch $@
