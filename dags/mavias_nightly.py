@@ -22,9 +22,8 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, time, timedelta
 from types import ModuleType
-from typing import Any
 
-from airflow.sdk import Asset, AssetAlias, Param, TriggerRule, dag, get_current_context, task
+from airflow.sdk import Asset, AssetAlias, Context, Param, TriggerRule, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
 from mavias_airflow.operators import QualityGateOperator
@@ -41,7 +40,7 @@ PRODUCTION_MODEL = Asset(
     name=f"mavias/{CONFIG.model_name}/production",
     uri=f"s3://{CONFIG.s3.bucket}/{CONFIG.s3.models_prefix}{CONFIG.model_name}/production.json",
 )
-# report() argument -> the task whose result it is
+# result name (as nightly.report() reads it) -> the task returning it
 RESULT_TASKS = {
     "sensed": "sense", "validated": "pull_and_validate", "planned": "plan_tagging", "discovered": "discover",
     "dataset": "prepare_dataset", "reference": "train_reference", "candidate": "train_mavias",
@@ -61,12 +60,12 @@ def _config() -> NightlyConfig:
     return MaviasHook().get_conn()
 
 
-def _night_time(context: Any) -> datetime:
+def _night_time(context: Context) -> datetime:
     """The logical date names the night; a manual run without one is named after when it was triggered."""
     return context["logical_date"] or context["dag_run"].run_after
 
 
-def _task_states(context: Any) -> dict[str, str]:
+def _task_states(context: Context) -> dict[str, str]:
     run_id = context["run_id"]
     return context["ti"].get_task_states(dag_id=context["dag"].dag_id, run_ids=[run_id])[run_id]
 

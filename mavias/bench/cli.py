@@ -47,6 +47,7 @@ def core(
     report = run_core_bench(work, seeds=seeds, json_path=json_out)
     print_core_table("synthetic-scenes (test, %)", report["synthetic_scenes"]["summary"], SCENES_COLUMNS)
     print_core_table("two-moons-3d (test, %)", report["two_moons_3d"]["summary"], MOONS_COLUMNS)
+    console.print({"floors (synthetic-scenes)": report["floors"]})
     console.print(f"two-moons figure: {report['two_moons_3d']['figure']}; wall time {report['wall_seconds']:.0f} s")
 
 

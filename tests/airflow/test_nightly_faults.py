@@ -1,7 +1,7 @@
-"""Faults in one night: a partition with an unknown class and an empty partition fail validation, so they are
+"""Faults. In one night a partition with an unknown class and an empty partition fail validation, so they are
 quarantined, nothing is trained and the report says why; meanwhile the S3 endpoint (a proxy in front of
 moto_server) answers 503 SlowDown to a burst of requests, longer than botocore's own retries: the task fails once
-and its Airflow retry succeeds."""
+and its Airflow retry succeeds. The next night a task fails for good: the report is still sent, the run fails."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.pipeline.s3server import FaultInjectingProxy
 
 pytestmark = pytest.mark.slow
 
-NIGHT = date(2025, 2, 1)
+NIGHT, BROKEN_NIGHT = date(2025, 2, 1), date(2025, 2, 2)
 GET_FAILURES, PUT_FAILURES = 6, 2  # botocore makes 5 attempts per request (S3Settings.max_attempts)
 
 
@@ -45,6 +45,12 @@ def faulty(tmp_path_factory: pytest.TempPathFactory, airflow_home: Path, moto_en
             yield FaultyNight(d, d.run_night(NIGHT), proxy.failures_served)
     finally:
         proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def broken(faulty: FaultyNight) -> Night:
+    """A night whose evaluation set does not exist: pull_and_validate fails on every try."""
+    return faulty.deployment.run_night(BROKEN_NIGHT, env={"MAVIAS_NIGHTLY__EVALUATION__VERSION": "missing"})
 
 
 def test_night_completes_despite_transient_s3_errors(faulty: FaultyNight) -> None:
@@ -72,8 +78,17 @@ def test_nothing_is_trained(faulty: FaultyNight) -> None:
 
 
 def test_report_says_why(faulty: FaultyNight) -> None:
-    (email,) = faulty.deployment.emails()
+    email = faulty.deployment.emails()[0]
     assert "NOT promoted" in email["Subject"]
     html = email.get_body(("html",)).get_content()
     for expected in ("unknown-class", "labels_known_classes", "zebra", "empty", "non_empty", "nothing was trained"):
         assert expected in html, expected
+
+
+def test_a_failed_task_still_sends_the_report_and_fails_the_run(faulty: FaultyNight, broken: Night) -> None:
+    assert broken.returncode != 0
+    assert broken.state("pull_and_validate") == "failed"
+    assert broken.tasks.loc[broken.tasks["task_id"] == "pull_and_validate", "try_number"].item() == 3  # 2 retries
+    assert broken.state("report") == "success" and broken.state("finish") == "failed"
+    html = faulty.deployment.emails()[-1].get_body(("html",)).get_content()
+    assert "could not be pulled or validated" in html
