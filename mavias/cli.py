@@ -6,6 +6,7 @@ import typer
 
 from mavias.bench.cli import app as bench_app
 from mavias.benchmarks.cli import app as data_app
+from mavias.demo import demo_command
 from mavias.discover.cli import app as discover_app
 from mavias.encode.cli import app as encode_app
 from mavias.judging.cli import app as judge_app
@@ -25,6 +26,7 @@ app.add_typer(registry_app, name="registry")
 app.add_typer(bench_app, name="bench")
 app.command()(train)
 app.command()(evaluate)
+app.command("demo")(demo_command)
 
 if __name__ == "__main__":
     app()

@@ -9,7 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mavias.bench.pipeline import pipeline_command
+
 app = typer.Typer(help="Benchmarks (speed and quality), recorded in BENCHMARKS.md.", no_args_is_help=True)
+app.command("pipeline")(pipeline_command)
 console = Console()
 
 

@@ -169,14 +169,18 @@ class Trainer:
         self.epoch, self.history, self.best = state["epoch"], state["history"], state["best"]
         torch.set_rng_state(state["torch_rng"])
 
-    def _save_best(self, criterion: str, score: float) -> None:
+    def _best_key(self, criterion: str) -> tuple[float, float]:
+        best = self.best.get(criterion)
+        return (-1.0, -1.0) if best is None else _selection_key(best["score"], best["val_acc"])
+
+    def _save_best(self, criterion: str, score: float, val_acc: float) -> None:
         with atomic_path(self.out_dir / f"best_{criterion}.pt") as tmp:
             torch.save(
                 {"model": self.model.state_dict(), "epoch": self.epoch, "score": score, "classes": self.classes,
                  "config": self.cfg.model_dump(mode="json")},
                 tmp,
             )
-        self.best[criterion] = {"epoch": self.epoch, "score": score}
+        self.best[criterion] = {"epoch": self.epoch, "score": score, "val_acc": val_acc}
 
     # --- loop ----------------------------------------------------------------------------------------------
     def _run_epoch(self, method: Method, epoch: int, optimizer: torch.optim.Optimizer, desc: str) -> dict[str, float]:
@@ -237,8 +241,8 @@ class Trainer:
             row.update({"epoch": self.epoch, "seconds": seconds, "lr": self.optimizer.param_groups[0]["lr"]})
             self.history.append(row)
             for criterion in CRITERIA:
-                if criterion in row and row[criterion] > self.best.get(criterion, {}).get("score", -1.0):
-                    self._save_best(criterion, row[criterion])
+                if criterion in row and _selection_key(row[criterion], row["val_acc"]) > self._best_key(criterion):
+                    self._save_best(criterion, row[criterion], row["val_acc"])
             self.save_checkpoint()
             self._log(writer, row)
             run_epochs += 1
@@ -254,6 +258,11 @@ class Trainer:
         for key, value in row.items():
             if key != "epoch":
                 writer.add_scalar(key, value, row["epoch"])
+
+
+def _selection_key(score: float, val_acc: float) -> tuple[float, float]:
+    """Ties of a worst-group score (frequent: small groups give few distinct values) go to the higher val accuracy."""
+    return (score, val_acc)
 
 
 def make_optimizer(o: OptimConfig, groups: list[dict]) -> torch.optim.Optimizer:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubernetes.client import models as k8s
+
 from mavias.pipeline.nightly_config import AirflowSection
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -14,13 +16,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 def gpu_executor_config(gpus: int) -> dict[str, Any]:
     """``{"pod_override": V1Pod}`` asking for ``gpus`` GPUs (and tolerating GPU-node taints).
 
-    The KubernetesExecutor accepts a ``kubernetes.client`` V1Pod only (a plain dict raises TypeError at run
-    time), and it requires the kubernetes client itself, so without the client there is nothing to override.
+    The KubernetesExecutor accepts a ``kubernetes.client`` V1Pod only (a plain dict raises TypeError at run time).
     """
-    try:
-        from kubernetes.client import models as k8s
-    except ImportError:
-        return {}
     resources = k8s.V1ResourceRequirements(limits={GPU_RESOURCE: str(gpus)}, requests={GPU_RESOURCE: str(gpus)})
     spec = k8s.V1PodSpec(
         containers=[k8s.V1Container(name="base", resources=resources)],  # "base": the task container's name

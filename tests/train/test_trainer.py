@@ -88,3 +88,20 @@ def test_selection_by_tag_groups_writes_both_best_checkpoints(splits, tmp_path):
     assert classes == CLASSES and cfg.method == "erm"
     assert not hasattr(model, "projection")
     assert (tmp_path / "metrics.csv").exists() and any((tmp_path / "tensorboard").iterdir())
+
+
+def test_worst_group_ties_are_broken_by_validation_accuracy(splits, tmp_path):
+    """A group the model can never get right pins the worst-group score at 0 in every epoch; the selected
+    epoch must then be the most accurate one, not simply the first."""
+    train, val = splits
+    trap = val.frame["x1"].idxmin()  # the most "a"-like sample, labelled b: always misclassified
+    val.labels[trap] = 1
+    groups = pd.Series(["all"] * len(val), index=val.frame.index)
+    groups[trap] = "trap"
+    try:
+        result = Trainer(_cfg("erm"), train, val, CLASSES, tmp_path, val_groups=groups, progress=False).fit()
+    finally:
+        val.labels[trap] = int(val.frame.loc[trap, "label"] == "b")
+    assert (result.history["val_tag_wg"] == 0).all()
+    assert result.best["val_tag_wg"]["epoch"] == result.best["val_acc"]["epoch"]
+    assert result.best["val_acc"]["epoch"] == int(result.history["val_acc"].idxmax()) + 1 > 1
