@@ -50,6 +50,7 @@ BUCKET = "mavias-demo"
 MODEL_NAME = "mavias-scenes"
 CREDENTIALS = {"access_key_id": "demo", "secret_access_key": "demo-secret"}  # moto accepts any; nothing real
 RECIPIENTS = ["ml-team@example.com"]
+DEMO_GATES = Path(__file__).with_name("demo_gates.yaml")
 DEMO_BIAS = 0.95  # P(background / co-object aligned with the class), as in UrbanCars and the built-in benchmark
 FIRST_NIGHT = date(2025, 1, 1)
 DEMO_TRAINING = {  # the settings of `mavias bench core` (48 px small CNN): under a minute per model on two CPU cores
@@ -302,7 +303,8 @@ def demo_config(workdir: Path, s3_endpoint: str, *, epochs: int) -> dict[str, An
         "s3": {"bucket": BUCKET, "endpoint_url": s3_endpoint},
         "train": {"overrides": DEMO_TRAINING | {"epochs": epochs}},
         "discovery": {"tagger": "manifest", "judge": "offline", "encoder": "sentence", "num_shards": 2},
-        "evaluation": {"version": "v1", "n_boot": 200},
+        "evaluation": {"version": "v1", "n_boot": 200, "closed_set_attrs": ["attr_bg_aligned", "attr_coobj_aligned"]},
+        "gates": str(DEMO_GATES),
         "report": {"recipients": RECIPIENTS, "latency_runs": 10},
         "airflow": {"schedule": "@daily", "retries": 1, "retry_delay_s": 2, "max_retry_delay_s": 10},
     }

@@ -272,7 +272,8 @@ def headline(context: ReportContext) -> Headline:
             [f"If production misbehaves, roll back: mavias registry rollback --name {context.model_name}",
              *partition_steps],
         )
-    production = context.production_version or "no production model"
+    production = (f"production stays {context.production_version}" if context.production_version
+                  else "there is no production model yet")
     reasons = [_gate_line(g) for g in gates.failed] + partition_lines + context.notes
     steps = [NEXT_STEPS[g.name] for g in gates.failed] + partition_steps
     if not gates.results and not reasons:
@@ -281,7 +282,7 @@ def headline(context: ReportContext) -> Headline:
         if not context.notes:
             reasons.append("Every gate passed but the model was not promoted; see the pipeline logs.")
         steps.append(f"To promote by hand: mavias registry promote {context.version} --name {context.model_name}")
-    return Headline(False, f"Not promoted: production stays {production}", reasons, steps or ["Nothing to do."])
+    return Headline(False, f"Not promoted: {production}", reasons, steps or ["Nothing to do."])
 
 
 def group_comparison(candidate: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
