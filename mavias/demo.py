@@ -17,13 +17,10 @@ import json
 import os
 import re
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -41,7 +38,15 @@ from rich.table import Table
 import mavias
 from mavias.benchmarks import SyntheticScenesConfig, make_synthetic_scenes
 from mavias.pipeline.registry import ModelRegistry
-from mavias.pipeline.storage import S3Settings, download_file, list_objects, make_s3_client, upload_dir, upload_file
+from mavias.pipeline.storage import (
+    S3Settings,
+    download_file,
+    list_objects,
+    make_s3_client,
+    upload_dir,
+    upload_file,
+)
+from mavias.utils.servers import free_port, wait_until_answering
 
 DAG_ID = "mavias_nightly"
 REPO_ROOT = Path(mavias.__file__).resolve().parent.parent
@@ -68,12 +73,6 @@ DEMO_TRAINING = {  # the settings of `mavias bench core` (48 px small CNN): unde
 # -- local servers ----------------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def moto_server(log_path: Path, timeout_s: float = 30.0) -> Iterator[str]:
     """A moto_server subprocess on 127.0.0.1; yields its endpoint URL and stops it on exit."""
@@ -85,7 +84,7 @@ def moto_server(log_path: Path, timeout_s: float = 30.0) -> Iterator[str]:
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
         )
     try:
-        _wait_until_answering(url, process, timeout_s)
+        wait_until_answering(url, process, timeout_s=timeout_s, log_path=log_path)
         yield url
     finally:
         process.terminate()
@@ -94,21 +93,6 @@ def moto_server(log_path: Path, timeout_s: float = 30.0) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-def _wait_until_answering(url: str, process: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"moto_server exited with code {process.returncode}")
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return
-        except urllib.error.HTTPError:  # any HTTP answer means it is up
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"moto_server did not answer on {url} within {timeout_s:.0f} s")
 
 
 class _SaveMessages:

@@ -12,11 +12,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from mavias.encode import EmbeddingStore, SentenceTransformerEncoder
+from mavias.encode import SentenceTransformerEncoder
 from mavias.relevance import load_relevance
 from mavias.train.config import load_config
 from mavias.train.prepare import PreparedData, prepare_image_data
-from mavias.utils.atomic import write_json
 
 console = Console()
 

