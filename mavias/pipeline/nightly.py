@@ -40,7 +40,7 @@ from mavias.evaluate.metrics import GROUP_TABLE_COLUMNS
 from mavias.evaluate.protocols import BIASED_TAG_COLUMNS
 from mavias.manifest import ManifestError, load_manifest, read_manifest_table
 from mavias.pipeline.export import VerificationResult, export_latency_benchmark, export_onnx, verify_onnx
-from mavias.pipeline.gates import GateConfig, GateReport, GateResult, load_gate_config
+from mavias.pipeline.gates import GateReport, load_gate_config
 from mavias.pipeline.model_card import build_model_card, lineage_from_files, write_model_card
 from mavias.pipeline.notify import SmtpSettings, send_email_content
 from mavias.pipeline.nightly_config import NightlyConfig
@@ -51,7 +51,7 @@ from mavias.pipeline.report import (
     ReportContext,
     append_history,
     biased_tag_count,
-    biased_tags_by_class,
+    history_entry,
     load_history,
     logit_summary,
     render_email,
@@ -497,11 +497,6 @@ def evaluate(
     }
 
 
-def gate_report_from_dict(document: Mapping[str, Any]) -> GateReport:
-    """Inverse of :meth:`GateReport.to_dict` (XCom and JSON files carry the dict)."""
-    return GateReport(GateConfig.model_validate(document["config"]), [GateResult(**g) for g in document["gates"]])
-
-
 # -- 6. package -----------------------------------------------------------------------------------------------------
 
 
@@ -540,7 +535,7 @@ def package(
     )
     card = build_model_card(
         name=cfg.model_name, version=version, classes=classes, onnx_path=onnx_path, verification=verification,
-        evaluation=json.loads(Path(evaluated["candidate"]).read_text()), gates=gate_report_from_dict(gates),
+        evaluation=json.loads(Path(evaluated["candidate"]).read_text()), gates=GateReport.from_dict(gates),
         train_config=train_cfg, lineage=lineage,
     )
     write_model_card(out / "model_card.json", card)
@@ -630,13 +625,10 @@ def _notes(results: Mapping[str, Any], trained: bool, decision: str, skip_promot
 
 
 def _history_entry(results: Mapping[str, Any], context: ReportContext) -> HistoryEntry:
-    metrics = json.loads(Path(results["evaluated"]["candidate"]).read_text())
-    wg = metrics[context.gates.config.wg_source]
-    return HistoryEntry(
-        date=results["sensed"]["date"], run_id=context.run_id, version=context.version,
-        worst_group_accuracy=wg["worst_group_accuracy"], worst_group_ci_low=wg.get("worst_group_ci_low"),
-        worst_group_ci_high=wg.get("worst_group_ci_high"), average_accuracy=metrics["accuracy"],
-        biased_tags=biased_tags_by_class(context.biased_tags), promoted=context.promoted,
+    return history_entry(
+        night=results["sensed"]["date"], run_id=context.run_id, version=context.version,
+        evaluation=json.loads(Path(results["evaluated"]["candidate"]).read_text()),
+        wg_source=context.gates.config.wg_source, biased_tags=context.biased_tags, promoted=context.promoted,
     )
 
 
@@ -667,7 +659,7 @@ def build_report_context(
     validated = results.get("validated") or {}
     validations = {p: json.loads(Path(v["path"]).read_text()) for p, v in validated.get("validations", {}).items()}
     has_candidate = results.get("gates") is not None and results.get("packaged") is not None
-    gates = gate_report_from_dict(results["gates"]) if has_candidate else GateReport(load_gate_config(cfg.gates), [])
+    gates = GateReport.from_dict(results["gates"]) if has_candidate else GateReport(load_gate_config(cfg.gates), [])
     tables = _candidate_tables(results, gates) if has_candidate else {
         "candidate_groups": _empty_groups(), "reference_groups": _empty_groups(),
         "biased_tags": pd.DataFrame(columns=BIASED_TAG_COLUMNS),
@@ -687,7 +679,7 @@ def build_report_context(
         validations=validations,
         discovery=DiscoveryCounts(images_tagged=discovered["images_tagged"], llm_requests=discovered["llm_requests"],
                                   encodings=discovered["prompts_encoded"]) if discovered else None,
-        verification=VerificationResult(**{k: v for k, v in packaged["verification"].items() if k != "passed"})
+        verification=VerificationResult.from_dict(packaged["verification"])
         if packaged else None,
         onnx_sha256=packaged.get("onnx_sha256"),
         latency=packaged.get("latency"),
