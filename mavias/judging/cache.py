@@ -12,6 +12,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pandas as pd
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
 from mavias.judging.base import BATCH_SIZE, RelevanceJudge, batches
 from mavias.judging.review import REVIEW_SOURCE, ReviewedDecisions
@@ -39,7 +40,18 @@ class DecisionCache:
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path) if path is not None else ":memory:", timeout=60)
-        if path is not None:
+        self._initialise(wal=path is not None)
+
+    @retry(
+        retry=retry_if_exception(lambda e: isinstance(e, sqlite3.OperationalError) and "locked" in str(e)),
+        wait=wait_exponential(multiplier=0.05, max=2),
+        stop=stop_after_delay(60),
+        reraise=True,
+    )
+    def _initialise(self, *, wal: bool) -> None:
+        # Switching to WAL takes an exclusive lock and SQLite does not wait for it (no busy handler), so
+        # processes opening a new cache file together can see "database is locked": retry with backoff.
+        if wal:
             self._db.execute("PRAGMA journal_mode=WAL")
         with self._db:
             self._db.execute(SCHEMA)
