@@ -46,7 +46,7 @@ from mavias.pipeline.storage import (
     upload_dir,
     upload_file,
 )
-from mavias.utils.servers import free_port, wait_until_answering
+from mavias.utils.servers import free_port, stop_process, wait_until_answering
 
 DAG_ID = "mavias_nightly"
 REPO_ROOT = Path(mavias.__file__).resolve().parent.parent
@@ -87,12 +87,7 @@ def moto_server(log_path: Path, timeout_s: float = 30.0) -> Iterator[str]:
         wait_until_answering(url, process, timeout_s=timeout_s, log_path=log_path)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 class _SaveMessages:

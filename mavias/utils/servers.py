@@ -32,3 +32,13 @@ def wait_until_answering(url: str, process: subprocess.Popen, *, timeout_s: floa
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"nothing answered on {url} within {timeout_s:.0f} s")
+
+
+def stop_process(process: subprocess.Popen, *, grace_s: float = 10.0) -> None:
+    """Terminate, then kill if it has not exited within ``grace_s``."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -9,7 +9,7 @@ import pytest
 from judge_fake_server import FakeLLM, relevant_by
 
 from mavias.judging.offline import OfflineJudge
-from mavias.utils.servers import free_port
+from mavias.utils.servers import free_port, stop_process
 
 SERVER_START_SECONDS = 180
 
@@ -59,9 +59,4 @@ def llama_server(tmp_path_factory) -> Iterator[str]:
         _wait_until_serving(url, process, log_path)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, grace_s=20)
