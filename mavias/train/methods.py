@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
@@ -10,6 +11,7 @@ from torch import nn
 
 from mavias.train.config import TrainConfig
 from mavias.train.data import SplitData
+from mavias.train.inference import predict_logits
 from mavias.train.losses import group_dro_step, mavias_loss
 from mavias.train.model import MainModel, build_projection
 
@@ -127,8 +129,6 @@ class JTT(Method):
     def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
         if self.errors is not None:
             return
-        from mavias.train.inference import predict_logits
-
         identifier = _fresh_copy(self.model)
         fit(identifier, self.cfg.jtt.id_epochs)
         logits = predict_logits(identifier, self.train, batch_size=256)
@@ -147,8 +147,6 @@ class JTT(Method):
 
 
 def _fresh_copy(model: MainModel) -> MainModel:
-    import copy
-
     clone = copy.deepcopy(model)
     for module in clone.modules():
         if hasattr(module, "reset_parameters"):

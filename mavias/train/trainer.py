@@ -203,9 +203,7 @@ class Trainer:
 
     def _fit_plain(self, model: MainModel, epochs: int) -> None:
         """Train a plain ERM model (JTT's identification stage) with the same data pipeline."""
-        from mavias.train.methods import Method as ERM
-
-        erm = ERM(self.cfg, model, self.train_split)
+        erm = Method(self.cfg, model, self.train_split)
         opt = make_optimizer(self.cfg.optim, erm.param_groups())
         for e in range(1, epochs + 1):
             self._run_epoch(erm, -e, opt, f"jtt identification {e}/{epochs}")
