@@ -6,6 +6,7 @@ import typer
 
 from mavias.bench.cli import app as bench_app
 from mavias.benchmarks.cli import app as data_app
+from mavias.datasets.cli import app as import_app
 from mavias.demo import demo_command
 from mavias.discover.cli import app as discover_app
 from mavias.encode.cli import app as encode_app
@@ -18,6 +19,7 @@ app = typer.Typer(
     help="MAVias: find and remove visual biases from image classifiers.", no_args_is_help=True, pretty_exceptions_show_locals=False
 )
 app.add_typer(data_app, name="data")
+data_app.add_typer(import_app, name="import")
 app.add_typer(tag_app, name="tag")
 app.add_typer(judge_app, name="judge")
 app.add_typer(encode_app, name="encode")

@@ -4,7 +4,7 @@ A manifest is a table with one row per image:
 
 - ``sample_id``: stable id derived from the image bytes (see :func:`content_sample_id`), never from row order;
 - ``uri``: a path relative to the manifest's folder, an absolute path, or an ``s3://`` URI;
-- ``label``: class name; ``split``: one of ``train``, ``val``, ``test``;
+- ``label``: class name; ``split``: one of ``train``, ``val``, ``test`` or an evaluation split declared in ``dataset.json``;
 - optional ``tags`` (list of strings) and optional group attributes ``attr_<name>``.
 """
 
@@ -20,18 +20,22 @@ from mavias.manifest.io import (
     save_manifest,
     validate_manifest,
 )
+from mavias.manifest.info import DatasetInfo, read_dataset_info, write_dataset_info
 from mavias.manifest.quarantine import quarantine_undecodable
 
 __all__ = [
     "ATTR_PREFIX",
+    "DatasetInfo",
     "SPLITS",
     "ManifestError",
     "attribute_columns",
     "content_sample_id",
     "load_manifest",
     "quarantine_undecodable",
+    "read_dataset_info",
     "read_manifest_table",
     "resolve_uri",
     "save_manifest",
     "validate_manifest",
+    "write_dataset_info",
 ]

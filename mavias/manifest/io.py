@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from mavias.manifest.info import INFO_NAME, STANDARD_SPLITS, read_dataset_info
 from mavias.utils.atomic import atomic_path
 
-SPLITS = ("train", "val", "test")
+SPLITS = STANDARD_SPLITS
 REQUIRED_COLUMNS = ("sample_id", "uri", "label", "split")
 ATTR_PREFIX = "attr_"
 
@@ -48,11 +50,15 @@ def read_manifest_table(path: Path) -> pd.DataFrame:
     raise ManifestError(f"manifest {path}: unsupported format {path.suffix!r} (use .parquet or .csv)")
 
 
-def validate_manifest(df: pd.DataFrame, *, manifest_dir: Path | None = None) -> pd.DataFrame:
+def validate_manifest(
+    df: pd.DataFrame, *, manifest_dir: Path | None = None, eval_splits: Sequence[str] = ()
+) -> pd.DataFrame:
     """Check the contract and return a normalised copy; raise :class:`ManifestError` listing all problems.
 
-    With ``manifest_dir`` given, every local file must also exist.
+    With ``manifest_dir`` given, every local file must also exist. ``eval_splits`` are the named evaluation splits a
+    ``dataset.json`` declares (e.g. ImageNet-9's ``mixed_rand``); they are allowed besides train/val/test.
     """
+    allowed = (*SPLITS, *eval_splits)
     problems: list[str] = []
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
@@ -65,10 +71,13 @@ def validate_manifest(df: pd.DataFrame, *, manifest_dir: Path | None = None) -> 
         blank = df[col].str.strip() == ""
         if blank.any():
             problems.append(f"{int(blank.sum())} row(s) with an empty {col!r}")
-    bad_split = ~df["split"].isin(SPLITS)
+    bad_split = ~df["split"].isin(allowed)
     if bad_split.any():
         values = sorted(df.loc[bad_split, "split"].unique())[:5]
-        problems.append(f"{int(bad_split.sum())} row(s) with an unknown split {values} (allowed: {', '.join(SPLITS)})")
+        problems.append(
+            f"{int(bad_split.sum())} row(s) with an unknown split {values} (allowed: {', '.join(allowed)}; "
+            f"declare further evaluation splits in {INFO_NAME})"
+        )
     dup = df["sample_id"].duplicated(keep=False)
     if dup.any():
         ids = sorted(df.loc[dup, "sample_id"].unique())[:5]
@@ -95,16 +104,19 @@ def load_manifest(path: str | Path, *, check_files: bool = True) -> pd.DataFrame
     """Load and validate a manifest (Parquet or CSV with ``|``-separated tags)."""
     path = Path(path)
     df = read_manifest_table(path)
+    info = read_dataset_info(path)
     try:
-        return validate_manifest(df, manifest_dir=path.parent if check_files else None)
+        return validate_manifest(
+            df, manifest_dir=path.parent if check_files else None, eval_splits=info.eval_splits if info else ()
+        )
     except ManifestError as err:
         raise ManifestError(f"{path}: {err}") from None
 
 
-def save_manifest(df: pd.DataFrame, path: str | Path) -> Path:
+def save_manifest(df: pd.DataFrame, path: str | Path, *, eval_splits: Sequence[str] = ()) -> Path:
     """Validate (without file checks) and write atomically as Parquet."""
     path = Path(path)
-    df = validate_manifest(df)
+    df = validate_manifest(df, eval_splits=eval_splits)
     with atomic_path(path) as tmp:
         df.to_parquet(tmp, index=False)
     return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import IO
 
 import pandas as pd
 from PIL import Image
@@ -17,8 +18,13 @@ def decode_problem(path: Path) -> str | None:
     """Why the image at ``path`` cannot be used, or ``None`` when it decodes."""
     if not path.exists():
         return "file not found"
+    return image_problem(path)
+
+
+def image_problem(source: Path | IO[bytes]) -> str | None:
+    """Why the image (a path or a binary file object) cannot be decoded, or ``None`` when it decodes."""
     try:
-        with Image.open(path) as img:
+        with Image.open(source) as img:
             img.load()
             if img.width == 0 or img.height == 0:
                 return "empty image"

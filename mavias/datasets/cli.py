@@ -1,0 +1,92 @@
+"""`mavias data import imagefolder|s3|waterbirds|celeba|urbancars|imagenet9`: write OUT/manifest.parquet, dataset.json
+and quarantine.csv; the data folder itself is only read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mavias.datasets.base import ImportResult, check_out_dir, write_import
+from mavias.datasets.celeba import import_celeba
+from mavias.datasets.imagefolder import SplitOptions, import_imagefolder
+from mavias.datasets.imagenet9 import import_imagenet9
+from mavias.datasets.s3 import import_s3, settings_for
+from mavias.datasets.urbancars import import_urbancars
+from mavias.datasets.waterbirds import import_waterbirds
+
+app = typer.Typer(help="Import a dataset from its folder layout into a manifest.", no_args_is_help=True)
+
+Root = Annotated[Path, typer.Argument(help="the dataset's root folder (only read, never written)")]
+Out = Annotated[Path, typer.Option("--out", help="output folder for manifest.parquet, dataset.json, quarantine.csv")]
+SplitFrom = Annotated[bool, typer.Option("--split-from", help="take splits from train/ val/ test/ sub-folders")]
+Seed = Annotated[int, typer.Option("--seed", help="seed of the stratified split / subsampling")]
+Val = Annotated[float, typer.Option("--val", help="validation fraction of the stratified split")]
+Test = Annotated[float, typer.Option("--test", help="test fraction of the stratified split")]
+
+
+def _run(out: Path, root: Path | None, make: Callable[[], ImportResult]) -> None:
+    check_out_dir(out, root)
+    result = make()
+    path = write_import(result, out)
+    typer.echo(f"{result.info.name}: {result.summary()}\nwrote {path} (quarantine: {out / 'quarantine.csv'})")
+    typer.echo(f"next: mavias tag --manifest {path} ...")
+
+
+@app.command("imagefolder")
+def imagefolder(root: Root, out: Out, split_from: SplitFrom = False, seed: Seed = 0, val: Val = 0.1,
+                test: Test = 0.1) -> None:
+    """ROOT/<class>/<image> (or ROOT/{train,val,test}/<class>/<image> with --split-from)."""
+    _run(out, root, lambda: import_imagefolder(root, SplitOptions(split_from, seed, val, test)))
+
+
+@app.command("s3")
+def s3(
+    uri: Annotated[str, typer.Argument(help="s3://bucket/prefix/ holding the ImageFolder layout")],
+    out: Out,
+    split_from: SplitFrom = False,
+    seed: Seed = 0,
+    val: Val = 0.1,
+    test: Test = 0.1,
+    endpoint_url: Annotated[str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (MinIO…)")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML with an s3: section (else MAVIAS_S3_*)")] = None,
+) -> None:
+    """The ImageFolder layout under an S3 prefix; uris stay s3:// URIs."""
+    settings = settings_for(uri, config=None if config is None else str(config), endpoint_url=endpoint_url)
+    _run(out, None, lambda: import_s3(uri, settings, SplitOptions(split_from, seed, val, test)))
+
+
+@app.command("waterbirds")
+def waterbirds(root: Root, out: Out) -> None:
+    """waterbird_complete95_forest2water2/ with metadata.csv (attr_place)."""
+    _run(out, root, lambda: import_waterbirds(root))
+
+
+@app.command("celeba")
+def celeba(
+    root: Root,
+    out: Out,
+    biased: Annotated[bool, typer.Option("--biased", help="Biased-CelebA: subsample training bias-conflicting images")] = False,
+    bias_ratio: Annotated[float, typer.Option("--bias-ratio", help="aligned fraction per class with --biased")] = 0.9,
+    seed: Seed = 0,
+) -> None:
+    """CelebA (BlondHair target, attr_male) from the txt or csv attribute/partition files."""
+    _run(out, root, lambda: import_celeba(root, biased=biased, bias_ratio=bias_ratio, seed=seed))
+
+
+@app.command("urbancars")
+def urbancars(root: Root, out: Out) -> None:
+    """UrbanCars bg-…_co_occur_obj-…/<split>/obj-…_bg-…_co_occur_obj-…/ folders."""
+    _run(out, root, lambda: import_urbancars(root))
+
+
+@app.command("imagenet9")
+def imagenet9(
+    root: Root,
+    out: Out,
+    train: Annotated[Path | None, typer.Option("--train", help="IN-9L ImageFolder with train/ and val/ sub-folders")] = None,
+) -> None:
+    """ImageNet-9 backgrounds challenge: every bg_challenge/<variant>/val/ becomes a named evaluation split."""
+    _run(out, root, lambda: import_imagenet9(root, train_root=train))
