@@ -15,7 +15,16 @@ from pathlib import Path
 import pandas as pd
 
 from mavias.evaluate.metrics import MIN_SUPPORT, group_key
-from mavias.evaluate.protocols import evaluation_report, find_biased_tags, openset_groups, urbancars_metrics
+from mavias.evaluate.metrics import accuracy
+from mavias.evaluate.protocols import (
+    celeba_metrics,
+    evaluation_report,
+    find_biased_tags,
+    imagenet9_metrics,
+    openset_groups,
+    urbancars_metrics,
+)
+from mavias.manifest import DatasetInfo
 from mavias.train.config import TrainConfig
 from mavias.train.data import SplitData
 from mavias.train.inference import predict
@@ -87,8 +96,10 @@ def training_proportions(data: PreparedData, attrs: list[str]) -> dict[str, floa
 
 
 def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: Reference | None, *, split: str = "test",
-                        closed_set_attrs: list[str] | None = None, n_boot: int = 1000, seed: int = 0) -> dict:
-    """Metrics of the main model on a split: overall, open-set (if a reference), closed-set and UrbanCars-style."""
+                        closed_set_attrs: list[str] | None = None, n_boot: int = 1000, seed: int = 0,
+                        dataset: DatasetInfo | None = None) -> dict:
+    """Metrics of the main model on a split: overall, open-set (if a reference), closed-set and UrbanCars-style,
+    plus the CelebA / ImageNet-9 metrics when ``dataset`` (its ``dataset.json``) declares that protocol."""
     model, classes, _ = load_main_model(checkpoint)
     if classes != data.classes:
         raise ValueError(f"{checkpoint} was trained on classes {classes}, the data has {data.classes}")
@@ -111,6 +122,13 @@ def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: R
             result["urbancars"] = urbancars_metrics(
                 pred, BG_ALIGNED, CO_ALIGNED, _alignment_proportions(data), label_col="label_name"
             )
+    protocol = dataset.protocol if dataset is not None else "generic"
+    if protocol == "celeba" and closed_set_attrs:
+        bias = closed_set_attrs[0]
+        result["celeba"] = celeba_metrics(pred, bias, aligned_values(data["train"].frame, bias), label_col="label_name")
+    if protocol == "imagenet9":
+        variants = {s: accuracy(predict(model, data[s])) for s in dataset.eval_splits if s in data.splits}
+        result["imagenet9"] = imagenet9_metrics(variants)
     result["predictions"] = pred
     return result
 
@@ -126,6 +144,13 @@ def write_run_evaluation(out_dir: str | Path, result: dict) -> Path:
         result["predictions"].to_parquet(tmp, index=False)
     write_json(out_dir / "metrics.json", {k: v for k, v in result.items() if k not in ("tables", "predictions")})
     return out_dir
+
+
+def aligned_values(train: pd.DataFrame, bias_col: str) -> dict[str, str]:
+    """The bias-aligned value of each class: its most frequent ``bias_col`` value in training (ties: smallest)."""
+    counts = train.groupby(["label", bias_col]).size().reset_index(name="n")
+    top = counts.sort_values(["label", "n", bias_col], ascending=[True, False, True]).drop_duplicates("label")
+    return dict(zip(top["label"], top[bias_col]))
 
 
 def _alignment_proportions(data: PreparedData) -> dict[tuple, float]:

@@ -144,10 +144,41 @@ def _accuracy_where(pred: pd.DataFrame, rows: pd.Series, what: str) -> float:
     return accuracy(pred[rows])
 
 
-def bias_conflicting_accuracy(pred: pd.DataFrame, bias_aligned_col: str) -> float:
-    """Accuracy over the rows whose ``bias_aligned_col`` is false (the bias-conflicting samples)."""
-    require_columns(pred, [bias_aligned_col])
-    return _accuracy_where(pred, ~as_bool(pred[bias_aligned_col]), "bias-conflicting")
+def bias_conflicting_accuracy(pred: pd.DataFrame, bias_aligned_col: str, *, cell_cols: Sequence[str] = ("label",)) -> float:
+    """Mean over the bias-conflicting cells (rows whose ``bias_aligned_col`` is false, grouped by ``cell_cols``) of
+    the cell accuracy, as FLAC, BC-BB and the authors' code compute it -- not the accuracy of the pooled rows."""
+    require_columns(pred, [bias_aligned_col, *cell_cols])
+    conflicting = ~as_bool(pred[bias_aligned_col])
+    if not conflicting.any():
+        raise ValueError("no bias-conflicting rows")
+    rows = pred[conflicting]
+    return average_accuracy(rows, group_key(rows, list(cell_cols)))["unweighted"]
+
+
+def celeba_metrics(pred: pd.DataFrame, bias_col: str, aligned: Mapping[object, object], *, label_col: str = "label") -> dict:
+    """CelebA closed-set metrics over the (label, bias attribute) cells.
+
+    ``aligned`` maps each label to its bias-aligned attribute value (the training majority, e.g. blond -> female).
+    unbiased_accuracy = mean over all cells; bias_conflicting_accuracy = mean over the cells whose value is not the
+    aligned one; cell_accuracy lists every cell.
+    """
+    require_columns(pred, [label_col, bias_col])
+    flags = pd.Series([str(aligned.get(lbl)) == str(v) for lbl, v in zip(pred[label_col], pred[bias_col])], index=pred.index)
+    cells = group_key(pred, [label_col, bias_col])
+    return {
+        "unbiased_accuracy": unbiased_accuracy(pred, label_col, bias_col),
+        "bias_conflicting_accuracy": bias_conflicting_accuracy(pred.assign(_aligned=flags), "_aligned",
+                                                               cell_cols=[label_col, bias_col]),
+        "cell_accuracy": correctness(pred).groupby(cells).mean().to_dict(),
+    }
+
+
+def imagenet9_metrics(variant_accuracy: Mapping[str, float]) -> dict:
+    """Per-variant accuracy of the backgrounds challenge and BG-gap = mixed_same - mixed_rand (when both exist)."""
+    metrics: dict = {"variant_accuracy": dict(variant_accuracy)}
+    if {"mixed_same", "mixed_rand"} <= set(variant_accuracy):
+        metrics["bg_gap"] = variant_accuracy["mixed_same"] - variant_accuracy["mixed_rand"]
+    return metrics
 
 
 def unbiased_accuracy(pred: pd.DataFrame, label_col: str, bias_col: str) -> float:

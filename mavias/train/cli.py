@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mavias.encode import SentenceTransformerEncoder
+from mavias.manifest import read_dataset_info
 from mavias.relevance import load_relevance
 from mavias.train.config import load_config
 from mavias.train.prepare import PreparedData, prepare_image_data
@@ -94,13 +95,15 @@ def evaluate(
 
     out = out or run / f"eval-{split}-{criterion}"
     cfg = load_config(run / "config.yaml")
+    dataset = read_dataset_info(manifest)
+    group_attrs = group_attrs or ",".join(dataset.group_attrs if dataset else [])
     data = _prepare(manifest, relevance, tags, workspace, cfg.image_size, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data)
     checkpoint = run / f"best_{criterion}.pt"
     if not checkpoint.exists():
         raise typer.BadParameter(f"{checkpoint} does not exist (train with a reference to get best_val_tag_wg.pt)")
     result = evaluate_checkpoint(data, checkpoint, ref, split=split,
-                                 closed_set_attrs=[a for a in group_attrs.split(",") if a])
+                                 closed_set_attrs=[a for a in group_attrs.split(",") if a], dataset=dataset)
     write_run_evaluation(out, result)
     _print_summary(result)
     console.print(f"wrote {out / 'metrics.json'}")
@@ -118,3 +121,7 @@ def _print_summary(result: dict) -> None:
     console.print(table)
     if "urbancars" in result:
         console.print({k: round(v, 4) for k, v in result["urbancars"].items()})
+    if "celeba" in result:
+        console.print({k: round(result["celeba"][k], 4) for k in ("unbiased_accuracy", "bias_conflicting_accuracy")})
+    if "imagenet9" in result:
+        console.print(result["imagenet9"])
