@@ -14,11 +14,13 @@ from pydantic import BaseModel, ConfigDict
 from mavias.pipeline.export import VerificationResult, describe_onnx
 from mavias.pipeline.gates import GateReport
 from mavias.train.config import TrainConfig
+from mavias.train.transforms import describe_eval_preprocessing
 from mavias.utils.atomic import write_json
 
 CARD_SCHEMA_VERSION = 1
 NON_JSON_EVALUATION_KEYS = ("tables", "predictions")  # DataFrames of evaluate_checkpoint
-INPUT_NOTE = "float32 RGB in [0, 1], NCHW; ImageNet mean/std normalisation is inside the model"
+INPUT_NOTE = ("float32 RGB in [0, 1], NCHW, preprocessed as `preprocessing` says; "
+              "ImageNet mean/std normalisation is inside the model")
 
 
 class DataLineage(BaseModel):
@@ -70,6 +72,7 @@ def build_model_card(
         "created": (created or datetime.now(UTC)).isoformat(),
         "classes": list(classes),
         "input": spec["inputs"][0] | {"note": INPUT_NOTE},
+        "preprocessing": describe_eval_preprocessing(train_config),
         "output": spec["outputs"][0] | {"note": "main-model logits z_main, class index = position in classes"},
         "onnx": {
             "file": onnx_path.name,

@@ -405,7 +405,7 @@ def prepare_dataset(cfg: NightlyConfig, validated: Mapping[str, Any], *, full_re
         encoder = make_encoder(cfg)
         data = prepare_image_data(
             out / "dataset" / "manifest.parquet", relevance=relevance, encoder=encoder,
-            store_dir=layout(cfg).discovery.embeddings(encoder.encoder_id), image_size=cfg.train.resolve().image_size,
+            store_dir=layout(cfg).discovery.embeddings(encoder.encoder_id), config=cfg.train.resolve(),
             tags_table=tags,
             quarantine_csv=out / "dataset" / "quarantine.csv", progress=False,
         )

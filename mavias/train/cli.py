@@ -15,7 +15,7 @@ from rich.table import Table
 from mavias.encode import SentenceTransformerEncoder
 from mavias.manifest import read_dataset_info
 from mavias.relevance import load_relevance
-from mavias.train.config import load_config
+from mavias.train.config import TrainConfig, load_config
 from mavias.train.prepare import PreparedData, prepare_image_data
 
 console = Console()
@@ -27,7 +27,7 @@ Workspace = Annotated[Path, typer.Option("--workspace", help="cache folder for b
 GroupAttrs = Annotated[str, typer.Option("--group-attrs", help="comma-separated attr_* columns forming true groups")]
 
 
-def _prepare(manifest: Path, relevance: Path, tags: Path | None, workspace: Path, image_size: int, group_attrs: str,
+def _prepare(manifest: Path, relevance: Path, tags: Path | None, workspace: Path, cfg: TrainConfig, group_attrs: str,
              out: Path) -> PreparedData:
     return prepare_image_data(
         manifest,
@@ -35,7 +35,7 @@ def _prepare(manifest: Path, relevance: Path, tags: Path | None, workspace: Path
         tags_table=None if tags is None else pd.read_parquet(tags),
         encoder=SentenceTransformerEncoder(),
         store_dir=workspace / "embeddings",
-        image_size=image_size,
+        config=cfg,
         group_attrs=[a for a in group_attrs.split(",") if a],
         quarantine_csv=out / "quarantine.csv",
     )
@@ -67,7 +67,7 @@ def train(
     from mavias.workflow import load_reference, train_method, train_reference
 
     cfg = load_config(config, preset=preset, overrides=_overrides(set_))
-    data = _prepare(manifest, relevance, tags, workspace, cfg.image_size, group_attrs, out)
+    data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     if cfg.method == "erm" and cfg.selection == "val_acc" and reference is None:
         ref = train_reference(data, cfg, out)
         console.print(f"[green]ERM reference trained[/]; biased tags: {out / 'biased_tags.csv'}")
@@ -97,7 +97,7 @@ def evaluate(
     cfg = load_config(run / "config.yaml")
     dataset = read_dataset_info(manifest)
     group_attrs = group_attrs or ",".join(dataset.group_attrs if dataset else [])
-    data = _prepare(manifest, relevance, tags, workspace, cfg.image_size, group_attrs, out)
+    data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data)
     checkpoint = run / f"best_{criterion}.pt"
     if not checkpoint.exists():

@@ -23,6 +23,18 @@ class BackboneConfig(_Strict):
     weights: str | None = Field(None, description="local state-dict path for torchvision backbones (offline)")
 
 
+class PreprocessConfig(_Strict):
+    """Image preprocessing (torchvision transforms v2 on PIL images); normalisation is inside the model."""
+
+    augment: bool = Field(False, description="training: RandomResizedCrop(image_size) + horizontal flip")
+    crop_scale: tuple[float, float] = Field((0.7, 1.0), description="RandomResizedCrop area range (GroupDRO's Waterbirds/CelebA)")
+    crop_ratio: tuple[float, float] = Field((0.75, 4 / 3), description="RandomResizedCrop aspect-ratio range")
+    flip: bool = Field(True, description="random horizontal flip when augment is on")
+    resize: int | None = Field(
+        None, ge=8, description="evaluation: shorter side resized to this, then CenterCrop(image_size); default image_size"
+    )
+
+
 class OptimConfig(_Strict):
     name: Literal["sgd", "adam"] = "sgd"
     lr: float = Field(1e-3, gt=0)
@@ -65,6 +77,7 @@ class TrainConfig(_Strict):
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(64, ge=1)
     image_size: int = Field(64, ge=8)
+    preprocessing: PreprocessConfig = PreprocessConfig()
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     amp: bool = Field(True, description="mixed precision (bfloat16 autocast) when running on CUDA")
@@ -78,6 +91,8 @@ class TrainConfig(_Strict):
     def _check(self) -> TrainConfig:
         if self.backbone.name == "mlp" and self.backbone.weights:
             raise ValueError("backbone.weights applies to torchvision backbones only")
+        if self.preprocessing.resize is not None and self.preprocessing.resize < self.image_size:
+            raise ValueError(f"preprocessing.resize ({self.preprocessing.resize}) must be >= image_size ({self.image_size})")
         return self
 
 

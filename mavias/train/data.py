@@ -8,37 +8,34 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from mavias.manifest import resolve_uri
+from mavias.train.transforms import Transform, load_transformed
 
 PRELOAD_LIMIT_BYTES = 2 * 1024**3
 FEATURE_PREFIX = "x"
 
 
-def load_image(path: Path, size: int) -> np.ndarray:
-    """RGB uint8 array (3, size, size)."""
-    with Image.open(path) as img:
-        img = img.convert("RGB")
-        if img.size != (size, size):
-            img = img.resize((size, size), Image.BILINEAR)
-        return np.asarray(img, dtype=np.uint8).transpose(2, 0, 1).copy()
-
-
 class ImageSplit(Dataset):
-    """Images of one split; held in memory as uint8 when they fit, else decoded on access (use workers then)."""
+    """Images of one split as uint8 [3, H, W] after ``transform``.
 
-    def __init__(self, paths: list[Path], size: int, *, preload: bool | None = None, progress: str | None = None):
+    A deterministic (evaluation) transform whose outputs fit in ``PRELOAD_LIMIT_BYTES`` is applied once and the
+    tensors held in memory (the small synthetic benchmarks); a random (augmenting) transform, or a split too large,
+    decodes lazily per item, in DataLoader workers when configured.
+    """
+
+    def __init__(self, paths: list[Path], transform: Transform, size: int, *, random: bool = False,
+                 progress: str | None = None):
         self.paths = paths
-        self.size = size
-        if preload is None:
-            preload = len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES
+        self.transform = transform
+        self.random = random
         self.cache: torch.Tensor | None = None
-        if preload:
-            images = [load_image(p, size) for p in tqdm(paths, desc=progress or "loading images", disable=not progress)]
-            self.cache = torch.from_numpy(np.stack(images)) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)
+        if not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
+            images = [load_transformed(p, transform) for p in tqdm(paths, desc=progress or "loading images",
+                                                                   disable=not progress)]
+            self.cache = torch.stack(images) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -46,7 +43,7 @@ class ImageSplit(Dataset):
     def __getitem__(self, i: int) -> torch.Tensor:
         if self.cache is not None:
             return self.cache[i]
-        return torch.from_numpy(load_image(self.paths[i], self.size))
+        return load_transformed(self.paths[i], self.transform)
 
 
 class FeatureSplit(Dataset):
@@ -91,11 +88,12 @@ def class_index(classes: list[str], labels: pd.Series) -> torch.Tensor:
     return torch.tensor([lookup[c] for c in labels], dtype=torch.long)
 
 
-def image_split(frame: pd.DataFrame, manifest_dir: Path, classes: list[str], size: int, *, progress: bool = True) -> SplitData:
+def image_split(frame: pd.DataFrame, manifest_dir: Path, classes: list[str], transform: Transform, size: int, *,
+                random: bool = False, progress: bool = True) -> SplitData:
     frame = frame.reset_index(drop=True)
     paths = [resolve_uri(manifest_dir, u) for u in frame["uri"]]
     split = frame["split"].iloc[0] if len(frame) else "?"
-    inputs = ImageSplit(paths, size, progress=f"loading {split} images" if progress else None)
+    inputs = ImageSplit(paths, transform, size, random=random, progress=f"loading {split} images" if progress else None)
     return SplitData(inputs, frame, class_index(classes, frame["label"]))
 
 

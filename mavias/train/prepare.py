@@ -12,7 +12,9 @@ from mavias.encode import EmbeddingStore, TextEncoder, bias_prompt
 from mavias.evaluate.metrics import group_key
 from mavias.manifest import load_manifest, quarantine_undecodable
 from mavias.relevance import irrelevant_tags
+from mavias.train.config import TrainConfig
 from mavias.train.data import SplitData, attach_groups, image_split
+from mavias.train.transforms import split_transforms
 
 
 @dataclass
@@ -52,13 +54,23 @@ def prepare_image_data(
     relevance: pd.DataFrame,
     encoder: TextEncoder | None,
     store_dir: str | Path | None,
-    image_size: int,
+    image_size: int | None = None,
+    config: TrainConfig | None = None,
     tags_table: pd.DataFrame | None = None,
     group_attrs: list[str] | None = None,
     quarantine_csv: str | Path | None = None,
     progress: bool = True,
 ) -> PreparedData:
-    """Load, quarantine undecodable images, derive irrelevant tags, embeddings and (optional) true groups."""
+    """Load, quarantine undecodable images, derive irrelevant tags, embeddings and (optional) true groups.
+
+    Images are preprocessed as ``config`` says (training transform for ``train``, evaluation transform elsewhere);
+    without a config, plain Resize + CenterCrop to ``image_size``.
+    """
+    if config is None:
+        if image_size is None:
+            raise ValueError("pass the training config or an image_size")
+        config = TrainConfig(image_size=image_size)
+    transforms = split_transforms(config)
     manifest_path = Path(manifest_path)
     manifest = load_manifest(manifest_path)
     manifest, quarantined = quarantine_undecodable(manifest, manifest_path.parent, quarantine_csv)
@@ -67,7 +79,9 @@ def prepare_image_data(
     if not classes:
         raise ValueError(f"{manifest_path}: no usable training images")
     splits = {
-        name: image_split(frame, manifest_path.parent, classes, image_size, progress=progress)
+        name: image_split(frame, manifest_path.parent, classes,
+                          transforms.train if name == "train" else transforms.eval, config.image_size,
+                          random=name == "train" and transforms.augmented, progress=progress)
         for name, frame in manifest.groupby("split", sort=True)
     }
     encoded = 0
