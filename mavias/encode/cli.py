@@ -19,6 +19,7 @@ from mavias.relevance import irrelevant_tags, load_relevance
 from mavias.tagging.base import read_tags, tag_lists
 from mavias.tagging.cli import AllowDownload, Device, Pretrained, WeightsDir, counts_table
 from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
+from mavias.train.config import parse_encoder
 
 ENCODER_KINDS = ("sentence", "openclip")
 
@@ -55,6 +56,14 @@ def make_encoder(
         weights_dir=weights_dir,
         allow_download=allow_download,
     )
+
+
+def encoder_from_spec(spec: str, *, device: str = "auto", weights_dir: str | None = None) -> TextEncoder:
+    """The text encoder a training config names (``minilm`` or ``openclip:<model>/<pretrained>``)."""
+    kind, model, pretrained = parse_encoder(spec)
+    if kind == "sentence":
+        return make_encoder(kind, device=device)
+    return make_encoder(kind, model=model, pretrained=pretrained, device=device, weights_dir=weights_dir)
 
 
 app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)

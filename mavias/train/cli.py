@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from mavias.encode import SentenceTransformerEncoder
+from mavias.encode.cli import encoder_from_spec
 from mavias.manifest import read_dataset_info
 from mavias.relevance import load_relevance
 from mavias.train.config import TrainConfig, load_config
@@ -33,7 +33,7 @@ def _prepare(manifest: Path, relevance: Path, tags: Path | None, workspace: Path
         manifest,
         relevance=load_relevance(relevance),
         tags_table=None if tags is None else pd.read_parquet(tags),
-        encoder=SentenceTransformerEncoder(),
+        encoder=encoder_from_spec(cfg.encoder),
         store_dir=workspace / "embeddings",
         config=cfg,
         group_attrs=[a for a in group_attrs.split(",") if a],

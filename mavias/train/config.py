@@ -18,9 +18,11 @@ class _Strict(BaseModel):
 
 
 class BackboneConfig(_Strict):
-    name: Literal["small_cnn", "mlp", "resnet18", "resnet50"] = "small_cnn"
+    name: str = Field("small_cnn", description="small_cnn, mlp, any torchvision classifier (resnet18, resnet50…) or timm:<name>")
     width: int = Field(32, ge=4, description="small_cnn base channels / mlp hidden units")
-    weights: str | None = Field(None, description="local state-dict path for torchvision backbones (offline)")
+    pretrained: bool = Field(False, description="torchvision ImageNet weights from $TORCH_HOME/hub/checkpoints (offline)")
+    pretrained_weights: str = Field("IMAGENET1K_V1", description="torchvision weights enum member, e.g. IMAGENET1K_V2")
+    weights: str | None = Field(None, description="local state-dict path (takes precedence over the cache)")
 
 
 class PreprocessConfig(_Strict):
@@ -41,7 +43,7 @@ class OptimConfig(_Strict):
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(1e-4, ge=0)
     schedule: Literal["none", "step_thirds"] = Field(
-        "none", description="step_thirds: lr / 10 after each third of the epochs (paper, CelebA and ImageNet-9)"
+        "none", description="step_thirds: lr / 10 after 1/3 and after 2/3 of the epochs (paper, CelebA and ImageNet-9)"
     )
 
 
@@ -60,11 +62,28 @@ class GroupDROConfig(_Strict):
 
 
 class JTTConfig(_Strict):
+    """General defaults; the Waterbirds / CelebA presets carry the JTT paper's T=60, up=100 / T=1, up=50."""
+
     id_epochs: int = Field(2, ge=1, description="epochs of the ERM identification model (stage 1)")
     upweight: float = Field(20.0, ge=1, description="sampling weight of stage-1 errors in stage 2")
 
 
 Selection = Literal["val_acc", "val_tag_wg"]
+MINILM = "minilm"
+OPENCLIP_PREFIX = "openclip:"
+
+
+def parse_encoder(spec: str) -> tuple[str, str | None, str | None]:
+    """``minilm`` -> ("sentence", None, None); ``openclip:<model>/<pretrained>`` -> ("openclip", model, pretrained).
+
+    ``pretrained`` is an open_clip tag (``openai``), a local checkpoint file, or ``none`` for a random init.
+    """
+    if spec == MINILM:
+        return "sentence", None, None
+    model, sep, pretrained = spec.removeprefix(OPENCLIP_PREFIX).partition("/")
+    if not spec.startswith(OPENCLIP_PREFIX) or not sep or not model or not pretrained:
+        raise ValueError(f"encoder {spec!r} must be 'minilm' or 'openclip:<model>/<pretrained>', e.g. openclip:ViT-L-14/openai")
+    return "openclip", model, pretrained
 
 
 class TrainConfig(_Strict):
@@ -77,6 +96,7 @@ class TrainConfig(_Strict):
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(64, ge=1)
     image_size: int = Field(64, ge=8)
+    encoder: str = Field(MINILM, description="text encoder of the bias embeddings: minilm or openclip:<model>/<pretrained>")
     preprocessing: PreprocessConfig = PreprocessConfig()
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -85,12 +105,17 @@ class TrainConfig(_Strict):
         "val_tag_wg",
         description="model selection: val_acc (paper) or worst-group accuracy over tag-derived validation groups",
     )
-    num_workers: int = Field(0, ge=0)
+    num_workers: int | Literal["auto"] = Field(
+        "auto", description="DataLoader workers; auto: 0 on CPU or for in-memory splits, else min(8, CPU cores)"
+    )
+    channels_last: bool = Field(True, description="channels_last memory format for image models on CUDA")
+    compile: bool = Field(False, description="torch.compile the backbone (pays on GPU for long runs; needs a compiler)")
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
         if self.backbone.name == "mlp" and self.backbone.weights:
             raise ValueError("backbone.weights applies to torchvision backbones only")
+        parse_encoder(self.encoder)
         if self.preprocessing.resize is not None and self.preprocessing.resize < self.image_size:
             raise ValueError(f"preprocessing.resize ({self.preprocessing.resize}) must be >= image_size ({self.image_size})")
         return self

@@ -21,7 +21,10 @@ def mavias_loss(
     """CE(z_main + z_tag, y) + alpha * L_align, averaged over the batch.
 
     per_sample (paper): L_align_i = 1/2 (||z_main_i|| - lam ||z_tag_i||)^2.
-    batch (public reference code): 1/2 (||Z_main||_F - lam ||Z_tag||_F)^2 over the batch, z_tag detached.
+    batch (as the public reference code): the mean-squared error (||Z_main||_F - lam ||Z_tag||_F)^2 of the two
+    Frobenius norms over the batch, without the 1/2, z_tag detached. The one remaining difference: g is trained by a
+    parameter group of the main optimizer (lr x ``projection_lr_mult``), not by its own optimizer object -- the same
+    update for SGD/Adam, whose state is per parameter.
     """
     z_main = z_main.float()
     z_tag = z_tag.float()
@@ -30,7 +33,7 @@ def mavias_loss(
         gap = z_main.norm(dim=1) - lam * z_tag.norm(dim=1)
         alignment = 0.5 * (gap**2).mean()
     elif align == "batch":
-        alignment = 0.5 * (z_main.norm() - lam * z_tag.detach().norm()) ** 2
+        alignment = (z_main.norm() - lam * z_tag.detach().norm()) ** 2
     else:
         raise ValueError(f"unknown alignment mode {align!r}")
     return MaviasLoss(classification + alpha * alignment, classification, alignment)

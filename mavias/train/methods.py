@@ -100,6 +100,11 @@ class GroupDRO(Method):
             raise ValueError("GroupDRO needs true group labels for the training split")
         self.weights = torch.full((len(train.group_names),), 1.0 / len(train.group_names))
 
+    def sampling_weights(self) -> torch.Tensor:
+        """Group-balanced sampling as GroupDRO's authors train: weight 1/|group| per sample."""
+        counts = torch.bincount(self.train.groups, minlength=len(self.train.group_names)).float()
+        return 1.0 / counts[self.train.groups]
+
     def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         per_sample = F.cross_entropy(self.model(x).float(), y, reduction="none")
         groups = self.train.groups[idx].to(x.device)
@@ -129,7 +134,7 @@ class JTT(Method):
     def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
         if self.errors is not None:
             return
-        identifier = _fresh_copy(self.model)
+        identifier = copy.deepcopy(self.model)  # the same initial (e.g. pretrained) weights as the main model
         fit(identifier, self.cfg.jtt.id_epochs)
         logits = predict_logits(identifier, self.train, batch_size=256)
         self.errors = logits.argmax(1) != self.train.labels
@@ -144,14 +149,6 @@ class JTT(Method):
 
     def load_state_dict(self, state: dict) -> None:
         self.errors = state["errors"]
-
-
-def _fresh_copy(model: MainModel) -> MainModel:
-    clone = copy.deepcopy(model)
-    for module in clone.modules():
-        if hasattr(module, "reset_parameters"):
-            module.reset_parameters()
-    return clone
 
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT)}

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mavias.errors import UserError
 from mavias.train.config import BackboneConfig
 
 BackboneFactory = Callable[[BackboneConfig, int], tuple[nn.Module, int]]
@@ -49,39 +50,89 @@ def mlp(cfg: BackboneConfig, in_features: int) -> tuple[nn.Module, int]:
     return nn.Sequential(nn.Linear(in_features, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU()), w
 
 
-def _torchvision_resnet(arch: str) -> BackboneFactory:
-    def factory(cfg: BackboneConfig, in_channels: int) -> tuple[nn.Module, int]:
-        import torchvision
-
-        if in_channels != 3:
-            raise ValueError(f"{arch} expects RGB images (3 channels), got {in_channels}")
-        net = getattr(torchvision.models, arch)(weights=None)
-        if cfg.weights:
-            _load_local_weights(net, Path(cfg.weights))
-        feature_dim = net.fc.in_features
-        net.fc = nn.Identity()
-        return net, feature_dim
-
-    return factory
+def _strip_classifier(net: nn.Module) -> tuple[nn.Module, int, str]:
+    """Replace the last Linear layer (the ImageNet classifier) by Identity: (net, feature dim, its module name)."""
+    name, last = [(n, m) for n, m in net.named_modules() if isinstance(m, nn.Linear)][-1]
+    parent = net.get_submodule(name.rpartition(".")[0]) if "." in name else net
+    setattr(parent, name.rpartition(".")[2], nn.Identity())
+    return net, last.in_features, name
 
 
-for _arch in ("resnet18", "resnet50"):
-    register_backbone(_arch)(_torchvision_resnet(_arch))
+def pretrained_cache_path(cfg: BackboneConfig) -> Path:
+    """Where torchvision's weights enum keeps ``cfg.pretrained_weights`` of ``cfg.name`` ($TORCH_HOME/hub/checkpoints)."""
+    import torchvision
+
+    try:
+        weights = torchvision.models.get_model_weights(cfg.name)[cfg.pretrained_weights]
+    except KeyError:
+        known = [w.name for w in torchvision.models.get_model_weights(cfg.name)]
+        raise UserError(f"{cfg.name} has no weights {cfg.pretrained_weights!r}; use one of {known}") from None
+    return Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
 
 
-def _load_local_weights(net: nn.Module, path: Path) -> None:
-    """Load e.g. ImageNet weights saved with torch.save(model.state_dict()) (the classifier fc is dropped)."""
+def _pretrained_state(cfg: BackboneConfig) -> dict[str, torch.Tensor] | None:
+    """Offline-first: ``backbone.weights`` (a local file) or torchvision's cache; never a silent random init."""
+    if cfg.weights:
+        return _read_state(Path(cfg.weights))
+    if not cfg.pretrained:
+        return None
+    path = pretrained_cache_path(cfg)
     if not path.exists():
-        raise FileNotFoundError(
-            f"backbone weights {path} not found; download them once where the internet is reachable "
-            f"(e.g. torchvision.models.ResNet50_Weights.IMAGENET1K_V2) and save the state dict there"
+        raise UserError(
+            f"{cfg.name} expects ImageNet weights ({cfg.pretrained_weights}) but {path} does not exist. Put the file "
+            f"there (where the internet is reachable: python -c \"import torchvision; torchvision.models.get_model("
+            f"'{cfg.name}', weights='{cfg.pretrained_weights}')\" with the same TORCH_HOME), or pass "
+            "backbone.weights: /path/to/state_dict.pth, or train from scratch with backbone.pretrained: false"
         )
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+    return _read_state(path)
+
+
+def _read_state(path: Path) -> dict[str, torch.Tensor]:
+    if not path.exists():
+        raise UserError(
+            f"backbone weights {path} not found; download them once where the internet is reachable "
+            f"(e.g. torchvision.models.ResNet50_Weights.IMAGENET1K_V1) and save the state dict there"
+        )
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _torchvision(cfg: BackboneConfig, in_channels: int) -> tuple[nn.Module, int]:
+    """Any torchvision classifier by name, its classifier layer removed; weights as :func:`_pretrained_state`."""
+    import torchvision
+
+    if cfg.name not in torchvision.models.list_models(module=torchvision.models):
+        raise UserError(f"unknown backbone {cfg.name!r}; use {sorted(BACKBONES)}, a torchvision classifier "
+                        "(torchvision.models.list_models()) or timm:<name>")
+    if in_channels != 3:
+        raise UserError(f"{cfg.name} expects RGB images (3 channels), got {in_channels}")
+    net, feature_dim, head_name = _strip_classifier(torchvision.models.get_model(cfg.name, weights=None))
+    state = _pretrained_state(cfg)
+    if state is not None:
+        _load_backbone_state(net, state, head_name, cfg.weights or str(pretrained_cache_path(cfg)))
+    return net, feature_dim
+
+
+def _timm(cfg: BackboneConfig, in_channels: int) -> tuple[nn.Module, int]:
+    """``timm:<name>`` (optional dependency): random init, or ``backbone.weights`` as a local state dict."""
+    try:
+        import timm
+    except ImportError:
+        raise UserError(f"backbone {cfg.name!r} needs the optional package timm: pip install timm") from None
+    net = timm.create_model(cfg.name.removeprefix("timm:"), pretrained=False, num_classes=0, in_chans=in_channels)
+    if cfg.weights:
+        missing, _ = net.load_state_dict(_read_state(Path(cfg.weights)), strict=False)
+        if missing:
+            raise UserError(f"weights {cfg.weights} do not fit {cfg.name}: missing {missing[:3]}")
+    return net, net.num_features
+
+
+def _load_backbone_state(net: nn.Module, state: dict[str, torch.Tensor], head_name: str, source: str) -> None:
+    """Load a full classifier's state dict (e.g. ImageNet weights) into the classifier-less backbone."""
+    head = f"{head_name}."
+    state = {k: v for k, v in state.items() if not k.startswith(head)}
     missing, unexpected = net.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.startswith("fc.")]
     if missing or unexpected:
-        raise ValueError(f"weights {path} do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise UserError(f"weights {source} do not fit: missing {missing[:3]}, unexpected {unexpected[:3]}")
 
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -113,9 +164,9 @@ class MainModel(nn.Module):
 
 
 def build_main_model(cfg: BackboneConfig, in_channels: int, num_classes: int) -> MainModel:
-    if cfg.name not in BACKBONES:
-        raise ValueError(f"unknown backbone {cfg.name!r}; known: {sorted(BACKBONES)}")
-    backbone, feature_dim = BACKBONES[cfg.name](cfg, in_channels)
+    """The registered backbones by name, ``timm:<name>``, else any torchvision classifier by name."""
+    factory = BACKBONES.get(cfg.name) or (_timm if cfg.name.startswith("timm:") else _torchvision)
+    backbone, feature_dim = factory(cfg, in_channels)
     return MainModel(backbone, feature_dim, num_classes, image_input=cfg.name != "mlp")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -91,6 +92,11 @@ class Trainer:
         self.device = resolve_device(cfg.device)
         seed_everything(cfg.seed)
         self.model: MainModel = build_main_model(cfg.backbone, train.in_channels, len(classes)).to(self.device)
+        self.channels_last = cfg.channels_last and self.device.type == "cuda" and self.model.image_input
+        if self.channels_last:
+            self.model.to(memory_format=torch.channels_last)
+        if cfg.compile:
+            self.model.backbone.compile()
         self.method: Method = build_method(cfg, self.model, train)
         for module in self.method.modules().values():
             module.to(self.device)
@@ -107,8 +113,8 @@ class Trainer:
     def _build_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler | None:
         if self.cfg.optim.schedule == "none":
             return None
-        step = max(1, self.cfg.epochs // 3)
-        return torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=step, gamma=0.1)
+        return torch.optim.lr_scheduler.MultiStepLR(self.optimizer, milestones=step_thirds_milestones(self.cfg.epochs),
+                                                    gamma=0.1)
 
     def _autocast(self):
         if self.device.type == "cuda" and self.cfg.amp:
@@ -128,10 +134,16 @@ class Trainer:
             data,
             batch_size=self.cfg.batch_size,
             sampler=sampler,
-            num_workers=self.cfg.num_workers,
+            num_workers=self._num_workers(),
             pin_memory=self.device.type == "cuda",
             drop_last=False,
         )
+
+    def _num_workers(self) -> int:
+        if self.cfg.num_workers != "auto":
+            return self.cfg.num_workers
+        in_memory = getattr(self.train_split.inputs, "cache", None) is not None
+        return 0 if self.device.type != "cuda" or in_memory else min(8, os.cpu_count() or 1)
 
     # --- checkpoints ---------------------------------------------------------------------------------------
     @property
@@ -190,6 +202,8 @@ class Trainer:
         loader = self._loader(epoch, method.sampling_weights())
         for x, idx in tqdm(loader, desc=desc, leave=False, disable=not self.progress):
             x = to_model_input(x, self.device)
+            if self.channels_last and x.ndim == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
             y = self.train_split.labels[idx].to(self.device)
             with self._autocast():
                 loss, stats = method.loss(x, y, idx)
@@ -256,6 +270,11 @@ class Trainer:
         for key, value in row.items():
             if key != "epoch":
                 writer.add_scalar(key, value, row["epoch"])
+
+
+def step_thirds_milestones(epochs: int) -> list[int]:
+    """Epochs after which ``step_thirds`` divides the lr by 10: after 1/3 and after 2/3 of the run (twice)."""
+    return sorted({max(1, epochs // 3), max(1, 2 * epochs // 3)})
 
 
 def _selection_key(score: float, val_acc: float) -> tuple[float, float]:
