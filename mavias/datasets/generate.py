@@ -10,15 +10,16 @@ from PIL import Image
 WATERBIRDS_HEADER = "img_id,img_filename,y,split,place,place_filename"
 
 
-def write_image(path: Path, rng: np.random.Generator, size: int = 16) -> Path:
-    """A random RGB image; the format follows the suffix (.png or .jpg)."""
+def write_image(path: Path, rng: np.random.Generator, size: int | tuple[int, int] = 16) -> Path:
+    """A random RGB image of ``size`` (side, or (width, height)); the format follows the suffix (.png or .jpg)."""
+    width, height = (size, size) if isinstance(size, int) else size
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(path)
+    Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(path)
     return path
 
 
 def write_imagefolder(root: Path, classes: dict[str, int], *, splits: tuple[str, ...] = (), seed: int = 0,
-                      size: int = 16) -> Path:
+                      size: int | tuple[int, int] = 16) -> Path:
     """``root/[split/]class/NNNN.{png,jpg}``: ``classes[name]`` images per class (and split); formats alternate."""
     rng = np.random.default_rng(seed)
     for prefix in splits or ("",):
