@@ -1,4 +1,4 @@
-"""`mavias bench core|discovery|pipeline`."""
+"""`mavias bench core|discovery|pipeline|data`."""
 
 from __future__ import annotations
 
@@ -69,3 +69,21 @@ def discovery(
 
     run_discovery_bench(work, model=model, tag_images=tag_images, device=device, base_url=base_url, llm_model=llm_model,
                         json_path=json_out, console=console)
+
+
+@app.command("data")
+def data(
+    work: Annotated[Path, typer.Option(help="working folder (generated trees, runs)")] = Path("runs/bench-data"),
+    n_files: Annotated[int, typer.Option(help="generated images per layout for the import speed")] = 10_000,
+    batches: Annotated[int, typer.Option(help="training batches per method")] = 16,
+    batch_size: Annotated[int, typer.Option(help="training batch size")] = 32,
+    image_size: Annotated[int, typer.Option(help="training image size")] = 224,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+) -> None:
+    """Import speed (imagefolder, Waterbirds) and ResNet-18 training throughput, ERM vs MAVias."""
+    from mavias.bench.data import run_data_bench
+
+    report = run_data_bench(work, n_files=n_files, batches=batches, batch_size=batch_size, image_size=image_size,
+                            device=device, json_path=json_out)
+    console.print(report)
