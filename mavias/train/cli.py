@@ -84,18 +84,20 @@ def evaluate(
     relevance: Relevance,
     reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run (open-set protocol)")] = None,
     criterion: Annotated[str, typer.Option("--criterion", help="val_acc or val_tag_wg")] = "val_tag_wg",
-    split: Annotated[str, typer.Option("--split")] = "test",
+    split: Annotated[str | None, typer.Option("--split", help="default: test, else the first evaluation split of dataset.json")] = None,
     tags: Tags = None,
     group_attrs: GroupAttrs = "",
     workspace: Workspace = Path(".mavias"),
     out: Annotated[Path | None, typer.Option("--out", help="output folder; default RUN/eval-SPLIT-CRITERION")] = None,
 ) -> None:
-    """Evaluate a run: overall, open-set (with --reference), closed-set and UrbanCars-style metrics."""
+    """Evaluate a run: overall, open-set (with --reference), closed-set, UrbanCars-style, and the CelebA / ImageNet-9
+    metrics when the manifest's dataset.json declares that protocol."""
     from mavias.workflow import evaluate_checkpoint, load_reference, write_run_evaluation
 
+    dataset = read_dataset_info(manifest)
+    split = split or ("test" if dataset is None or not dataset.eval_splits else dataset.eval_splits[0])
     out = out or run / f"eval-{split}-{criterion}"
     cfg = load_config(run / "config.yaml")
-    dataset = read_dataset_info(manifest)
     group_attrs = group_attrs or ",".join(dataset.group_attrs if dataset else [])
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data)
