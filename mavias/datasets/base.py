@@ -74,8 +74,8 @@ def stratified_split(labels: pd.Series, *, seed: int, val: float, test: float) -
         order = rng.permutation(np.asarray(sorted(index)))
         n_test = min(int(round(len(order) * test)), len(order) - 1)
         n_val = min(int(round(len(order) * val)), len(order) - 1 - n_test)
-        split[order[:n_test]] = "test"
-        split[order[n_test : n_test + n_val]] = "val"
+        split.loc[order[:n_test]] = "test"
+        split.loc[order[n_test : n_test + n_val]] = "val"
     return split
 
 
