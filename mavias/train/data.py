@@ -30,7 +30,6 @@ class ImageSplit(Dataset):
                  progress: str | None = None):
         self.paths = paths
         self.transform = transform
-        self.random = random
         self.cache: torch.Tensor | None = None
         if not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
             images = [load_transformed(p, transform) for p in tqdm(paths, desc=progress or "loading images",
