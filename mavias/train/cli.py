@@ -16,6 +16,7 @@ from mavias.encode.cli import encoder_from_spec
 from mavias.manifest import read_dataset_info
 from mavias.relevance import load_relevance
 from mavias.train.config import TrainConfig, load_config
+from mavias.train.model import weights_file
 from mavias.train.prepare import PreparedData, prepare_image_data
 
 console = Console()
@@ -67,6 +68,7 @@ def train(
     from mavias.workflow import load_reference, train_method, train_reference
 
     cfg = load_config(config, preset=preset, overrides=_overrides(set_))
+    weights_file(cfg.backbone)  # a missing pretrained file fails now, not after the data is prepared
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     if cfg.method == "erm" and cfg.selection == "val_acc" and reference is None:
         ref = train_reference(data, cfg, out)

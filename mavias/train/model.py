@@ -70,12 +70,23 @@ def pretrained_cache_path(cfg: BackboneConfig) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / Path(weights.url).name
 
 
-def _pretrained_state(cfg: BackboneConfig) -> dict[str, torch.Tensor] | None:
-    """Offline-first: ``backbone.weights`` (a local file) or torchvision's cache; never a silent random init."""
+def weights_file(cfg: BackboneConfig) -> Path | None:
+    """Offline-first: ``backbone.weights`` (a local file) or torchvision's cache; never a silent random init.
+
+    ``None`` when the backbone trains from scratch; a :class:`UserError` saying where to put a missing file.
+    """
     if cfg.weights:
-        return _read_state(Path(cfg.weights))
-    if not cfg.pretrained:
+        path = Path(cfg.weights)
+        if not path.exists():
+            raise UserError(
+                f"backbone weights {path} not found; download them once where the internet is reachable "
+                f"(e.g. torchvision.models.ResNet50_Weights.IMAGENET1K_V1) and save the state dict there"
+            )
+        return path
+    if not cfg.pretrained or cfg.name in BACKBONES:
         return None
+    if cfg.name.startswith("timm:"):
+        raise UserError(f"{cfg.name}: timm backbones load local weights only; set backbone.weights: /path/to/state_dict")
     path = pretrained_cache_path(cfg)
     if not path.exists():
         raise UserError(
@@ -84,20 +95,15 @@ def _pretrained_state(cfg: BackboneConfig) -> dict[str, torch.Tensor] | None:
             f"'{cfg.name}', weights='{cfg.pretrained_weights}')\" with the same TORCH_HOME), or pass "
             "backbone.weights: /path/to/state_dict.pth, or train from scratch with backbone.pretrained: false"
         )
-    return _read_state(path)
+    return path
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor]:
-    if not path.exists():
-        raise UserError(
-            f"backbone weights {path} not found; download them once where the internet is reachable "
-            f"(e.g. torchvision.models.ResNet50_Weights.IMAGENET1K_V1) and save the state dict there"
-        )
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _torchvision(cfg: BackboneConfig, in_channels: int) -> tuple[nn.Module, int]:
-    """Any torchvision classifier by name, its classifier layer removed; weights as :func:`_pretrained_state`."""
+    """Any torchvision classifier by name, its classifier layer removed; weights as :func:`weights_file`."""
     import torchvision
 
     if cfg.name not in torchvision.models.list_models(module=torchvision.models):
@@ -106,9 +112,9 @@ def _torchvision(cfg: BackboneConfig, in_channels: int) -> tuple[nn.Module, int]
     if in_channels != 3:
         raise UserError(f"{cfg.name} expects RGB images (3 channels), got {in_channels}")
     net, feature_dim, head_name = _strip_classifier(torchvision.models.get_model(cfg.name, weights=None))
-    state = _pretrained_state(cfg)
-    if state is not None:
-        _load_backbone_state(net, state, head_name, cfg.weights or str(pretrained_cache_path(cfg)))
+    path = weights_file(cfg)
+    if path is not None:
+        _load_backbone_state(net, _read_state(path), head_name, path)
     return net, feature_dim
 
 
@@ -119,14 +125,15 @@ def _timm(cfg: BackboneConfig, in_channels: int) -> tuple[nn.Module, int]:
     except ImportError:
         raise UserError(f"backbone {cfg.name!r} needs the optional package timm: pip install timm") from None
     net = timm.create_model(cfg.name.removeprefix("timm:"), pretrained=False, num_classes=0, in_chans=in_channels)
-    if cfg.weights:
-        missing, _ = net.load_state_dict(_read_state(Path(cfg.weights)), strict=False)
+    path = weights_file(cfg)
+    if path is not None:
+        missing, _ = net.load_state_dict(_read_state(path), strict=False)
         if missing:
-            raise UserError(f"weights {cfg.weights} do not fit {cfg.name}: missing {missing[:3]}")
+            raise UserError(f"weights {path} do not fit {cfg.name}: missing {missing[:3]}")
     return net, net.num_features
 
 
-def _load_backbone_state(net: nn.Module, state: dict[str, torch.Tensor], head_name: str, source: str) -> None:
+def _load_backbone_state(net: nn.Module, state: dict[str, torch.Tensor], head_name: str, source: Path) -> None:
     """Load a full classifier's state dict (e.g. ImageNet weights) into the classifier-less backbone."""
     head = f"{head_name}."
     state = {k: v for k, v in state.items() if not k.startswith(head)}

@@ -7,9 +7,12 @@ import pandas as pd
 import pytest
 import torch
 import torchvision
+from typer.testing import CliRunner
 
+from mavias.cli import app
 from mavias.encode.cli import encoder_from_spec
 from mavias.errors import UserError
+from mavias.relevance import save_relevance
 from mavias.train.config import BackboneConfig, TrainConfig, parse_encoder
 from mavias.train.data import attach_groups, feature_split
 from mavias.train.model import build_main_model, pretrained_cache_path
@@ -116,3 +119,13 @@ def test_encoder_is_configuration():
     encoder = encoder_from_spec("openclip:ViT-S-32/none", device="cpu")
     assert encoder.encoder_id.startswith("open_clip:ViT-S-32:random-init")
     assert encoder.encode(["a photo of grass"]).shape[0] == 1
+
+
+def test_train_with_a_pretrained_preset_fails_fast_saying_where_the_weights_go(torch_home, tmp_path):
+    save_relevance(pd.DataFrame(columns=["class", "tag", "relevant", "source"]), tmp_path / "relevance.parquet")
+    (tmp_path / "manifest.csv").write_text("sample_id,uri,label,split\n")
+    result = CliRunner().invoke(app, ["train", "--preset", "waterbirds", "--manifest", str(tmp_path / "manifest.csv"),
+                                      "--relevance", str(tmp_path / "relevance.parquet"), "--out", str(tmp_path / "run")])
+    assert isinstance(result.exception, UserError)
+    assert str(torch_home / "hub" / "checkpoints" / "resnet50-0676ba61.pth") in str(result.exception)
+    assert not (tmp_path / "run").exists()
