@@ -82,7 +82,7 @@ def evaluate(
     manifest: Manifest,
     relevance: Relevance,
     reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run (open-set protocol)")] = None,
-    criterion: Annotated[str, typer.Option("--criterion", help="val_acc or val_tag_wg")] = "val_tag_wg",
+    criterion: Annotated[str | None, typer.Option("--criterion", help="val_acc, val_tag_wg or val_robust; default: the run's selection")] = None,
     split: Annotated[str, typer.Option("--split")] = "test",
     tags: Tags = None,
     group_attrs: GroupAttrs = "",
@@ -92,8 +92,9 @@ def evaluate(
     """Evaluate a run: overall, open-set (with --reference), closed-set and UrbanCars-style metrics."""
     from mavias.workflow import evaluate_checkpoint, load_reference, write_run_evaluation
 
-    out = out or run / f"eval-{split}-{criterion}"
     cfg = load_config(run / "config.yaml")
+    criterion = criterion or cfg.selection
+    out = out or run / f"eval-{split}-{criterion}"
     data = _prepare(manifest, relevance, tags, workspace, cfg.image_size, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data)
     checkpoint = run / f"best_{criterion}.pt"

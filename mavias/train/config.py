@@ -52,7 +52,7 @@ class JTTConfig(_Strict):
     upweight: float = Field(20.0, ge=1, description="sampling weight of stage-1 errors in stage 2")
 
 
-Selection = Literal["val_acc", "val_tag_wg"]
+Selection = Literal["val_acc", "val_tag_wg", "val_robust"]
 
 
 class TrainConfig(_Strict):
@@ -69,8 +69,9 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     amp: bool = Field(True, description="mixed precision (bfloat16 autocast) when running on CUDA")
     selection: Selection = Field(
-        "val_tag_wg",
-        description="model selection: val_acc (paper) or worst-group accuracy over tag-derived validation groups",
+        "val_robust",
+        description="model selection: val_acc (paper), val_tag_wg (worst tag-derived validation group) or val_robust "
+        "(balanced accuracy + shrunk tag-group accuracies, mavias.train.selection); all three are always saved",
     )
     num_workers: int = Field(0, ge=0)
 
