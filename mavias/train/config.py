@@ -52,16 +52,27 @@ class JTTConfig(_Strict):
     upweight: float = Field(20.0, ge=1, description="sampling weight of stage-1 errors in stage 2")
 
 
+class LfFConfig(_Strict):
+    q: float = Field(0.7, gt=0, le=1, description="generalised cross-entropy exponent of the biased model (paper 0.7)")
+    ema: float = Field(0.7, ge=0, lt=1, description="EMA decay of the per-sample losses behind the relative difficulty")
+
+
+class SDConfig(_Strict):
+    coefficient: float = Field(0.1, gt=0, description="lambda of the spectral-decoupling penalty lambda/2 ||z||^2")
+
+
 Selection = Literal["val_acc", "val_tag_wg", "val_robust"]
 
 
 class TrainConfig(_Strict):
-    method: Literal["erm", "mavias", "groupdro", "jtt"] = "mavias"
+    method: Literal["erm", "mavias", "groupdro", "jtt", "lff", "sd"] = "mavias"
     backbone: BackboneConfig = BackboneConfig()
     optim: OptimConfig = OptimConfig()
     mavias: MaviasConfig = MaviasConfig()
     groupdro: GroupDROConfig = GroupDROConfig()
     jtt: JTTConfig = JTTConfig()
+    lff: LfFConfig = LfFConfig()
+    sd: SDConfig = SDConfig()
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(64, ge=1)
     image_size: int = Field(64, ge=8)
