@@ -7,6 +7,7 @@ classes take that attribute uniformly at random, so the shortcut is partial and 
 training distribution, so it holds only a handful of bias-conflicting images per shortcut class. The test split is
 balanced over every (class, attribute value) cell. Tags name the shape, its parts, colour, texture and size, with
 misses and spurious tags; the class word and its parts are the relevant tags (``relevance.parquet``), and
+``attr_bias_aligned`` is "0" exactly for the bias-conflicting images of shortcut classes (true groups: label x it);
 ``benchmark.json`` lists the true shortcut tag of every shortcut class (to score biased-tag discovery).
 """
 
@@ -248,6 +249,7 @@ def render_shape(shape: str, colour: RGB, texture: str, half: float, image_size:
 def _rows(out_dir: Path, split: str, cfg: ShapesConfig, tag_rng: np.random.Generator) -> list[dict]:
     words = vocabulary(cfg)
     colours, textures = list(COLOURS)[: cfg.n_classes], list(TEXTURES)[: cfg.n_classes]
+    shortcut = set(cfg.shortcut_classes)
     rows = []
     for index, plan in _plan(split, cfg).iterrows():
         name = cfg.classes[plan["label"]]
@@ -264,7 +266,7 @@ def _rows(out_dir: Path, split: str, cfg: ShapesConfig, tag_rng: np.random.Gener
             "sample_id": content_sample_id(png), "uri": uri, "label": name, "split": split,
             "tags": emit_tags(true_tags, words, cfg, tag_rng),
             f"{ATTR_PREFIX}colour": colour, f"{ATTR_PREFIX}texture": texture,
-            f"{ATTR_PREFIX}bias_aligned": "1" if plan["value"] == plan["label"] else "0",
+            f"{ATTR_PREFIX}bias_aligned": "0" if name in shortcut and plan["value"] != plan["label"] else "1",
         })
     return rows
 
