@@ -71,9 +71,6 @@ def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference, bas
         score = result.best[cfg.selection]["score"]
         trial.report(score, step=len(result.history))
         if result.completed:
-            fallback = result.best[cfg.selection].get("fallback")
-            if fallback:
-                trial.set_user_attr("selection_fallback", fallback)
             return score
         if trial.should_prune():
             raise optuna.TrialPruned()
@@ -115,10 +112,10 @@ def tune(data: PreparedData, reference: Reference, base: TrainConfig, out_dir: s
     if remaining > 0:
         study.optimize(lambda t: run_trial(t, data, reference, base, out_dir, progress), n_trials=remaining,
                        timeout=timeout, catch=(), show_progress_bar=progress)
-    return write_outcome(study, out_dir)
+    return write_outcome(study, out_dir, base.selection)
 
 
-def write_outcome(study: optuna.Study, out_dir: Path) -> TuneResult:
+def write_outcome(study: optuna.Study, out_dir: Path, criterion: str) -> TuneResult:
     completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not completed:
         raise RuntimeError(f"no trial of {out_dir} completed; raise --trials or --timeout")
@@ -129,7 +126,8 @@ def write_outcome(study: optuna.Study, out_dir: Path) -> TuneResult:
     shutil.copytree(best.user_attrs["run_dir"], staging)
     shutil.rmtree(best_dir, ignore_errors=True)
     staging.rename(best_dir)
-    fallback = best.user_attrs.get("selection_fallback")
+    summary = json.loads((best_dir / "train_summary.json").read_text())
+    fallback = summary["best"][criterion].get("fallback")  # the criterion was constant over the best run's epochs
     write_json(best_dir / TUNE_SUMMARY, {"trial": best.number, "params": best.params, "value": best.value,
                                          "selection_fallback": fallback, "n_trials": len(study.trials)})
     table = study.trials_dataframe(attrs=("number", "value", "state", "params", "duration", "user_attrs"))
