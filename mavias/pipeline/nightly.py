@@ -460,12 +460,14 @@ def select_candidate(cfg: NightlyConfig, dataset: Mapping[str, Any], trials: lis
     with atomic_path(layout(cfg).root / TUNING_DIR / PREVIOUS_BEST) as tmp:
         tmp.write_text(json.dumps(tuned.best_params))
     summary = json.loads((tuned.best_dir / "train_summary.json").read_text())
-    table = tuned.trials.rename(columns=lambda c: c.removeprefix("params_"))
-    rows = table[["number", "value", "state", *tuned.best_params]].to_dict("records")
+    params = [f"params_{name}" for name in tuned.best_params]
+    rows = [{"number": int(row["number"]), "value": None if pd.isna(row["value"]) else float(row["value"]),
+             "state": str(row["state"]), "params": {p.removeprefix("params_"): row[p] for p in params}}
+            for _, row in tuned.trials.iterrows()]
     return {"dir": str(tuned.best_dir), "checkpoint": str(tuned.best_dir / f"best_{selection}.pt"),
             "best": summary["best"], "method": "mavias", "selection": selection,
             "tuning": {"chosen": tuned.best_params, "value": tuned.best_value, "fallback": tuned.selection_fallback,
-                       "trials": json.loads(json.dumps(rows, default=str))}}
+                       "trials": json.loads(json.dumps(rows, default=float))}}
 
 
 # -- 5. evaluate ----------------------------------------------------------------------------------------------------
@@ -716,6 +718,7 @@ def build_report_context(
         if packaged else None,
         onnx_sha256=packaged.get("onnx_sha256"),
         latency=packaged.get("latency"),
+        tuning=(results.get("candidate") or {}).get("tuning"),
         **tables,
     )
     return context, _history_entry(results, context) if has_candidate else None
