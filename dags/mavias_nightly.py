@@ -6,7 +6,9 @@ Nightly open-set bias audit and MAVias retraining. Every task calls `mavias.pipe
 1. **sense** new partitions under `s3://<bucket>/incoming/<partition>/` (processed ones are skipped),
 2. **pull_and_validate** them with Great Expectations (a failing partition is quarantined and nothing is trained),
 3. **discover** incrementally: `tag_shard` is mapped over the untagged shards, then judge and encode,
-4. **train_reference** (ERM) and **train_mavias** on all accumulated data, on the `gpu` pool and queue,
+4. **train_reference** (ERM) on all accumulated data on the `gpu` pool and queue, then MAVias: **plan_trials**
+   (previous night's best settings first, then Optuna TPE), **tune_trial** mapped over them (one trial per GPU
+   task), **train_mavias** picks the trial with the best validation criterion,
 5. **evaluate** candidate, reference and production on the fixed evaluation set, 6. **quality_gates**,
 7. **package** (ONNX + verification + model card), 8. **publish** and **promote** when every gate passed,
 9. **report** by email and next to the models, whatever happened; **finish** fails the run if a task failed.
@@ -129,9 +131,18 @@ def mavias_nightly() -> None:
     def train_reference(dataset: dict) -> dict:
         return steps().train_reference_model(_config(), dataset)
 
-    @task(**GPU)
-    def train_mavias(dataset: dict, reference: dict) -> dict:
-        return steps().train_candidate(_config(), dataset, reference)
+    @task
+    def plan_trials(dataset: dict) -> list[dict]:
+        return steps().plan_trials(_config(), dataset)
+
+    @task(**GPU, map_index_template="{{ trial_label }}")
+    def tune_trial(dataset: dict, reference: dict, job: dict) -> dict:
+        get_current_context()["trial_label"] = f"trial {job['number']}"
+        return steps().run_trial(_config(), dataset, reference, job)
+
+    @task
+    def train_mavias(dataset: dict, trials: list[dict]) -> dict:
+        return steps().select_candidate(_config(), dataset, list(trials))
 
     @task(multiple_outputs=True)
     def evaluate(dataset: dict, reference: dict, candidate: dict) -> dict:
@@ -202,7 +213,8 @@ def mavias_nightly() -> None:
     plan >> discovered
     dataset = prepare_dataset(validated, discovered)
     reference = train_reference(dataset)
-    candidate = train_mavias(dataset, reference)
+    trials = tune_trial.partial(dataset=dataset, reference=reference).expand(job=plan_trials(dataset))
+    candidate = train_mavias(dataset, trials)
     evaluated = evaluate(dataset, reference, candidate)
     gates = QualityGateOperator(
         task_id="quality_gates",

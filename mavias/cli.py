@@ -14,6 +14,7 @@ from mavias.judging.cli import app as judge_app
 from mavias.pipeline.cli_registry import app as registry_app
 from mavias.tagging.cli import app as tag_app
 from mavias.train.cli import evaluate, train
+from mavias.tune.cli import tune_command
 
 app = typer.Typer(
     help="MAVias: find and remove visual biases from image classifiers.", no_args_is_help=True, pretty_exceptions_show_locals=False
@@ -28,6 +29,7 @@ app.add_typer(registry_app, name="registry")
 app.add_typer(bench_app, name="bench")
 app.command()(train)
 app.command()(evaluate)
+app.command("tune")(tune_command)
 app.command("demo")(demo_command)
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Built-in offline benchmarks: ``synthetic-scenes`` (images, tags, ground-truth relevance) and ``two-moons-3d``."""
+"""Built-in offline benchmarks: ``synthetic-scenes``, ``shape-colours``, ``shape-textures`` (images, tags, ground-truth
+relevance) and ``two-moons-3d``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel
 
+from mavias.benchmarks.shapes import ShapesConfig, ShapeTexturesConfig, make_shapes
 from mavias.benchmarks.synthetic_scenes import (
     SyntheticScenesConfig,
     benchmark_vocabulary,
@@ -24,16 +26,21 @@ class Benchmark(NamedTuple):
 
 BENCHMARKS: dict[str, Benchmark] = {
     "synthetic-scenes": Benchmark(SyntheticScenesConfig, make_synthetic_scenes),
+    "shape-colours": Benchmark(ShapesConfig, make_shapes),
+    "shape-textures": Benchmark(ShapeTexturesConfig, make_shapes),
     "two-moons-3d": Benchmark(TwoMoons3DConfig, make_two_moons_3d),
 }
 
 __all__ = [
     "BENCHMARKS",
     "Benchmark",
+    "ShapeTexturesConfig",
+    "ShapesConfig",
     "SyntheticScenesConfig",
     "TwoMoons3DConfig",
     "benchmark_vocabulary",
     "ground_truth_relevance",
+    "make_shapes",
     "make_synthetic_scenes",
     "make_two_moons_3d",
 ]

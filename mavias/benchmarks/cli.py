@@ -1,4 +1,4 @@
-"""`mavias data make synthetic-scenes|two-moons-3d`: write a built-in benchmark into a folder.
+"""`mavias data make synthetic-scenes|shape-colours|shape-textures|two-moons-3d`: write a built-in benchmark into a folder.
 
 Options left out keep the config's defaults (see :class:`SyntheticScenesConfig`, :class:`TwoMoons3DConfig`).
 """
@@ -48,6 +48,27 @@ def synthetic_scenes(
     """Images of objects on backgrounds with co-objects, tags, ground-truth relevance (UrbanCars-like)."""
     options = locals() | {"classes": tuple(c.strip() for c in classes.split(",")) if classes else None}
     _make("synthetic-scenes", options.pop("out"), options)
+
+
+def _add_shapes_command(name: str, summary: str) -> None:
+    def command(
+        out: OutOption,
+        seed: SeedOption = None,
+        n_train: Annotated[int | None, typer.Option()] = None,
+        n_val: Annotated[int | None, typer.Option()] = None,
+        n_test_per_cell: Annotated[int | None, typer.Option(help="test images per (class, attribute value)")] = None,
+        image_size: Annotated[int | None, typer.Option()] = None,
+        bias_align: Annotated[float | None, typer.Option(help="P(shortcut aligned) in shortcut classes")] = None,
+    ) -> None:
+        _make(name, out, {"seed": seed, "n_train": n_train, "n_val": n_val, "n_test_per_cell": n_test_per_cell,
+                          "image_size": image_size, "bias_align": bias_align})
+
+    command.__doc__ = summary
+    make_app.command(name)(command)
+
+
+_add_shapes_command("shape-colours", "10 shape classes; the shape's colour is a 95% shortcut in half of them.")
+_add_shapes_command("shape-textures", "12 shape classes; the background texture is a 95% shortcut in a third of them.")
 
 
 @make_app.command("two-moons-3d")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
+from scipy.stats import binomtest, false_discovery_control, fisher_exact
 
 from mavias.evaluate.metrics import (
     GROUP_SEPARATOR,
@@ -30,9 +30,14 @@ from mavias.evaluate.metrics import (
 from mavias.utils.atomic import atomic_path, write_json
 
 BIASED_TAG_COLUMNS = [
-    "class", "tag", "support", "tag_accuracy", "class_accuracy", "lift", "p_value", "rank", "in_top_k"
+    "class", "tag", "support", "tag_accuracy", "class_accuracy", "lift", "p_value", "contrast", "q_value", "rule",
+    "rank", "in_top_k",
 ]
 MAX_P_VALUE = None  # the paper's rule; 0.05 adds the significance filter (see find_biased_tags)
+PAPER, ROBUST = "paper", "robust"
+BIASED_TAG_RULE = ROBUST
+MIN_CONTRAST = 0.05  # robust rule: with-tag accuracy at least 5 points above the class's samples without the tag
+MAX_Q_VALUE = 0.05  # robust rule: Benjamini-Hochberg false discovery rate over every (class, tag) tested
 BIASED, UNBIASED = "biased", "unbiased"
 _TRUE, _FALSE = {"1", "true"}, {"0", "false"}
 _URBANCARS_GROUP = ["label", "bg_aligned", "co_aligned"]
@@ -71,10 +76,18 @@ def find_biased_tags(
     min_support: int = MIN_SUPPORT,
     top_k: int = 10,
     max_p_value: float | None = MAX_P_VALUE,
+    rule: str = BIASED_TAG_RULE,
 ) -> pd.DataFrame:
     """B' per class from a vanilla (ERM) model's VALIDATION predictions (paper §Evaluation Protocol, open-set).
 
-    A tag is biased for class c when at least ``min_support`` validation samples of c carry it among their
+    ``rule="robust"`` (default): a tag is biased for class c when at least ``min_support`` validation samples of c
+    carry it, the model is at least ``MIN_CONTRAST`` more accurate on them than on c's samples WITHOUT the tag
+    (``contrast``), and a one-sided Fisher exact test of that difference survives Benjamini-Hochberg at
+    ``MAX_Q_VALUE`` over all (class, tag) pairs tested. Comparing with the samples lacking the tag (not with the
+    class overall) is what finds a shortcut under a ~99%-accurate reference: the tag's own accuracy is barely above
+    the class's, but the few samples without it are clearly worse; independent noise tags show no such gap.
+
+    ``rule="paper"``: a tag is biased for class c when at least ``min_support`` validation samples of c carry it among their
     irrelevant tags and the model is more accurate on them than on class c overall (lift > 0). With ``max_p_value``
     (off by default: the paper's rule) the lift must also be significant, by a one-sided binomial test of the tag's
     correct count against the class accuracy: at 95% class accuracy 26/26 correct is chance (p = 0.26), and such
@@ -96,16 +109,49 @@ def find_biased_tags(
         binomtest(int(k), int(n), p, alternative="greater").pvalue if p < 1 else 1.0
         for k, n, p in zip(stats["tag_correct"], stats["support"], stats["class_accuracy"])
     ]
+    stats["contrast"], stats["q_value"] = _contrast_test(stats, min_support)
     keep = (stats["lift"] > 0) & (stats["support"] >= min_support)
+    if rule == ROBUST:
+        keep &= (stats["contrast"] >= MIN_CONTRAST) & (stats["q_value"] <= MAX_Q_VALUE)
+    elif rule != PAPER:
+        raise ValueError(f"unknown biased-tag rule {rule!r}; use {ROBUST!r} or {PAPER!r}")
     if max_p_value is not None:
         keep &= stats["p_value"] <= max_p_value
     biased = stats[keep].sort_values(
         ["label", "lift", "support", "tag"], ascending=[True, False, False, True]
     )
     biased["class"] = [class_names[label] for label in biased["label"]]
+    biased["rule"] = rule
     biased["rank"] = biased.groupby("label").cumcount() + 1
     biased["in_top_k"] = biased["rank"] <= top_k
     return biased[BIASED_TAG_COLUMNS].reset_index(drop=True)
+
+
+def _contrast_test(stats: pd.DataFrame, min_support: int) -> tuple[pd.Series, pd.Series]:
+    """Accuracy with the tag minus without it (within the class) and its BH-adjusted one-sided Fisher p-value;
+    NaN / 1 where every sample of the class carries the tag or the support is below ``min_support``."""
+    without_n = stats["class_n"] - stats["support"]
+    without_correct = stats["class_correct"] - stats["tag_correct"]
+    contrast = stats["tag_accuracy"] - without_correct / without_n.where(without_n > 0)
+    tested = (stats["support"] >= min_support) & (without_n > 0)
+    p_values = pd.Series(1.0, index=stats.index)
+    for i in stats.index[tested]:
+        table = [[stats.at[i, "tag_correct"], stats.at[i, "support"] - stats.at[i, "tag_correct"]],
+                 [without_correct[i], without_n[i] - without_correct[i]]]
+        p_values[i] = fisher_exact(table, alternative="greater").pvalue
+    q_values = pd.Series(1.0, index=stats.index)
+    if tested.any():
+        q_values[tested] = false_discovery_control(p_values[tested].to_numpy())
+    return contrast, q_values
+
+
+def biased_tag_recovery(biased: pd.DataFrame, true_tags: Mapping[str, set[str]]) -> dict[str, float]:
+    """Precision and recall of B' (rows of :func:`find_biased_tags`) against each class's true shortcut tags."""
+    found = set(zip(biased["class"], biased["tag"]))
+    truth = {(name, tag) for name, tags in true_tags.items() for tag in tags}
+    hits = len(found & truth)
+    return {"precision": hits / len(found) if found else float("nan"), "recall": hits / len(truth) if truth else float("nan"),
+            "n_found": len(found), "n_true": len(truth)}
 
 
 def openset_groups(
@@ -272,6 +318,7 @@ def openset_evaluation(
     top_k: int = 10,
     min_support: int = MIN_SUPPORT,
     max_p_value: float | None = MAX_P_VALUE,
+    rule: str = BIASED_TAG_RULE,
     n_boot: int = 1000,
     seed: int = 0,
 ) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
@@ -284,11 +331,12 @@ def openset_evaluation(
     if shared:
         raise ValueError(f"{len(shared)} sample(s) are in both the validation and the test predictions")
     biased = find_biased_tags(
-        val_pred, val_irrelevant_tags, class_names, min_support=tag_min_support, top_k=top_k, max_p_value=max_p_value
+        val_pred, val_irrelevant_tags, class_names, min_support=tag_min_support, top_k=top_k, max_p_value=max_p_value,
+        rule=rule,
     )
     groups = openset_groups(test_pred, test_irrelevant_tags, biased, class_names)
     metrics, table = evaluation_report(test_pred, groups, min_support=min_support, n_boot=n_boot, seed=seed)
-    metrics.update(protocol="open-set", tag_min_support=tag_min_support, n_biased_tags=len(biased))
+    metrics.update(protocol="open-set", tag_min_support=tag_min_support, n_biased_tags=len(biased), biased_tag_rule=rule)
     return metrics, table, biased
 
 

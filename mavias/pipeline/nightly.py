@@ -73,9 +73,11 @@ from mavias.pipeline.validation import CheckResult, ValidationResult, quarantine
 from mavias.relevance import RELEVANCE_COLUMNS
 from mavias.tagging import Tagger, TagsStore, tag_partition
 from mavias.tagging.run import TAGS_NAME, missing_shards
+from mavias.train.config import TrainConfig
 from mavias.train.inference import predict
 from mavias.train.prepare import PreparedData, prepare_image_data
 from mavias.train.trainer import load_main_model
+from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial, settings_params
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.workflow import evaluate_checkpoint, load_reference, train_method, train_reference, write_run_evaluation
 
@@ -425,14 +427,47 @@ def train_reference_model(cfg: NightlyConfig, dataset: Mapping[str, Any]) -> dic
     return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {}}
 
 
-def train_candidate(cfg: NightlyConfig, dataset: Mapping[str, Any], reference: Mapping[str, Any]) -> dict[str, Any]:
-    """MAVias on the accumulated data, selected as the training config says (resumable like the reference)."""
-    train_cfg = cfg.train.resolve()
+# -- 4b. MAVias settings search: plan, one mapped task per trial, select --------------------------------------------
+TUNING_DIR = "tuning"
+PREVIOUS_BEST = "best_params.json"
+
+
+def _candidate_base(cfg: NightlyConfig) -> TrainConfig:
+    return cfg.train.resolve().model_copy(update={"method": "mavias"})
+
+
+def plan_trials(cfg: NightlyConfig, dataset: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Tonight's trials: the previous night's best settings (else the configured ones) first, then TPE's picks."""
+    base = _candidate_base(cfg)
+    previous = layout(cfg).root / TUNING_DIR / PREVIOUS_BEST
+    warm = json.loads(previous.read_text()) if previous.exists() else settings_params(base)
+    return plan_batch(Path(dataset["dir"]) / TUNING_DIR, base, cfg.train.tune_trials, batch=dataset["night"],
+                      warm_start=warm)
+
+
+def run_trial(cfg: NightlyConfig, dataset: Mapping[str, Any], reference: Mapping[str, Any],
+              job: Mapping[str, Any]) -> dict[str, Any]:
+    """Train one planned trial on the accumulated data (resumable; a finished trial is reused)."""
     data = load_prepared(dataset)
-    out = Path(dataset["dir"]) / train_cfg.method
-    run = train_method(data, train_cfg, out, load_reference(reference["dir"], data), progress=False)
-    return {"dir": str(out), "checkpoint": str(run.checkpoint(train_cfg.selection)), "best": run.best,
-            "method": train_cfg.method, "selection": train_cfg.selection}
+    return run_planned_trial(data, load_reference(reference["dir"], data), _candidate_base(cfg),
+                             Path(dataset["dir"]) / TUNING_DIR, dict(job))
+
+
+def select_candidate(cfg: NightlyConfig, dataset: Mapping[str, Any], trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """The trial with the best validation criterion becomes the candidate; its settings warm-start the next night."""
+    selection = _candidate_base(cfg).selection
+    tuned = finish_batch(Path(dataset["dir"]) / TUNING_DIR, trials, selection)
+    with atomic_path(layout(cfg).root / TUNING_DIR / PREVIOUS_BEST) as tmp:
+        tmp.write_text(json.dumps(tuned.best_params))
+    summary = json.loads((tuned.best_dir / "train_summary.json").read_text())
+    params = [f"params_{name}" for name in tuned.best_params]
+    rows = [{"number": int(row["number"]), "value": None if pd.isna(row["value"]) else float(row["value"]),
+             "state": str(row["state"]), "params": {p.removeprefix("params_"): row[p] for p in params}}
+            for _, row in tuned.trials.iterrows()]
+    return {"dir": str(tuned.best_dir), "checkpoint": str(tuned.best_dir / f"best_{selection}.pt"),
+            "best": summary["best"], "method": "mavias", "selection": selection,
+            "tuning": {"chosen": tuned.best_params, "value": tuned.best_value, "fallback": tuned.selection_fallback,
+                       "trials": json.loads(json.dumps(rows, default=float))}}
 
 
 # -- 5. evaluate ----------------------------------------------------------------------------------------------------
@@ -683,6 +718,7 @@ def build_report_context(
         if packaged else None,
         onnx_sha256=packaged.get("onnx_sha256"),
         latency=packaged.get("latency"),
+        tuning=(results.get("candidate") or {}).get("tuning"),
         **tables,
     )
     return context, _history_entry(results, context) if has_candidate else None

@@ -49,6 +49,10 @@ class TrainSection(_Section):
     preset: str | None = Field(None, description="a preset of mavias/train/presets")
     config: Path | None = Field(None, description="a TrainConfig YAML, merged over the preset")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys, merged last")
+    tune_trials: int = Field(
+        1, ge=1, description="MAVias settings tried per night, one mapped GPU task each; the first is the previous "
+        "night's best (or these settings), the rest come from Optuna's TPE sampler; the val criterion picks one",
+    )
 
     def resolve(self) -> TrainConfig:
         return load_config(self.config, preset=self.preset, overrides=self.overrides)

@@ -204,6 +204,7 @@ class ReportContext(BaseModel):
     verification: VerificationResult | None = None
     onnx_sha256: str | None = None
     latency: dict[str, Any] | None = None  # export_latency_benchmark()
+    tuning: dict[str, Any] | None = None  # nightly.select_candidate()["tuning"]: trials and the chosen settings
 
 
 # --- view model ------------------------------------------------------------------------------------------------------

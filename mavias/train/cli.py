@@ -85,7 +85,7 @@ def evaluate(
     manifest: Manifest,
     relevance: Relevance,
     reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run (open-set protocol)")] = None,
-    criterion: Annotated[str, typer.Option("--criterion", help="val_acc or val_tag_wg")] = "val_tag_wg",
+    criterion: Annotated[str | None, typer.Option("--criterion", help="val_acc, val_tag_wg or val_robust; default: the run's selection")] = None,
     split: Annotated[str | None, typer.Option("--split", help="default: test, else the first evaluation split of dataset.json")] = None,
     tags: Tags = None,
     group_attrs: GroupAttrs = "",
@@ -98,8 +98,9 @@ def evaluate(
 
     dataset = read_dataset_info(manifest)
     split = split or ("test" if dataset is None or not dataset.eval_splits else dataset.eval_splits[0])
-    out = out or run / f"eval-{split}-{criterion}"
     cfg = load_config(run / "config.yaml")
+    criterion = criterion or cfg.selection
+    out = out or run / f"eval-{split}-{criterion}"
     group_attrs = group_attrs or ",".join(dataset.group_attrs if dataset else [])
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data)

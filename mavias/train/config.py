@@ -68,7 +68,16 @@ class JTTConfig(_Strict):
     upweight: float = Field(20.0, ge=1, description="sampling weight of stage-1 errors in stage 2")
 
 
-Selection = Literal["val_acc", "val_tag_wg"]
+class LfFConfig(_Strict):
+    q: float = Field(0.7, gt=0, le=1, description="generalised cross-entropy exponent of the biased model (paper 0.7)")
+    ema: float = Field(0.7, ge=0, lt=1, description="EMA decay of the per-sample losses behind the relative difficulty")
+
+
+class SDConfig(_Strict):
+    coefficient: float = Field(0.1, gt=0, description="lambda of the spectral-decoupling penalty lambda/2 ||z||^2")
+
+
+Selection = Literal["val_acc", "val_tag_wg", "val_robust"]
 MINILM = "minilm"
 OPENCLIP_PREFIX = "openclip:"
 
@@ -87,12 +96,14 @@ def parse_encoder(spec: str) -> tuple[str, str | None, str | None]:
 
 
 class TrainConfig(_Strict):
-    method: Literal["erm", "mavias", "groupdro", "jtt"] = "mavias"
+    method: Literal["erm", "mavias", "groupdro", "jtt", "lff", "sd"] = "mavias"
     backbone: BackboneConfig = BackboneConfig()
     optim: OptimConfig = OptimConfig()
     mavias: MaviasConfig = MaviasConfig()
     groupdro: GroupDROConfig = GroupDROConfig()
     jtt: JTTConfig = JTTConfig()
+    lff: LfFConfig = LfFConfig()
+    sd: SDConfig = SDConfig()
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(64, ge=1)
     image_size: int = Field(64, ge=8)
@@ -102,8 +113,9 @@ class TrainConfig(_Strict):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     amp: bool = Field(True, description="mixed precision (bfloat16 autocast) when running on CUDA")
     selection: Selection = Field(
-        "val_tag_wg",
-        description="model selection: val_acc (paper) or worst-group accuracy over tag-derived validation groups",
+        "val_robust",
+        description="model selection: val_acc (paper), val_tag_wg (worst tag-derived validation group) or val_robust "
+        "(balanced accuracy + shrunk tag-group accuracies, mavias.train.selection); all three are always saved",
     )
     num_workers: int | Literal["auto"] = Field(
         "auto", description="DataLoader workers; auto: 0 on CPU or for in-memory splits, else min(8, CPU cores)"

@@ -1,4 +1,4 @@
-"""MAVias loss (paper eq. for L_align) and the group-DRO objective, as pure functions of tensors."""
+"""MAVias loss (paper eq. for L_align), the group-DRO objective and the LfF / SD losses, as pure functions."""
 
 from __future__ import annotations
 
@@ -55,3 +55,25 @@ def group_dro_step(
     new_weights = weights * torch.exp(eta * losses.detach() * present)
     new_weights = new_weights / new_weights.sum()
     return (new_weights * losses).sum(), new_weights
+
+
+def generalized_ce(logits: torch.Tensor, y: torch.Tensor, q: float) -> torch.Tensor:
+    """Per-sample generalised cross-entropy (Zhang and Sabuncu 2018; the LfF biased model): (1 - p_y^q) / q."""
+    p_y = F.softmax(logits.float(), dim=1).gather(1, y[:, None]).squeeze(1)
+    return (1 - p_y.clamp(min=1e-8) ** q) / q
+
+
+def ema_update(buffer: torch.Tensor, seen: torch.Tensor, idx: torch.Tensor, values: torch.Tensor, decay: float) -> None:
+    """In place: buffer[idx] <- decay * buffer[idx] + (1 - decay) * values; a sample's first value is taken as is."""
+    buffer[idx] = torch.where(seen[idx], decay * buffer[idx] + (1 - decay) * values, values)
+
+
+def relative_difficulty(loss_b: torch.Tensor, loss_d: torch.Tensor) -> torch.Tensor:
+    """LfF weight W(x) = L_B / (L_B + L_D) (Nam et al. 2020, eq. 2): near 1 where the biased model fails."""
+    return loss_b / (loss_b + loss_d + 1e-8)
+
+
+def spectral_decoupling(logits: torch.Tensor, y: torch.Tensor, coefficient: float) -> torch.Tensor:
+    """CE + coefficient / 2 * ||z||^2, the squared logit norm averaged over the batch (Pezeshki et al. 2021, eq. 9)."""
+    logits = logits.float()
+    return F.cross_entropy(logits, y) + 0.5 * coefficient * (logits**2).sum(dim=1).mean()

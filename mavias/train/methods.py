@@ -1,4 +1,4 @@
-"""Training methods sharing one trainer: ERM, MAVias, GroupDRO (oracle, true groups) and JTT."""
+"""Training methods sharing one trainer: ERM, MAVias, GroupDRO (oracle, true groups), JTT, LfF and SD."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from torch import nn
 from mavias.train.config import TrainConfig
 from mavias.train.data import SplitData
 from mavias.train.inference import predict_logits
-from mavias.train.losses import group_dro_step, mavias_loss
+from mavias.train.losses import (
+    ema_update,
+    generalized_ce,
+    group_dro_step,
+    mavias_loss,
+    relative_difficulty,
+    spectral_decoupling,
+)
 from mavias.train.model import MainModel, build_projection
 
 Stats = dict[str, float]
@@ -151,7 +158,61 @@ class JTT(Method):
         self.errors = state["errors"]
 
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT)}
+class LfF(Method):
+    """Learning from Failure (Nam et al. 2020): a biased twin trained with generalised CE (q 0.7) and the main model
+    trained with CE weighted by the relative difficulty L_B / (L_B + L_D), from per-sample loss EMAs (decay 0.7),
+    each divided by its class's maximum EMA as in the authors' code. Inference uses the main model only."""
+
+    name = "lff"
+
+    def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData):
+        super().__init__(cfg, model, train)
+        self.biased = copy.deepcopy(model)
+        n = len(train)
+        self.ema = {"b": torch.zeros(n), "d": torch.zeros(n)}
+        self.seen = torch.zeros(n, dtype=torch.bool)
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"model": self.model, "biased": self.biased}
+
+    def param_groups(self) -> list[dict]:
+        return [{"params": list(self.model.parameters()) + list(self.biased.parameters()), "lr": self.cfg.optim.lr}]
+
+    def _class_normalised(self, key: str, idx: torch.Tensor) -> torch.Tensor:
+        labels = self.train.labels
+        class_max = torch.zeros(int(labels.max()) + 1).scatter_reduce(0, labels, self.ema[key], "amax")
+        return self.ema[key][idx] / class_max[labels[idx]].clamp(min=1e-8)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        z_d, z_b = self.model(x).float(), self.biased(x).float()
+        ce_d = F.cross_entropy(z_d, y, reduction="none")
+        ce_b = F.cross_entropy(z_b, y, reduction="none")
+        for key, values in (("b", ce_b), ("d", ce_d)):
+            ema_update(self.ema[key], self.seen, idx, values.detach().cpu(), self.cfg.lff.ema)
+        self.seen[idx] = True
+        weight = relative_difficulty(self._class_normalised("b", idx), self._class_normalised("d", idx)).to(x.device)
+        loss = (ce_d * weight).mean() + generalized_ce(z_b, y, self.cfg.lff.q).mean()
+        return loss, {"loss": loss.item(), "mean_weight": weight.mean().item()}
+
+    def state_dict(self) -> dict:
+        return {"ema_b": self.ema["b"], "ema_d": self.ema["d"], "seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ema = {"b": state["ema_b"], "d": state["ema_d"]}
+        self.seen = state["seen"]
+
+
+class SD(Method):
+    """Spectral decoupling (Pezeshki et al. 2021): CE + lambda/2 ||z||^2 with lambda 0.1 (the paper's setting)."""
+
+    name = "sd"
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        loss = spectral_decoupling(self.model(x), y, self.cfg.sd.coefficient)
+        return loss, {"loss": loss.item()}
+
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT, LfF, SD)}
 
 
 def build_method(cfg: TrainConfig, model: MainModel, train: SplitData) -> Method:

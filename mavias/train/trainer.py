@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +23,11 @@ from mavias.train.data import SplitData
 from mavias.train.inference import predict_logits, to_model_input
 from mavias.train.methods import Method, build_method
 from mavias.train.model import MainModel, build_main_model
+from mavias.train.selection import is_uninformative, robust_selection_score
 from mavias.utils.atomic import atomic_path, write_json
 
-CRITERIA = ("val_acc", "val_tag_wg")
+CRITERIA = ("val_acc", "val_tag_wg", "val_robust")
+FALLBACK_CRITERION = "val_acc"
 
 
 @dataclass
@@ -185,8 +188,11 @@ class Trainer:
         best = self.best.get(criterion)
         return (-1.0, -1.0) if best is None else _selection_key(best["score"], best["val_acc"])
 
+    def checkpoint_path(self, criterion: str) -> Path:
+        return self.out_dir / f"best_{criterion}.pt"
+
     def _save_best(self, criterion: str, score: float, val_acc: float) -> None:
-        with atomic_path(self.out_dir / f"best_{criterion}.pt") as tmp:
+        with atomic_path(self.checkpoint_path(criterion)) as tmp:
             torch.save(
                 {"model": self.model.state_dict(), "epoch": self.epoch, "score": score, "classes": self.classes,
                  "config": self.cfg.model_dump(mode="json")},
@@ -225,11 +231,24 @@ class Trainer:
     def _validate(self) -> dict[str, float]:
         logits = predict_logits(self.model, self.val_split, batch_size=max(256, self.cfg.batch_size))
         correct = (logits.argmax(1) == self.val_split.labels).numpy()
-        metrics = {"val_acc": float(correct.mean())}
+        metrics = {"val_acc": float(correct.mean()),
+                   "val_robust": robust_selection_score(correct, self.val_split.labels.numpy(), self.val_groups)}
         if self.val_groups is not None:
             accs = pd.Series(correct).groupby(self.val_groups).mean()
             metrics["val_tag_wg"] = float(accs.min())
         return metrics
+
+    def _fall_back_where_uninformative(self) -> None:
+        """A criterion constant over all epochs selected nothing: use the val_acc checkpoint and say so."""
+        for criterion in CRITERIA:
+            best = self.best.get(criterion)
+            if criterion == FALLBACK_CRITERION or best is None or "fallback" in best:
+                continue
+            if is_uninformative([row[criterion] for row in self.history]):
+                with atomic_path(self.checkpoint_path(criterion)) as tmp:
+                    shutil.copyfile(self.checkpoint_path(FALLBACK_CRITERION), tmp)
+                self.best[criterion] = {**self.best[FALLBACK_CRITERION], "score": best["score"],
+                                        "fallback": FALLBACK_CRITERION}
 
     def fit(self, *, resume: bool = True, stop_after: int | None = None) -> TrainResult:
         """Train to ``cfg.epochs``; with ``stop_after`` run at most that many epochs now (time-sliced jobs)."""
@@ -259,9 +278,14 @@ class Trainer:
             self._log(writer, row)
             run_epochs += 1
         writer.close()
+        if self.epoch >= self.cfg.epochs:
+            self._fall_back_where_uninformative()
+            self.save_checkpoint()
         result = TrainResult(self.out_dir, pd.DataFrame(self.history), dict(self.best), self.epoch >= self.cfg.epochs)
+        fallbacks = {c: b["fallback"] for c, b in self.best.items() if "fallback" in b}
         write_json(self.out_dir / "train_summary.json", {"best": self.best, "completed": result.completed,
-                                                         "epochs": self.epoch, "classes": self.classes})
+                                                         "epochs": self.epoch, "classes": self.classes,
+                                                         "selection_fallbacks": fallbacks})
         return result
 
     def _log(self, writer: SummaryWriter, row: dict) -> None:

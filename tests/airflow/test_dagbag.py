@@ -16,7 +16,7 @@ import yaml
 
 from mavias.demo import airflow_environment
 
-GPU_TASKS = {"tag_shard", "train_reference", "train_mavias"}
+GPU_TASKS = {"tag_shard", "train_reference", "tune_trial"}
 SECRET = "s3cr3t-never-logged"
 
 PROBE = """
@@ -35,7 +35,8 @@ if dag is not None:
         pod = task.executor_config.get("pod_override")
         limits = pod.spec.containers[0].resources.limits if pod is not None else None
         out["tasks"][task.task_id] = {"pool": task.pool, "queue": task.queue, "gpu_limits": limits,
-                                      "mapped": task.is_mapped, "trigger_rule": task.trigger_rule.value}
+                                      "mapped": task.is_mapped, "trigger_rule": task.trigger_rule.value,
+                                      "upstream": sorted(task.upstream_task_ids)}
     cfg = MaviasHook().get_conn()
     smtp = smtp_settings_from_connection("smtp_default")
     out["s3"] = {"endpoint_url": cfg.s3.endpoint_url, "secret": cfg.s3.secret_access_key.get_secret_value(),
@@ -81,6 +82,14 @@ def test_gpu_tasks_carry_pool_queue_and_resources(dag_info: dict) -> None:
         assert tasks[task_id]["pool"] == "default_pool" and tasks[task_id]["gpu_limits"] is None, task_id
     assert tasks["tag_shard"]["mapped"]
     assert tasks["report"]["trigger_rule"] == "all_done"
+
+
+def test_tuning_trials_are_mapped_gpu_tasks_between_planning_and_selection(dag_info: dict) -> None:
+    tasks = dag_info["tasks"]
+    assert tasks["tune_trial"]["mapped"] and not tasks["plan_trials"]["mapped"]
+    assert {"plan_trials", "prepare_dataset", "train_reference"} <= set(tasks["tune_trial"]["upstream"])
+    assert "tune_trial" in tasks["train_mavias"]["upstream"]
+    assert tasks["train_mavias"]["pool"] == "default_pool"  # selection only; the training ran in the trials
 
 
 def test_hooks_map_connections_and_keep_secrets(dag_info: dict) -> None:

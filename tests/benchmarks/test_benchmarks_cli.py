@@ -25,7 +25,16 @@ def test_make_two_moons_and_reject_invalid_options(tmp_path):
     assert rejected.exit_code != 0
 
 
-def test_registry_names_both_benchmarks():
-    assert set(BENCHMARKS) == {"synthetic-scenes", "two-moons-3d"}
+def test_registry_names_every_benchmark():
+    assert set(BENCHMARKS) == {"synthetic-scenes", "shape-colours", "shape-textures", "two-moons-3d"}
     for benchmark in BENCHMARKS.values():
         benchmark.config()  # defaults are valid
+
+
+def test_make_shape_textures_passes_options(tmp_path):
+    args = ["make", "shape-textures", "--out", str(tmp_path), "--n-train", "24", "--n-val", "12",
+            "--n-test-per-cell", "1", "--image-size", "16", "--bias-align", "0.9"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    manifest = load_manifest(tmp_path / "manifest.parquet")
+    assert manifest["split"].value_counts().to_dict() == {"train": 24, "val": 12, "test": 144}

@@ -288,3 +288,15 @@ def test_logit_summary_by_bias_strength():
     assert summary["mean"].tolist() == [2.5, 4.0, 6.0] and summary["n"].tolist() == [2, 1, 1]
     norms = logit_summary(pred, strength, model="MAVias", statistic="norm")
     assert norms["mean"].iloc[2] == pytest.approx(6.0)
+
+
+def test_settings_search_lists_trials_and_marks_the_chosen_one(context):
+    chosen = {"alpha": 0.01, "lam": 0.5, "projection_lr_mult": 1.0, "lr": 0.05, "epochs": 12}
+    other = {"alpha": 0.03, "lam": 0.42, "projection_lr_mult": 4.2, "lr": 0.02, "epochs": 9}
+    tuning = {"chosen": chosen, "value": 0.71, "fallback": None, "trials": [
+        {"number": 0, "value": 0.71, "state": "COMPLETE", "params": chosen},
+        {"number": 1, "value": 0.64, "state": "COMPLETE", "params": other}]}
+    text = " ".join(parse(render_report(context.model_copy(update={"tuning": tuning}))).text)
+    assert "MAVias settings search" in text and "0 (chosen)" in text and "1 (chosen)" not in text
+    assert "0.710" in text and "0.640" in text and "4.2" in text
+    assert "MAVias settings search" not in " ".join(parse(render_report(context)).text)

@@ -38,7 +38,7 @@ def _weights(path) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)["modules"]
 
 
-@pytest.mark.parametrize("method", ["erm", "mavias", "groupdro", "jtt"])
+@pytest.mark.parametrize("method", ["erm", "mavias", "groupdro", "jtt", "lff", "sd"])
 def test_resume_after_interruption_equals_uninterrupted_training(splits, tmp_path, method):
     train, val = splits
     cfg = _cfg(method, jtt={"id_epochs": 1, "upweight": 5})
@@ -82,7 +82,7 @@ def test_selection_by_tag_groups_writes_both_best_checkpoints(splits, tmp_path):
     train, val = splits
     groups = val.frame["label"] + "|" + (val.frame["x3"] > 1).map({True: "biased", False: "unbiased"})
     result = Trainer(_cfg("erm"), train, val, CLASSES, tmp_path, val_groups=groups, progress=False).fit()
-    assert set(result.best) == {"val_acc", "val_tag_wg"}
+    assert set(result.best) == {"val_acc", "val_tag_wg", "val_robust"}
     assert result.history["val_tag_wg"].max() == pytest.approx(result.best["val_tag_wg"]["score"])
     model, classes, cfg = load_main_model(result.checkpoint("val_tag_wg"))
     assert classes == CLASSES and cfg.method == "erm"
@@ -104,4 +104,6 @@ def test_worst_group_ties_are_broken_by_validation_accuracy(splits, tmp_path):
         val.labels[trap] = int(val.frame.loc[trap, "label"] == "b")
     assert (result.history["val_tag_wg"] == 0).all()
     assert result.best["val_tag_wg"]["epoch"] == result.best["val_acc"]["epoch"]
+    assert result.best["val_tag_wg"]["fallback"] == "val_acc"  # constant over epochs: reported, val_acc used
+    assert "fallback" not in result.best["val_robust"] and result.history["val_robust"].nunique() > 1
     assert result.best["val_acc"]["epoch"] == int(result.history["val_acc"].idxmax()) + 1 > 1

@@ -1,0 +1,58 @@
+"""Batch (ask-and-tell) search for a scheduler: trials are planned in one task, trained in parallel mapped tasks
+(one trial each, on GPU workers, no Optuna or database access there), and told back to the study in one task.
+
+Batch TPE cannot prune or learn within a batch; it learns across nights when the study folder is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from mavias.train.config import TrainConfig
+from mavias.train.prepare import PreparedData
+from mavias.tune.search import TuneResult, open_study, suggest_config, trial_dir, write_outcome
+from mavias.workflow import Reference, train_method
+
+BATCH_ATTR = "batch"
+
+
+def settings_params(cfg: TrainConfig) -> dict:
+    """A config's values of the searched settings (to warm-start a search with them)."""
+    m = cfg.mavias
+    return {"alpha": m.alpha, "lam": m.lam, "projection_lr_mult": m.projection_lr_mult, "lr": cfg.optim.lr,
+            "epochs": cfg.epochs}
+
+
+def plan_batch(study_dir: Path, base: TrainConfig, n_trials: int, *, batch: str,
+               warm_start: dict | None = None) -> list[dict]:
+    """Ask ``n_trials`` trials (the warm start first); a second call for the same ``batch`` returns the same jobs."""
+    study = open_study(study_dir, requeue_stale=False)
+    planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(BATCH_ATTR) == batch]
+    if not planned:
+        if warm_start:
+            study.enqueue_trial(warm_start, skip_if_exists=True)
+        for _ in range(n_trials):
+            trial = study.ask()
+            trial.set_user_attr(BATCH_ATTR, batch)
+            trial.set_user_attr("run_dir", str(trial_dir(study_dir, suggest_config(trial, base))))
+        planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(BATCH_ATTR) == batch]
+    return [{"number": t.number, "params": t.params} for t in planned]
+
+
+def run_planned_trial(data: PreparedData, reference: Reference, base: TrainConfig, study_dir: Path,
+                      job: dict) -> dict:
+    """Train one planned trial to the end (resumable) and return its criterion score."""
+    cfg = suggest_config(optuna.trial.FixedTrial(job["params"]), base)
+    run = train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=False)
+    best = run.best[cfg.selection]
+    return {"number": job["number"], "value": best["score"]}
+
+
+def finish_batch(study_dir: Path, results: list[dict], criterion: str) -> TuneResult:
+    """Tell the study every trial's score and write ``best/`` and ``trials.csv`` (idempotent)."""
+    study = open_study(study_dir, requeue_stale=False)
+    for result in results:
+        study.tell(result["number"], result["value"], skip_if_finished=True)
+    return write_outcome(study, study_dir, criterion)

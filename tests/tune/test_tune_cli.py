@@ -1,0 +1,72 @@
+"""`mavias tune` end to end on a tiny set: two trials, the search killed after the first and resumed."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mavias.cli import app
+
+runner = CliRunner()
+
+
+def _invoke(*args: str) -> str:
+    result = runner.invoke(app, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _complete_trials(db) -> int:
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        try:
+            return conn.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
+        except sqlite3.OperationalError:  # tables not created yet
+            return 0
+
+
+@pytest.mark.slow
+def test_tune_two_trials_resumed_after_a_kill(tmp_path):
+    data = tmp_path / "shapes"
+    _invoke("data", "make", "shape-colours", "--out", str(data), "--n-train", "300", "--n-val", "150",
+            "--n-test-per-cell", "1", "--image-size", "16")
+    common = ["--manifest", str(data / "manifest.parquet"), "--relevance", str(data / "relevance.parquet"),
+              "--workspace", str(tmp_path / "ws")]
+    small = ["--set", "epochs=4", "--set", "image_size=16", "--set", "backbone.width=8", "--set", "batch_size=64"]
+    _invoke("train", *common, *small, "--set", "method=erm", "--set", "selection=val_acc", "--out", str(tmp_path / "erm"))
+    search = tmp_path / "search"
+    command = [sys.executable, "-m", "mavias.cli", "tune", *common, *small, "--reference", str(tmp_path / "erm"),
+               "--out", str(search), "--trials", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while _complete_trials(search / "study.db") < 1 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    first.kill()
+    first.wait(timeout=30)
+    assert _complete_trials(search / "study.db") == 1, first.stderr.read().decode()[-2000:]
+    assert not (search / "best").exists()
+
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    trials = pd.read_csv(search / "trials.csv")
+    assert (trials["state"] == "COMPLETE").sum() == 2
+    for _, failed in trials[trials["state"] == "FAIL"].iterrows():  # the trial the kill cut off was run again
+        same = trials[(trials["state"] == "COMPLETE") & (trials["params_alpha"] == failed["params_alpha"])]
+        assert len(same) == 1
+    summary = json.loads((search / "best" / "tune.json").read_text())
+    assert summary["value"] == trials["value"].max()
+    assert set(summary["params"]) == {"alpha", "lam", "projection_lr_mult", "lr", "epochs"}
+
+    out = _invoke("evaluate", "--run", str(search / "best"), *common, "--reference", str(tmp_path / "erm"),
+                  "--group-attrs", "attr_bias_aligned", "--out", str(tmp_path / "eval"))
+    assert "closed_set" in out
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics["checkpoint"].endswith("best_val_robust.pt") and metrics["n_samples"] == 100
