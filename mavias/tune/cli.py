@@ -37,7 +37,7 @@ def tune_command(
     from mavias.workflow import load_reference
 
     base = load_config(config, preset=preset, overrides={**_overrides(set_), "method": "mavias"})
-    data = _prepare(manifest, relevance, tags, workspace, base.image_size, group_attrs, out)
+    data = _prepare(manifest, relevance, tags, workspace, base, group_attrs, out)
     ref = load_reference(reference, data)
     start = None if warm_start is None else json.loads(warm_start.read_text())
     result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=start, seed=seed, progress=True)
