@@ -91,7 +91,8 @@ def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True) -> o
     if requeue_stale:
         for stale in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
             study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
-            study.enqueue_trial(stale.params)
+            if stale.params:  # a trial killed before it sampled its settings has nothing to repeat
+                study.enqueue_trial(stale.params)
     return study
 
 
