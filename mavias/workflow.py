@@ -2,8 +2,8 @@
 
 1. An ERM *reference* model, selected by validation accuracy (paper, open-set protocol).
 2. Its biased tags B' on the VALIDATION split (min support) and the tag-derived validation groups.
-3. Any method, selected by validation accuracy (paper) and by worst-group accuracy over those tag-derived groups
-   (no bias labels involved); both checkpoints are kept.
+3. Any method, selected by validation accuracy (paper), by the worst tag-derived group and by ``val_robust``
+   (:mod:`mavias.train.selection`; no bias labels involved); every criterion's checkpoint is kept.
 4. Evaluation of a checkpoint on a split: open-set groups from B', closed-set groups from attributes when present.
 """
 

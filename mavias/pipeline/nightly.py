@@ -437,10 +437,12 @@ def _candidate_base(cfg: NightlyConfig) -> TrainConfig:
 
 
 def plan_trials(cfg: NightlyConfig, dataset: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Tonight's trials: the previous night's best settings (else the configured ones) first, then TPE's picks."""
+    """Tonight's trials: one trial is exactly the configured settings; with more, the previous night's best settings
+    (else the configured ones) come first, then TPE's picks."""
     base = _candidate_base(cfg)
     previous = layout(cfg).root / TUNING_DIR / PREVIOUS_BEST
-    warm = json.loads(previous.read_text()) if previous.exists() else settings_params(base)
+    searching = cfg.train.tune_trials > 1 and previous.exists()
+    warm = json.loads(previous.read_text()) if searching else settings_params(base)
     return plan_batch(Path(dataset["dir"]) / TUNING_DIR, base, cfg.train.tune_trials, batch=dataset["night"],
                       warm_start=warm)
 

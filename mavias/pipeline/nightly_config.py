@@ -50,8 +50,8 @@ class TrainSection(_Section):
     config: Path | None = Field(None, description="a TrainConfig YAML, merged over the preset")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys, merged last")
     tune_trials: int = Field(
-        1, ge=1, description="MAVias settings tried per night, one mapped GPU task each; the first is the previous "
-        "night's best (or these settings), the rest come from Optuna's TPE sampler; the val criterion picks one",
+        1, ge=1, description="MAVias settings tried per night, one mapped GPU task each; 1: exactly the configured "
+        "settings; more: the previous night's best first, then Optuna's TPE picks; the val criterion picks one",
     )
 
     def resolve(self) -> TrainConfig:
