@@ -216,7 +216,7 @@ def load_truth(truth: Path | None, benchmark: str | None) -> tuple[pd.DataFrame,
     if (truth is None) == (benchmark is None):
         raise typer.BadParameter("pass either --truth or --benchmark")
     if truth is not None:
-        return load_relevance(truth), truth.stem
+        return load_relevance(truth, default_source="ground_truth"), truth.stem
     if benchmark not in BENCHMARKS:
         raise typer.BadParameter(f"unknown benchmark {benchmark!r}; use one of {BENCHMARKS}")
     from mavias.benchmarks.synthetic_scenes import SyntheticScenesConfig, ground_truth_relevance
