@@ -21,7 +21,7 @@ branch of WordNet is the same thing as the class ("sail" is part of a "sailing v
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from nltk.corpus.reader.wordnet import ADJ, NOUN, VERB, Synset, WordNetCorpusReader
@@ -31,13 +31,13 @@ from mavias.encode.sentence import DEFAULT_MODEL
 from mavias.judging.base import JudgeStats
 from mavias.judging.wordnet import load_wordnet
 
-JUDGE_VERSION = "offline-v1"
+JUDGE_VERSION = "offline-v2"
 # Concrete categories: only senses in these lexicographer files can be kinds or parts of a visual class.
 PHYSICAL_LEXNAMES = frozenset(
     {"noun.Tops", "noun.animal", "noun.artifact", "noun.body", "noun.food", "noun.object", "noun.person",
      "noun.plant", "noun.substance"}
 )  # fmt: skip
-MAX_ANCESTOR_LEVELS = 5  # hypernyms up to this far above the class may still describe it
+MAX_ANCESTOR_LEVELS = 8  # hypernyms up to this far above the class may still name it ("animal" of "zebra")
 MIN_ANCESTOR_DEPTH = 4  # but never the abstract top of the hierarchy ("entity", "object", "whole")
 CLOSE_ANCESTOR_LEVELS = (
     2  # a farther ancestor is a name of the class only if MiniLM agrees ("vehicle", not "container")
@@ -70,6 +70,10 @@ class ClassConcept:
     ancestors: dict[Synset, int]  # hypernym -> levels above the class
     defining_words: frozenset[str]  # lemmas from the defining phrases of the gloss
     functions: frozenset[str]  # activities the class and its parts are for, as gerunds and verbs
+    part_wholes: frozenset[Synset] = frozenset()  # ancestors specific enough that every instance has their parts
+    ancestor_names: frozenset[str] = frozenset()  # names of ancestors that still name the class ("instrument")
+    verbs: frozenset[str] = frozenset()  # what the class does or is used for ("wade" of "wader", "drive" a vehicle)
+    forms: frozenset[str] = frozenset()  # spellings of a defining modifier ("blond", "blonde" of "blond hair")
 
 
 def normalize_tag(tag: str) -> str:
@@ -102,6 +106,17 @@ def _hyponyms(synset: Synset) -> list[Synset]:
     return synset.hyponyms() + synset.instance_hyponyms()
 
 
+def _common_concrete_sense(senses: list[Synset]) -> Synset:
+    """The first sense that is a concrete common noun: "heron" the bird, not Heron of Alexandria."""
+    concrete = [s for s in senses if s.lexname() in PHYSICAL_LEXNAMES and not s.instance_hypernyms()]
+    return (concrete or senses)[0]
+
+
+def _mentions(text: str, names: frozenset[str]) -> bool:
+    """Whether ``text`` names one of ``names`` as a word (singular or plural)."""
+    return any(re.search(rf"\b{re.escape(name)}(?:s|es)?\b", text) for name in names)
+
+
 def _is_member_or_substance_of(synset: Synset, whole: Synset) -> bool:
     """A tree of a forest, snow of a snowman; direct links only, since chains of them climb into taxonomic genera."""
     return whole in synset.member_holonyms() or whole in synset.substance_holonyms()
@@ -124,6 +139,7 @@ class OfflineJudge:
         self._ancestor_similarity = ancestor_similarity
         self._vectors: dict[str, np.ndarray] = {}
         self._concepts: dict[str, ClassConcept] = {}
+        self._all_verbs: list[Synset] | None = None
         self.stats = JudgeStats()
 
     @property
@@ -156,21 +172,65 @@ class OfflineJudge:
             return ClassConcept(name, None, frozenset({name}), frozenset(), frozenset(), {}, frozenset(), frozenset())
         hyponyms = set(_distances(synset, _hyponyms, max_levels=100))
         people = synset == self._wn.synset("person.n.01") or synset.lexname() == "noun.person"
+        all_ancestors = _distances(synset, _hypernyms, max_levels=100)
         ancestors = {
             a: level
-            for a, level in _distances(synset, _hypernyms, MAX_ANCESTOR_LEVELS).items()
-            if a.min_depth() >= MIN_ANCESTOR_DEPTH
+            for a, level in all_ancestors.items()
+            if level <= MAX_ANCESTOR_LEVELS and a.min_depth() >= MIN_ANCESTOR_DEPTH
         }
-        return ClassConcept(
+        forms = {form for m in modifiers if self._is_descriptive_adjective(m) for form in self._adjective_forms(m)}
+        names = {name, *_names(synset), *forms, *(f"{form} {head}" for form in forms for head in _names(synset))}
+        concept = ClassConcept(
             name=name,
             synset=synset,
-            names=frozenset({name, *_names(synset), *(m for m in modifiers if self._is_descriptive_adjective(m))}),
-            kinds=frozenset({synset} if people else {synset, *hyponyms}),
-            excluded=frozenset(hyponyms if people else ()),
+            names=frozenset(names),
+            kinds=frozenset({synset} if people or forms else {synset, *hyponyms}),
+            excluded=frozenset(hyponyms if people or forms else ()),
             ancestors=ancestors,
             defining_words=frozenset(self._defining_words(synset.definition())),
             functions=frozenset(self._functions([synset, *ancestors])),
+            part_wholes=frozenset(a for a in all_ancestors if a.min_depth() >= MIN_PART_WHOLE_DEPTH),
+            forms=frozenset(forms),
         )
+        named = [a for a in ancestors if self._is_name_of_class(concept, a)]
+        ancestor_names = {n for a in named for n in _names(a)}
+        return replace(
+            concept,
+            ancestor_names=frozenset(ancestor_names),
+            verbs=frozenset(self._verbs([synset, *named], {*concept.names, *ancestor_names})),
+        )
+
+    def _adjective_forms(self, word: str) -> set[str]:
+        """The spellings of an adjective's main sense ("blond": "blonde"), one-word forms only."""
+        lemmas = self._wn.synsets(word, ADJ)[0].lemma_names()
+        return {word} | {lemma.lower() for lemma in lemmas if "_" not in lemma and "-" not in lemma}
+
+    def _verbs(self, synsets: list[Synset], names: set[str]) -> set[str]:
+        """Verbs of what the class does or is used for.
+
+        Verbs derived from a name of the class ("wader" -> "wade", "bicycle" -> "bicycle") and verbs whose
+        definition names the class or an ancestor that names it ("drive: operate or control a vehicle").
+        """
+        derived = {
+            related.name().lower()
+            for synset in synsets
+            for lemma in synset.lemmas()
+            for related in lemma.derivationally_related_forms()
+            if related.synset().pos() == VERB
+        }
+        mentioned = {
+            lemma.lower()
+            for verb in self._verb_synsets()
+            if _mentions(verb.definition(), frozenset(names))
+            for lemma in verb.lemma_names()
+            if "_" not in lemma
+        }
+        return derived | mentioned
+
+    def _verb_synsets(self) -> list[Synset]:
+        if self._all_verbs is None:
+            self._all_verbs = list(self._wn.all_synsets(VERB))
+        return self._all_verbs
 
     def _class_synset(self, name: str) -> tuple[Synset | None, list[str]]:
         """The most frequent noun sense of the name, else of its head ("urban car" -> car, "landbird" -> bird)."""
@@ -178,7 +238,7 @@ class OfflineJudge:
         for start in range(len(words)):
             senses = self._wn.synsets(_lemma_key(" ".join(words[start:])), NOUN)
             if senses:
-                return senses[0], words[:start]
+                return _common_concrete_sense(senses), words[:start]
         head = words[-1] if words else ""
         for cut in range(1, len(head) - 2):  # a closed compound: the longest known head with a known modifier
             prefix, suffix = head[:cut], head[cut:]
@@ -222,12 +282,36 @@ class OfflineJudge:
             return True
         if concept.synset is None:
             return False
-        if self._lemmas(text) & concept.defining_words or text in concept.functions:
+        if concept.forms and self._lemmas(text.split()[-1]) & concept.forms:
+            return True  # "platinum blonde" is a shade of the class's "blond"
+        if concept.forms and self._names_another_kind(concept, text):
+            return False
+        if text in concept.ancestor_names or self._lemmas(text) & concept.defining_words or text in concept.functions:
+            return True
+        if self._is_verb_of(concept, text):
             return True
         return any(
             self._is_plausible_sense(text, sense) and self._relates(concept, text, sense)
             for sense in self._physical_senses(text)
         )
+
+    def _names_another_kind(self, concept: ClassConcept, text: str) -> bool:
+        """For "blond hair": "long hair", "black hair" name other kinds of hair; "platinum blonde" names the class."""
+        *modifiers, head = text.split()
+        if self._lemmas(head) & concept.forms:
+            return False  # named by the class's modifier: relevant, see is_relevant
+        head_names = set(_names(concept.synset))
+        if modifiers and head in head_names:
+            return not set(modifiers) & concept.names
+        return any(sense in concept.excluded for sense in self._noun_senses(text))
+
+    def _is_verb_of(self, concept: ClassConcept, text: str) -> bool:
+        """An action of the class: a gerund, or a verb that is not mainly the name of a thing or place."""
+        verb = self._wn.morphy(text, VERB)
+        if verb is None or verb not in concept.verbs:
+            return False
+        nouns = [sense for sense in self._wn.synsets(_lemma_key(text), NOUN) if not sense.instance_hypernyms()]
+        return text.endswith("ing") or not nouns or nouns[0].lexname() not in {*PHYSICAL_LEXNAMES, "noun.location"}
 
     def _noun_senses(self, text: str) -> list[Synset]:
         senses = self._wn.synsets(_lemma_key(text), NOUN)
@@ -263,10 +347,18 @@ class OfflineJudge:
         for whole, steps in self._wholes(text, sense).items():
             if whole == concept.synset or (steps < MAX_PART_CHAIN and self._is_near_synonym(concept, whole)):
                 return True
-            inherited = whole in concept.ancestors and whole.min_depth() >= MIN_PART_WHOLE_DEPTH
-            if inherited and steps <= MAX_INHERITED_PART_CHAIN:
+            if whole in concept.part_wholes and steps <= MAX_INHERITED_PART_CHAIN:
                 return True
-        return False
+        return self._is_body_part_of_ancestor(concept, sense)
+
+    def _is_body_part_of_ancestor(self, concept: ClassConcept, sense: Synset) -> bool:
+        """A body part or covering whose definition names an ancestor ("fur: dense coat ... on mammals")."""
+        if sense.lexname() not in ("noun.body", "noun.animal") or concept.synset.lexname() != "noun.animal":
+            return False
+        if any(a.lexname() == "noun.Tops" and a.name().startswith("organism") for a in sense.closure(_hypernyms)):
+            return False  # an animal itself ("cow: ... of mammals"), not a part of one
+        names = frozenset(n for whole in concept.part_wholes for n in _names(whole))
+        return _mentions(sense.definition().lower(), names)
 
     def _wholes(self, text: str, sense: Synset) -> dict[Synset, int]:
         """What the sense, or a kind of it named after the tag, is part of, with the fewest part-of links."""
