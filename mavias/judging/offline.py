@@ -4,12 +4,19 @@ Similarity to the class name alone ranks *context* high (for "boat": sea 0.65 ag
 exactly the shortcut MAVias must expose, so embeddings never decide relevance on their own here. A tag is relevant to
 a class when WordNet says it
 
-- names the class or one of its kinds (hyponyms), or a close ancestor ("bird" -> "vertebrate", "animal");
-- is a part of the class or of a close ancestor, possibly through a short chain of parts
-  ("headlight" -> "electrical system" -> "motor vehicle" <- "car"), or is the general name of such a part
-  ("door" for "car door"), or a member or substance of the class ("tree" of "forest");
+- names the class or one of its kinds (hyponyms), or an ancestor that still names it ("bird" -> "vertebrate");
+  proper names are never the class ("heron" is the bird, not Heron of Alexandria);
+- is a part of the class or of any ancestor specific enough that every instance has its parts, through a short
+  chain of parts ("eye" -> "face" -> "head" -> "animal" <- ... <- "zebra"), or is the general name of such a part
+  ("door" for "car door"), or a member or substance of the class ("tree" of "forest"); a body part whose
+  definition names such an ancestor ("fur: dense coat of fine silky hairs on mammals");
 - or appears in a defining phrase of the class's gloss ("... characterized by feathers ...", "... made of snow"),
-  or names a function of the class or of its parts ("wing: a movable organ for flying").
+  or names a function of the class or of its parts ("wing: a movable organ for flying"), or an action: a verb
+  derived from a name of the class ("wader" -> "wade") or whose definition names it ("drive: operate a vehicle").
+
+A class "<adjective> <noun>" ("blond hair") is that noun with its defining property: the adjective's spellings
+("blonde") and shades named after it ("platinum blonde") are relevant, other kinds of the noun ("black hair",
+"long hair", "ponytail", "beard") are not, since they are not the class and for people often proxy gender or age.
 
 Everything else (background, scene, weather, lighting, colours, other objects) is irrelevant by default, following
 the paper's rules (supplement, "System Prompt"; REFERENCE.md "LLM step"). For people classes, kinds of person
@@ -43,7 +50,6 @@ CLOSE_ANCESTOR_LEVELS = (
     2  # a farther ancestor is a name of the class only if MiniLM agrees ("vehicle", not "container")
 )
 MAX_PART_CHAIN = 3  # part-of links from a tag to the class ("eye" -> "face" -> "human"), one less to a near-synonym
-MAX_INHERITED_PART_CHAIN = 2  # to an ancestor ("headlight" -> "electrical system" -> "motor vehicle")
 MIN_PART_WHOLE_DEPTH = 6  # ancestors whose parts every instance has ("wheeled vehicle", "animal"; not "organism")
 # A phrase of a gloss that introduces the defining features of the thing ("with four wheels", "having scales").
 DEFINING_MARKERS = re.compile(
@@ -291,7 +297,8 @@ class OfflineJudge:
         if self._is_verb_of(concept, text):
             return True
         return any(
-            self._is_plausible_sense(text, sense) and self._relates(concept, text, sense)
+            (self._is_plausible_sense(text, sense) or self._is_direct_part_named(concept, text, sense))
+            and self._relates(concept, text, sense)
             for sense in self._physical_senses(text)
         )
 
@@ -306,12 +313,16 @@ class OfflineJudge:
         return any(sense in concept.excluded for sense in self._noun_senses(text))
 
     def _is_verb_of(self, concept: ClassConcept, text: str) -> bool:
-        """An action of the class: a gerund, or a verb that is not mainly the name of a thing or place."""
+        """An action of the class: a gerund, or a word used more as a verb than as a noun ("drive", not "pink")."""
         verb = self._wn.morphy(text, VERB)
         if verb is None or verb not in concept.verbs:
             return False
+        if text.endswith("ing"):
+            return True
         nouns = [sense for sense in self._wn.synsets(_lemma_key(text), NOUN) if not sense.instance_hypernyms()]
-        return text.endswith("ing") or not nouns or nouns[0].lexname() not in {*PHYSICAL_LEXNAMES, "noun.location"}
+        if nouns and nouns[0].lexname() in {*PHYSICAL_LEXNAMES, "noun.location"}:
+            return False  # mainly a thing or a place ("dock", "park")
+        return self._count(self._wn.synsets(_lemma_key(text), VERB), text) >= max(self._count(nouns, text), 1)
 
     def _noun_senses(self, text: str) -> list[Synset]:
         senses = self._wn.synsets(_lemma_key(text), NOUN)
@@ -341,13 +352,12 @@ class OfflineJudge:
     def _is_part(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
         """A part of the class, of a near-synonym of it, or (through fewer links) of a specific enough ancestor.
 
-        Parts of the class's kinds do not count: a motorboat's windshield is no part of every boat. Nor do long
-        chains through an ancestor: "beard" -> "face" -> "head" -> "animal" would make a beard part of a bird.
+        Parts of the class's kinds do not count: a motorboat's windshield is no part of every boat.
         """
         for whole, steps in self._wholes(text, sense).items():
             if whole == concept.synset or (steps < MAX_PART_CHAIN and self._is_near_synonym(concept, whole)):
                 return True
-            if whole in concept.part_wholes and steps <= MAX_INHERITED_PART_CHAIN:
+            if whole in concept.part_wholes and steps <= MAX_PART_CHAIN:
                 return True
         return self._is_body_part_of_ancestor(concept, sense)
 
@@ -399,6 +409,13 @@ class OfflineJudge:
         if _names(sense)[0] != text:
             return False
         return self._count([sense], text) > 0 or self._count(senses, text) == 0
+
+    @staticmethod
+    def _is_direct_part_named(concept: ClassConcept, text: str, sense: Synset) -> bool:
+        """A rare sense the tag is the main name of, made plausible by being a part of the class or of an
+        ancestor every instance shares ("bridge" and "peg" of a stringed instrument, "coat" of a mammal)."""
+        wholes = {concept.synset, *concept.part_wholes}
+        return _names(sense)[0] == text and any(whole in wholes for whole in sense.part_holonyms())
 
     @staticmethod
     def _count(senses: list[Synset], text: str) -> int:
