@@ -23,7 +23,8 @@ from mavias.manifest import load_manifest
 from mavias.relevance import load_relevance, save_relevance
 
 JUDGE_KINDS = ("offline", "llm")
-BENCHMARKS = ("synthetic-scenes",)
+TRUTH_DIR = Path(__file__).parent / "truth"
+BENCHMARKS = ("synthetic-scenes", "realworld-dev", "realworld-heldout")
 
 JudgeKind = Annotated[str, typer.Option("--judge", help="offline (WordNet + MiniLM, no network) or llm")]
 BaseUrl = Annotated[
@@ -219,6 +220,8 @@ def load_truth(truth: Path | None, benchmark: str | None) -> tuple[pd.DataFrame,
         return load_relevance(truth, default_source="ground_truth"), truth.stem
     if benchmark not in BENCHMARKS:
         raise typer.BadParameter(f"unknown benchmark {benchmark!r}; use one of {BENCHMARKS}")
+    if benchmark.startswith("realworld-"):
+        return load_relevance(TRUTH_DIR / f"{benchmark}.csv"), benchmark
     from mavias.benchmarks.synthetic_scenes import SyntheticScenesConfig, ground_truth_relevance
 
     return ground_truth_relevance(SyntheticScenesConfig().classes), benchmark
