@@ -17,7 +17,13 @@ from rich.table import Table
 
 from mavias.judging.base import BATCH_SIZE, JudgeError, JudgeStats, RelevanceJudge
 from mavias.judging.cache import DecisionCache, decide_all
-from mavias.judging.evaluate import evaluate_relevance, evaluation_table
+from mavias.judging.evaluate import (
+    Evaluation,
+    decision_errors,
+    errors_table,
+    evaluate_relevance,
+    evaluation_table,
+)
 from mavias.judging.review import apply_review, export_review, load_review
 from mavias.manifest import load_manifest
 from mavias.relevance import load_relevance, save_relevance
@@ -244,17 +250,59 @@ def eval_command(
     no_cache: NoCache = False,
     review: ReviewPath = None,
     batch_size: BatchSize = BATCH_SIZE,
+    compare: Annotated[
+        str | None, typer.Option("--compare", help="a second judge (offline or llm) scored on the same ground truth")
+    ] = None,
 ) -> None:
-    """Precision / recall / F1 of a judge's relevant set against a ground-truth relevance table."""
+    """Precision / recall / F1 of a judge's relevant set against a ground-truth relevance table.
+
+    Prints, per class, the relevant tags the judge missed and the irrelevant tags it accepted; fix them in a
+    reviewed-decisions file (`mavias judge export-review`) and pass it with --review.
+    """
     truth_table, dataset = load_truth(truth, benchmark)
+    wanted = {str(n): set(rows["tag"]) for n, rows in truth_table.groupby("class")}
+    if compare is not None and compare not in JUDGE_KINDS:
+        raise typer.BadParameter(f"unknown judge {compare!r} for --compare; use one of {JUDGE_KINDS}")
     if predicted is not None:
         table = load_relevance(predicted)
-        table = apply_review(table, load_review(review)) if review else table
-        label = predicted.stem
+        runs = [(predicted.stem, apply_review(table, load_review(review)) if review else table, None)]
     else:
         options = JudgeOptions(
             judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size
         )
-        table, judge_obj = options.decide({str(n): set(rows["tag"]) for n, rows in truth_table.groupby("class")})
-        label = judge_obj.judge_id
-    console.print(evaluation_table(evaluate_relevance(table, truth_table), judge=label, dataset=dataset))
+        table, judge_obj = options.decide(wanted)
+        runs = [(judge_obj.judge_id, table, judge_obj.stats.requests)]
+    if compare is not None:
+        other = JudgeOptions(
+            compare, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size
+        )
+        table, judge_obj = other.decide(wanted)
+        runs.append((judge_obj.judge_id, table, judge_obj.stats.requests))
+    evaluations = []
+    for label, table, _ in runs:
+        evaluations.append(evaluate_relevance(table, truth_table))
+        console.print(evaluation_table(evaluations[-1], judge=label, dataset=dataset))
+        errors = decision_errors(table, truth_table)
+        if errors:
+            console.print(errors_table(errors, title=f"{label}: wrong decisions per class"))
+    if len(runs) > 1:
+        console.print(comparison_table([(label, e, n) for (label, _, n), e in zip(runs, evaluations, strict=True)]))
+    if any(decision_errors(table, truth_table) for _, table, _ in runs):
+        console.print("fix wrong decisions with `mavias judge export-review` and `--review review.yaml`")
+
+
+def comparison_table(runs: list[tuple[str, Evaluation, int | None]]) -> Table:
+    """Two or more judges on the same ground truth, micro-averaged, with the requests each sent."""
+    table = Table(title="judges compared on the same ground truth")
+    for column in ("judge", "precision", "recall", "F1", "requests"):
+        table.add_column(column, justify="left" if column == "judge" else "right")
+    for label, evaluation, requests in runs:
+        scores = evaluation.overall
+        table.add_row(
+            label,
+            f"{100 * scores.precision:.1f}",
+            f"{100 * scores.recall:.1f}",
+            f"{100 * scores.f1:.1f}",
+            "-" if requests is None else str(requests),
+        )
+    return table
