@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
 
 SPLITS = ("train", "val", "test")
@@ -14,7 +15,7 @@ REQUIRED_COLUMNS = ("sample_id", "uri", "label", "split")
 ATTR_PREFIX = "attr_"
 
 
-class ManifestError(ValueError):
+class ManifestError(UserError, ValueError):
     """A manifest that breaks the contract; the message lists every problem found."""
 
 
