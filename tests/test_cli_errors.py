@@ -92,3 +92,8 @@ def test_train_help_lists_the_presets_that_exist():
 def test_debug_shows_the_traceback(files):
     result = runner.invoke(app, ["--debug", "judge", "eval", "--truth", str(files / "nope.parquet")])
     assert result.exit_code != 0 and "does not exist" in str(result.exception)
+
+
+def test_bad_yaml_in_reviewed_decisions(files):
+    fails_cleanly("judge", "run", "--classes", "car", "--vocabulary", files / "notes.txt", "--no-cache",
+                  "--review", files / "bad.yaml", expect="bad.yaml are not valid YAML")  # fmt: skip
