@@ -10,9 +10,9 @@ import pandas as pd
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
 from mavias.manifest import resolve_uri
+from mavias.utils.progress import progress_bar
 
 PRELOAD_LIMIT_BYTES = 2 * 1024**3
 FEATURE_PREFIX = "x"
@@ -37,7 +37,7 @@ class ImageSplit(Dataset):
             preload = len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES
         self.cache: torch.Tensor | None = None
         if preload:
-            images = [load_image(p, size) for p in tqdm(paths, desc=progress or "loading images", disable=not progress)]
+            images = [load_image(p, size) for p in progress_bar(paths, desc=progress or "loading images", enabled=bool(progress))]
             self.cache = torch.from_numpy(np.stack(images)) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)
 
     def __len__(self) -> int:

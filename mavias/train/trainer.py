@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
-from tqdm.auto import tqdm
 
 from torch.utils.tensorboard import SummaryWriter
 
@@ -22,6 +21,7 @@ from mavias.train.inference import predict_logits, to_model_input
 from mavias.train.methods import Method, build_method
 from mavias.train.model import MainModel, build_main_model
 from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.progress import progress_bar
 
 CRITERIA = ("val_acc", "val_tag_wg")
 
@@ -188,7 +188,7 @@ class Trainer:
         sums: dict[str, float] = {}
         batches = 0
         loader = self._loader(epoch, method.sampling_weights())
-        for x, idx in tqdm(loader, desc=desc, leave=False, disable=not self.progress):
+        for x, idx in progress_bar(loader, desc=desc, leave=False, enabled=self.progress):
             x = to_model_input(x, self.device)
             y = self.train_split.labels[idx].to(self.device)
             with self._autocast():
