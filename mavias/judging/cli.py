@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -48,6 +49,11 @@ CachePath = Annotated[
 NoCache = Annotated[bool, typer.Option("--no-cache", help="judge every tag again and store nothing")]
 ReviewPath = Annotated[Path | None, typer.Option("--review", help="reviewed decisions (YAML) that override the judge")]
 BatchSize = Annotated[int, typer.Option(help="tags per judge call", min=1, max=BATCH_SIZE)]
+Reasoning = Annotated[
+    bool,
+    typer.Option(help="reasoning model: max_completion_tokens, default temperature (else learnt from the first 400)"),
+]
+Samples = Annotated[int, typer.Option(help="LLM answers per batch, majority vote (self-consistency)", min=1)]
 
 app = typer.Typer(help=__doc__, no_args_is_help=True)
 console = Console()
@@ -76,6 +82,8 @@ def make_judge(
     timeout: float = 120.0,
     max_retries: int = 5,
     system_prompt_in_user: bool = False,
+    reasoning: bool = False,
+    samples: int = 1,
 ) -> RelevanceJudge:
     if kind == "offline":
         from mavias.judging.offline import OfflineJudge
@@ -85,7 +93,13 @@ def make_judge(
         from mavias.judging.llm import LLMJudge
 
         return LLMJudge(
-            base_url, model, timeout=timeout, max_retries=max_retries, system_prompt_in_user=system_prompt_in_user
+            base_url,
+            model,
+            timeout=timeout,
+            max_retries=max_retries,
+            system_prompt_in_user=system_prompt_in_user,
+            reasoning=reasoning,
+            samples=samples,
         )
     raise typer.BadParameter(f"unknown judge {kind!r}; use one of {JUDGE_KINDS}")
 
@@ -104,6 +118,8 @@ class JudgeOptions:
     no_cache: bool = False
     review: Path | None = None
     batch_size: int = BATCH_SIZE
+    reasoning: bool = False
+    samples: int = 1
 
     def decide(self, wanted: dict[str, set[str]]) -> tuple[pd.DataFrame, RelevanceJudge]:
         """Decide every (class, tag) with a live count of the tags sent to the judge; the judge comes back too."""
@@ -120,6 +136,8 @@ class JudgeOptions:
                 timeout=self.timeout,
                 max_retries=self.max_retries,
                 system_prompt_in_user=self.system_in_user,
+                reasoning=self.reasoning,
+                samples=self.samples,
             )
             task = bar.add_task(f"judging with {judge.judge_id}", total=None)
             judged = 0
@@ -188,6 +206,8 @@ def run(
     no_cache: NoCache = False,
     review: ReviewPath = None,
     batch_size: BatchSize = BATCH_SIZE,
+    reasoning: Reasoning = False,
+    samples: Samples = 1,
 ) -> None:
     """Judge a manifest's tags per class (or a vocabulary for given classes) and write the relevance table."""
     if (manifest is None) == (classes is None):
@@ -200,8 +220,9 @@ def run(
     else:
         wanted = tags_by_class(manifest, tags)
     options = JudgeOptions(
-        judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size
-    )
+        judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size, reasoning,
+        samples,
+    )  # fmt: skip
     table, judge_obj = options.decide(wanted)
     save_relevance(table, out)
     console.print(summary_table(table))
@@ -250,6 +271,8 @@ def eval_command(
     no_cache: NoCache = False,
     review: ReviewPath = None,
     batch_size: BatchSize = BATCH_SIZE,
+    reasoning: Reasoning = False,
+    samples: Samples = 1,
     compare: Annotated[
         str | None, typer.Option("--compare", help="a second judge (offline or llm) scored on the same ground truth")
     ] = None,
@@ -263,20 +286,18 @@ def eval_command(
     wanted = {str(n): set(rows["tag"]) for n, rows in truth_table.groupby("class")}
     if compare is not None and compare not in JUDGE_KINDS:
         raise typer.BadParameter(f"unknown judge {compare!r} for --compare; use one of {JUDGE_KINDS}")
+    options = JudgeOptions(
+        judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size, reasoning,
+        samples,
+    )  # fmt: skip
     if predicted is not None:
         table = load_relevance(predicted)
         runs = [(predicted.stem, apply_review(table, load_review(review)) if review else table, None)]
     else:
-        options = JudgeOptions(
-            judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size
-        )
         table, judge_obj = options.decide(wanted)
         runs = [(judge_obj.judge_id, table, judge_obj.stats.requests)]
     if compare is not None:
-        other = JudgeOptions(
-            compare, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size
-        )
-        table, judge_obj = other.decide(wanted)
+        table, judge_obj = dataclasses.replace(options, kind=compare).decide(wanted)
         runs.append((judge_obj.judge_id, table, judge_obj.stats.requests))
     evaluations = []
     for label, table, _ in runs:
