@@ -8,6 +8,7 @@ import pandas as pd
 
 from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
+from mavias.utils.tables import read_parquet_or_csv
 
 RELEVANCE_COLUMNS = ["class", "tag", "relevant", "source"]
 TRUE_WORDS, FALSE_WORDS = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no"})
@@ -41,16 +42,10 @@ def _parse_flags(values: pd.Series) -> pd.Series:
 
 
 def read_relevance_table(path: Path) -> pd.DataFrame:
-    if not path.is_file():
-        raise RelevanceError(f"relevance table {path} does not exist")
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix == ".csv":
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
-        if "relevant" in table.columns:
-            table["relevant"] = _parse_flags(table["relevant"])
-        return table
-    raise RelevanceError(f"relevance table {path}: unsupported format {path.suffix!r} (use .parquet or .csv)")
+    table = read_parquet_or_csv(path, what="relevance table", error=RelevanceError)
+    if path.suffix == ".csv" and "relevant" in table.columns:
+        table["relevant"] = _parse_flags(table["relevant"])
+    return table
 
 
 def load_relevance(path: str | Path, *, default_source: str | None = None) -> pd.DataFrame:
