@@ -110,7 +110,7 @@ def preset_names() -> list[str]:
 def preset_path(name: str) -> Path:
     path = PRESET_DIR / f"{name}.yaml"
     if not path.exists():
-        raise ConfigError(f"unknown preset {name!r}; use one of: {', '.join(preset_names())}")
+        raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(preset_names())}")
     return path
 
 
