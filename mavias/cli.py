@@ -1,8 +1,15 @@
-"""The `mavias` command line: one sub-command group per pipeline stage."""
+"""The `mavias` command line: one sub-command group per pipeline stage.
+
+A user mistake anywhere below (any :class:`mavias.errors.UserError`, an invalid config, bad YAML, a missing file)
+ends with one red line and exit status 2; ``mavias --debug ...`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import typer
+from typer.core import TyperGroup
 
 from mavias.bench.cli import app as bench_app
 from mavias.benchmarks.cli import app as data_app
@@ -10,15 +17,39 @@ from mavias.datasets.cli import app as import_app
 from mavias.demo import demo_command
 from mavias.discover.cli import app as discover_app
 from mavias.encode.cli import app as encode_app
+from mavias.errors import user_errors_exit
 from mavias.judging.cli import app as judge_app
 from mavias.pipeline.cli_registry import app as registry_app
 from mavias.tagging.cli import app as tag_app
 from mavias.train.cli import evaluate, train
 from mavias.tune.cli import tune_command
 
+DEBUG_ENV = "MAVIAS_DEBUG"
+
+
+class UserErrorGroup(TyperGroup):
+    """The root command: every sub-command runs inside it, so user mistakes of any command are handled here."""
+
+    def invoke(self, ctx: Any) -> Any:
+        with user_errors_exit(debug=bool(ctx.params.get("debug"))):
+            return super().invoke(ctx)
+
+
 app = typer.Typer(
-    help="MAVias: find and remove visual biases from image classifiers.", no_args_is_help=True, pretty_exceptions_show_locals=False
+    cls=UserErrorGroup,
+    help="MAVias: find and remove visual biases from image classifiers.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
 )
+
+
+@app.callback()
+def main(
+    debug: Annotated[bool, typer.Option("--debug", envvar=DEBUG_ENV, help="show tracebacks of errors")] = False,
+) -> None:
+    """MAVias: find and remove visual biases from image classifiers."""
+
+
 app.add_typer(data_app, name="data")
 data_app.add_typer(import_app, name="import")
 app.add_typer(tag_app, name="tag")

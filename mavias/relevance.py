@@ -6,19 +6,24 @@ from pathlib import Path
 
 import pandas as pd
 
+from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
+from mavias.utils.tables import read_parquet_or_csv
 
 RELEVANCE_COLUMNS = ["class", "tag", "relevant", "source"]
+TRUE_WORDS, FALSE_WORDS = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no"})
 
 
-class RelevanceError(ValueError):
+class RelevanceError(UserError, ValueError):
     """A relevance table that breaks its contract, or tags without a decision."""
 
 
 def validate_relevance(table: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in RELEVANCE_COLUMNS if c not in table.columns]
     if missing:
-        raise RelevanceError(f"relevance table lacks column(s) {missing}; expected {RELEVANCE_COLUMNS}")
+        raise RelevanceError(
+            f"relevance table lacks column(s) {missing}; add them (expected columns: {', '.join(RELEVANCE_COLUMNS)})"
+        )
     table = table[RELEVANCE_COLUMNS].copy()
     table["relevant"] = table["relevant"].astype(bool)
     dup = table.duplicated(["class", "tag"], keep=False)
@@ -28,8 +33,34 @@ def validate_relevance(table: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def load_relevance(path: str | Path) -> pd.DataFrame:
-    return validate_relevance(pd.read_parquet(path))
+def _parse_flags(values: pd.Series) -> pd.Series:
+    words = values.str.strip().str.lower()
+    unknown = sorted(set(words) - TRUE_WORDS - FALSE_WORDS)
+    if unknown:
+        raise RelevanceError(f"column 'relevant' holds {unknown[:5]}; write true/false (or 1/0)")
+    return words.isin(TRUE_WORDS)
+
+
+def read_relevance_table(path: Path) -> pd.DataFrame:
+    table = read_parquet_or_csv(path, what="relevance table", error=RelevanceError)
+    if path.suffix == ".csv" and "relevant" in table.columns:
+        table["relevant"] = _parse_flags(table["relevant"])
+    return table
+
+
+def load_relevance(path: str | Path, *, default_source: str | None = None) -> pd.DataFrame:
+    """A relevance table from Parquet or CSV (``relevant`` as true/false), validated.
+
+    ``default_source`` fills a missing ``source`` column (a hand-written ground truth rarely has one).
+    """
+    path = Path(path)
+    table = read_relevance_table(path)
+    if default_source is not None and "source" not in table.columns:
+        table = table.assign(source=default_source)
+    try:
+        return validate_relevance(table)
+    except RelevanceError as error:
+        raise RelevanceError(f"{path}: {error}") from None
 
 
 def save_relevance(table: pd.DataFrame, path: str | Path) -> Path:

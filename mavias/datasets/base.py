@@ -10,18 +10,19 @@ manifest's uris point at the original files and :func:`write_import` writes into
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.contrib.concurrent import thread_map
 
 from mavias.errors import UserError
 from mavias.manifest import DatasetInfo, content_sample_id, save_manifest, write_dataset_info
 from mavias.manifest.quarantine import QUARANTINE_COLUMNS, image_problem
 from mavias.utils.atomic import atomic_path
+from mavias.utils.progress import progress_bar
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 MANIFEST_NAME = "manifest.parquet"
@@ -100,10 +101,10 @@ def build_import(
     problems = rows["problem"] if "problem" in rows.columns else pd.Series([None] * len(rows))
     problems = problems.where(problems.notna() & (problems != ""), None)
     todo = rows.index[problems.isna()]
-    inspected = thread_map(
-        lambda uri: _inspect(uri, read), list(rows.loc[todo, "uri"]), max_workers=workers,
-        desc=f"importing {info.name}", unit="img", disable=not progress, chunksize=64,
-    )
+    uris = list(rows.loc[todo, "uri"])
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        inspected = list(progress_bar(pool.map(lambda uri: _inspect(uri, read), uris), total=len(uris),
+                                      desc=f"importing {info.name}", unit="img", enabled=progress))
     rows["sample_id"] = ""
     rows.loc[todo, "sample_id"] = [sid for sid, _ in inspected]
     problems.loc[todo] = [problem for _, problem in inspected]

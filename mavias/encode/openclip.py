@@ -19,6 +19,7 @@ from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
 from open_clip.tokenizer import SimpleTokenizer
 
 from mavias.encode.base import bias_prompt
+from mavias.errors import UserError
 from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 
 ENCODE_MODES = ("collective", "separate")
@@ -26,7 +27,7 @@ _EMPTY_PROMPT = bias_prompt([])
 _PROMPT_PREFIX = "a photo of "
 
 
-class WeightsNotFoundError(FileNotFoundError):
+class WeightsNotFoundError(UserError, FileNotFoundError):
     """OpenCLIP weights that are neither a local file nor in the local cache (and downloading is not allowed)."""
 
 

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
 
+from mavias.errors import UserError
+
 BATCH_SIZE = 100  # tags per judge call, as in the paper (supplement, "LLM prompt")
 
 
@@ -54,7 +56,7 @@ class JudgeError(RuntimeError):
     """A judge could not decide; nothing of the failed batch was cached."""
 
 
-class JudgeConfigError(JudgeError):
+class JudgeConfigError(UserError, JudgeError):
     """A judge that cannot work as configured (bad credentials, unknown model, missing data); retrying will not help."""
 
 

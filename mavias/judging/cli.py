@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -17,13 +18,20 @@ from rich.table import Table
 
 from mavias.judging.base import BATCH_SIZE, JudgeError, JudgeStats, RelevanceJudge
 from mavias.judging.cache import DecisionCache, decide_all
-from mavias.judging.evaluate import evaluate_relevance, evaluation_table
+from mavias.judging.evaluate import (
+    Evaluation,
+    decision_errors,
+    errors_table,
+    evaluate_relevance,
+    evaluation_table,
+)
 from mavias.judging.review import apply_review, export_review, load_review
 from mavias.manifest import load_manifest
 from mavias.relevance import load_relevance, save_relevance
 
 JUDGE_KINDS = ("offline", "llm")
-BENCHMARKS = ("synthetic-scenes",)
+TRUTH_DIR = Path(__file__).parent / "truth"
+BENCHMARKS = ("synthetic-scenes", "realworld-dev", "realworld-heldout")
 
 JudgeKind = Annotated[str, typer.Option("--judge", help="offline (WordNet + MiniLM, no network) or llm")]
 BaseUrl = Annotated[
@@ -41,6 +49,11 @@ CachePath = Annotated[
 NoCache = Annotated[bool, typer.Option("--no-cache", help="judge every tag again and store nothing")]
 ReviewPath = Annotated[Path | None, typer.Option("--review", help="reviewed decisions (YAML) that override the judge")]
 BatchSize = Annotated[int, typer.Option(help="tags per judge call", min=1, max=BATCH_SIZE)]
+Reasoning = Annotated[
+    bool,
+    typer.Option(help="reasoning model: max_completion_tokens, default temperature (else learnt from the first 400)"),
+]
+Samples = Annotated[int, typer.Option(help="LLM answers per batch, majority vote (self-consistency)", min=1)]
 
 app = typer.Typer(help=__doc__, no_args_is_help=True)
 console = Console()
@@ -69,6 +82,8 @@ def make_judge(
     timeout: float = 120.0,
     max_retries: int = 5,
     system_prompt_in_user: bool = False,
+    reasoning: bool = False,
+    samples: int = 1,
 ) -> RelevanceJudge:
     if kind == "offline":
         from mavias.judging.offline import OfflineJudge
@@ -78,7 +93,13 @@ def make_judge(
         from mavias.judging.llm import LLMJudge
 
         return LLMJudge(
-            base_url, model, timeout=timeout, max_retries=max_retries, system_prompt_in_user=system_prompt_in_user
+            base_url,
+            model,
+            timeout=timeout,
+            max_retries=max_retries,
+            system_prompt_in_user=system_prompt_in_user,
+            reasoning=reasoning,
+            samples=samples,
         )
     raise typer.BadParameter(f"unknown judge {kind!r}; use one of {JUDGE_KINDS}")
 
@@ -97,6 +118,8 @@ class JudgeOptions:
     no_cache: bool = False
     review: Path | None = None
     batch_size: int = BATCH_SIZE
+    reasoning: bool = False
+    samples: int = 1
 
     def decide(self, wanted: dict[str, set[str]]) -> tuple[pd.DataFrame, RelevanceJudge]:
         """Decide every (class, tag) with a live count of the tags sent to the judge; the judge comes back too."""
@@ -113,6 +136,8 @@ class JudgeOptions:
                 timeout=self.timeout,
                 max_retries=self.max_retries,
                 system_prompt_in_user=self.system_in_user,
+                reasoning=self.reasoning,
+                samples=self.samples,
             )
             task = bar.add_task(f"judging with {judge.judge_id}", total=None)
             judged = 0
@@ -181,6 +206,8 @@ def run(
     no_cache: NoCache = False,
     review: ReviewPath = None,
     batch_size: BatchSize = BATCH_SIZE,
+    reasoning: Reasoning = False,
+    samples: Samples = 1,
 ) -> None:
     """Judge a manifest's tags per class (or a vocabulary for given classes) and write the relevance table."""
     if (manifest is None) == (classes is None):
@@ -193,8 +220,9 @@ def run(
     else:
         wanted = tags_by_class(manifest, tags)
     options = JudgeOptions(
-        judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size
-    )
+        judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size, reasoning,
+        samples,
+    )  # fmt: skip
     table, judge_obj = options.decide(wanted)
     save_relevance(table, out)
     console.print(summary_table(table))
@@ -216,9 +244,11 @@ def load_truth(truth: Path | None, benchmark: str | None) -> tuple[pd.DataFrame,
     if (truth is None) == (benchmark is None):
         raise typer.BadParameter("pass either --truth or --benchmark")
     if truth is not None:
-        return load_relevance(truth), truth.stem
+        return load_relevance(truth, default_source="ground_truth"), truth.stem
     if benchmark not in BENCHMARKS:
         raise typer.BadParameter(f"unknown benchmark {benchmark!r}; use one of {BENCHMARKS}")
+    if benchmark.startswith("realworld-"):
+        return load_relevance(TRUTH_DIR / f"{benchmark}.csv"), benchmark
     from mavias.benchmarks.synthetic_scenes import SyntheticScenesConfig, ground_truth_relevance
 
     return ground_truth_relevance(SyntheticScenesConfig().classes), benchmark
@@ -241,17 +271,59 @@ def eval_command(
     no_cache: NoCache = False,
     review: ReviewPath = None,
     batch_size: BatchSize = BATCH_SIZE,
+    reasoning: Reasoning = False,
+    samples: Samples = 1,
+    compare: Annotated[
+        str | None, typer.Option("--compare", help="a second judge (offline or llm) scored on the same ground truth")
+    ] = None,
 ) -> None:
-    """Precision / recall / F1 of a judge's relevant set against a ground-truth relevance table."""
+    """Precision / recall / F1 of a judge's relevant set against a ground-truth relevance table.
+
+    Prints, per class, the relevant tags the judge missed and the irrelevant tags it accepted; fix them in a
+    reviewed-decisions file (`mavias judge export-review`) and pass it with --review.
+    """
     truth_table, dataset = load_truth(truth, benchmark)
+    wanted = {str(n): set(rows["tag"]) for n, rows in truth_table.groupby("class")}
+    if compare is not None and compare not in JUDGE_KINDS:
+        raise typer.BadParameter(f"unknown judge {compare!r} for --compare; use one of {JUDGE_KINDS}")
+    options = JudgeOptions(
+        judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size, reasoning,
+        samples,
+    )  # fmt: skip
     if predicted is not None:
         table = load_relevance(predicted)
-        table = apply_review(table, load_review(review)) if review else table
-        label = predicted.stem
+        runs = [(predicted.stem, apply_review(table, load_review(review)) if review else table, None)]
     else:
-        options = JudgeOptions(
-            judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size
+        table, judge_obj = options.decide(wanted)
+        runs = [(judge_obj.judge_id, table, judge_obj.stats.requests)]
+    if compare is not None:
+        table, judge_obj = dataclasses.replace(options, kind=compare).decide(wanted)
+        runs.append((judge_obj.judge_id, table, judge_obj.stats.requests))
+    evaluations = []
+    for label, table, _ in runs:
+        evaluations.append(evaluate_relevance(table, truth_table))
+        console.print(evaluation_table(evaluations[-1], judge=label, dataset=dataset))
+        errors = decision_errors(table, truth_table)
+        if errors:
+            console.print(errors_table(errors, title=f"{label}: wrong decisions per class"))
+    if len(runs) > 1:
+        console.print(comparison_table([(label, e, n) for (label, _, n), e in zip(runs, evaluations, strict=True)]))
+    if any(decision_errors(table, truth_table) for _, table, _ in runs):
+        console.print("fix wrong decisions with `mavias judge export-review` and `--review review.yaml`")
+
+
+def comparison_table(runs: list[tuple[str, Evaluation, int | None]]) -> Table:
+    """Two or more judges on the same ground truth, micro-averaged, with the requests each sent."""
+    table = Table(title="judges compared on the same ground truth")
+    for column in ("judge", "precision", "recall", "F1", "requests"):
+        table.add_column(column, justify="left" if column == "judge" else "right")
+    for label, evaluation, requests in runs:
+        scores = evaluation.overall
+        table.add_row(
+            label,
+            f"{100 * scores.precision:.1f}",
+            f"{100 * scores.recall:.1f}",
+            f"{100 * scores.f1:.1f}",
+            "-" if requests is None else str(requests),
         )
-        table, judge_obj = options.decide({str(n): set(rows["tag"]) for n, rows in truth_table.groupby("class")})
-        label = judge_obj.judge_id
-    console.print(evaluation_table(evaluate_relevance(table, truth_table), judge=label, dataset=dataset))
+    return table

@@ -50,8 +50,16 @@ def _scores(predicted: pd.Series, truth: pd.Series) -> Scores:
     )
 
 
-def evaluate_relevance(predicted: pd.DataFrame, truth: pd.DataFrame) -> Evaluation:
-    """Score ``predicted`` on every (class, tag) pair of ``truth``; a pair it does not decide is an error."""
+@dataclass(frozen=True)
+class ClassErrors:
+    """A judge's wrong decisions on one class, for a reviewer to fix with ``--review``."""
+
+    missed: list[str]  # relevant tags judged irrelevant: they would enter the bias embedding as if they were biases
+    accepted: list[str]  # irrelevant tags judged relevant: biases the method would not see
+
+
+def _joined(predicted: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
+    """Every ground-truth pair with the prediction beside it; a pair without a prediction is an error."""
     predicted, truth = validate_relevance(predicted), validate_relevance(truth)
     joined = truth.merge(predicted, on=["class", "tag"], how="left", suffixes=("_truth", "_pred"))
     undecided = joined["relevant_pred"].isna()
@@ -59,6 +67,42 @@ def evaluate_relevance(predicted: pd.DataFrame, truth: pd.DataFrame) -> Evaluati
         examples = joined.loc[undecided, ["class", "tag"]].head(5).values.tolist()
         raise RelevanceError(f"{int(undecided.sum())} ground-truth pair(s) have no prediction, e.g. {examples}")
     joined["relevant_pred"] = joined["relevant_pred"].astype(bool)
+    return joined
+
+
+def decision_errors(predicted: pd.DataFrame, truth: pd.DataFrame) -> dict[str, ClassErrors]:
+    """Per class with at least one wrong decision, the relevant tags missed and the irrelevant ones accepted."""
+    joined = _joined(predicted, truth)
+    errors = {}
+    for name, rows in joined.groupby("class"):
+        missed = sorted(rows.loc[rows["relevant_truth"] & ~rows["relevant_pred"], "tag"])
+        accepted = sorted(rows.loc[~rows["relevant_truth"] & rows["relevant_pred"], "tag"])
+        if missed or accepted:
+            errors[str(name)] = ClassErrors(missed, accepted)
+    return errors
+
+
+def decision_changes(previous: pd.DataFrame, current: pd.DataFrame) -> dict[str, ClassErrors]:
+    """Per class whose decisions changed between two relevance tables (e.g. last night's and tonight's):
+    ``missed`` holds the tags now judged irrelevant that were relevant, ``accepted`` the tags now relevant.
+    Tags decided in only one of the tables are not changes."""
+    pairs = previous[["class", "tag"]].merge(current[["class", "tag"]])
+    return decision_errors(current.merge(pairs), previous.merge(pairs))
+
+
+def errors_table(errors: dict[str, ClassErrors], *, title: str = "wrong decisions per class") -> Table:
+    table = Table(title=title)
+    table.add_column("class")
+    table.add_column("relevant, judged irrelevant (missed)")
+    table.add_column("irrelevant, judged relevant (accepted)")
+    for name, wrong in sorted(errors.items()):
+        table.add_row(name, ", ".join(wrong.missed) or "-", ", ".join(wrong.accepted) or "-")
+    return table
+
+
+def evaluate_relevance(predicted: pd.DataFrame, truth: pd.DataFrame) -> Evaluation:
+    """Score ``predicted`` on every (class, tag) pair of ``truth``; a pair it does not decide is an error."""
+    joined = _joined(predicted, truth)
     per_class = {
         str(name): _scores(rows["relevant_pred"], rows["relevant_truth"]) for name, rows in joined.groupby("class")
     }

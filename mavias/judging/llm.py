@@ -4,6 +4,12 @@ Follows the paper's LLM step (REFERENCE.md; supplement, "System Prompt"): tags o
 the model returns only the relevant ones as ``{"relevant_tags": [...]}``, everything else is irrelevant. The prompt is
 our own wording of the paper's rules; sampling is fixed (temperature 0) and the answer is bounded by a JSON schema
 whose items are an enum of the batch's tags, so a small model cannot repeat or invent tags until ``max_tokens``.
+
+Reasoning models (OpenAI o-series, gpt-5) take ``max_completion_tokens`` instead of ``max_tokens``, which also pays
+for their hidden reasoning, and refuse any temperature but the default: a 400 naming either parameter switches the
+request shape once and the judge keeps it for its endpoint (``reasoning=True`` sets it from the start).
+With ``samples`` > 1 each batch is asked that many times at ``SAMPLING_TEMPERATURE`` and a tag is relevant when a
+strict majority of the answers lists it (self-consistency); every request counts in ``stats.requests``.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +40,8 @@ PROMPT_VERSION = "mavias-relevance-v1"
 API_KEY_ENV = ("MAVIAS_LLM_API_KEY", "OPENAI_API_KEY")
 NO_KEY = "no-key"  # local servers need none, but the client insists on one
 STYLES = ("json_schema", "json_object", "plain")  # structured-output styles, most to least strict
+REASONING_TOKENS = 4096  # room for a reasoning model's hidden reasoning, on top of the answer's own tokens
+SAMPLING_TEMPERATURE = 0.7  # self-consistency needs different answers to vote on
 
 SYSTEM_PROMPT = """\
 You sort image tags for an object class. You get the name of a class and a list of tags that an image tagger \
@@ -158,6 +167,20 @@ def _retry_after(error: BaseException | None) -> float | None:
         return None  # an HTTP date; exponential backoff is good enough
 
 
+def _refused_parameter(error: openai.APIStatusError) -> str | None:
+    """The request parameter a reasoning model refused ("max_tokens", "temperature"), if that is the error."""
+    if error.status_code != 400:
+        return None
+    text = f"{error.message} {error.body}".lower()
+    return next((name for name in ("max_tokens", "temperature") if name in text.replace("max_completion", "")), None)
+
+
+def majority(answers: list[set[str]]) -> set[str]:
+    """Tags listed by more than half of the answers."""
+    counts = Counter(tag for answer in answers for tag in answer)
+    return {tag for tag, count in counts.items() if 2 * count > len(answers)}
+
+
 def _config_error(error: openai.APIStatusError, base_url: str, model: str) -> JudgeConfigError | None:
     if error.status_code in (401, 403):
         return JudgeConfigError(
@@ -186,7 +209,11 @@ class LLMJudge:
         backoff_seconds: float = 1.0,
         max_wait_seconds: float = 60.0,
         stats: JudgeStats | None = None,
+        reasoning: bool = False,
+        samples: int = 1,
     ):
+        if samples < 1:
+            raise JudgeConfigError(f"samples must be at least 1, got {samples}")
         self.base_url = base_url
         self.model = model
         self.prompt_version = prompt_version
@@ -194,6 +221,8 @@ class LLMJudge:
         self.system_prompt_in_user = system_prompt_in_user  # for chat templates that drop the system message
         self.stats = stats or JudgeStats()
         self.style: str | None = None  # the structured-output style this endpoint accepted
+        self.reasoning = reasoning  # max_completion_tokens and the default temperature (learnt from a 400 too)
+        self.samples = samples
         self._max_retries = max_retries
         self._backoff = backoff_seconds
         self._max_wait = max_wait_seconds
@@ -203,10 +232,17 @@ class LLMJudge:
 
     @property
     def judge_id(self) -> str:
-        return f"llm:{self.model}"
+        return f"llm:{self.model}" + (f"+vote{self.samples}" if self.samples > 1 else "")
 
     def judge(self, class_name: str, tags: list[str]) -> set[str]:
-        return {tag for batch in batches(tags, self.batch_size) for tag in self._judge_batch(class_name, batch)}
+        return {tag for batch in batches(tags, self.batch_size) for tag in self._vote(class_name, batch)}
+
+    def _vote(self, class_name: str, tags: list[str]) -> set[str]:
+        if self.samples == 1:
+            return self._judge_batch(class_name, tags)
+        answers = [self._judge_batch(class_name, tags) for _ in range(self.samples)]
+        self.stats.tags_judged -= len(tags) * (self.samples - 1)  # tags, not samples
+        return majority(answers)
 
     def _judge_batch(self, class_name: str, tags: list[str]) -> set[str]:
         answer = self._with_retries(lambda: self._ask(class_name, tags))
@@ -234,12 +270,12 @@ class LLMJudge:
         return parse_relevant_tags(self._complete(class_name, tags, self.style))
 
     def _complete(self, class_name: str, tags: list[str], style: str) -> str:
-        request: dict[str, Any] = {
-            "model": self.model,
-            "messages": self._messages(class_name, tags),
-            "temperature": 0,
-            "max_tokens": _max_tokens(tags),
-        }
+        request: dict[str, Any] = {"model": self.model, "messages": self._messages(class_name, tags)}
+        if self.reasoning:
+            request["max_completion_tokens"] = REASONING_TOKENS + _max_tokens(tags)
+        else:
+            request["max_tokens"] = _max_tokens(tags)
+            request["temperature"] = SAMPLING_TEMPERATURE if self.samples > 1 else 0
         response_format = _response_format(style, tags)
         if response_format is not None:
             request["response_format"] = response_format
@@ -247,6 +283,10 @@ class LLMJudge:
         try:
             completion = self._client.chat.completions.create(**request)
         except openai.APIStatusError as error:
+            if not self.reasoning and _refused_parameter(error):
+                log.info("%s refused %r: switching to reasoning-model parameters", self.base_url, _refused_parameter(error))
+                self.reasoning = True
+                return self._complete(class_name, tags, style)
             if style != "plain" and _is_style_error(error):
                 raise _StyleUnsupportedError(style) from error
             config_error = _config_error(error, self.base_url, self.model)

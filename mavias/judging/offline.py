@@ -4,12 +4,19 @@ Similarity to the class name alone ranks *context* high (for "boat": sea 0.65 ag
 exactly the shortcut MAVias must expose, so embeddings never decide relevance on their own here. A tag is relevant to
 a class when WordNet says it
 
-- names the class or one of its kinds (hyponyms), or a close ancestor ("bird" -> "vertebrate", "animal");
-- is a part of the class or of a close ancestor, possibly through a short chain of parts
-  ("headlight" -> "electrical system" -> "motor vehicle" <- "car"), or is the general name of such a part
-  ("door" for "car door"), or a member or substance of the class ("tree" of "forest");
+- names the class or one of its kinds (hyponyms), or an ancestor that still names it ("bird" -> "vertebrate");
+  proper names are never the class ("heron" is the bird, not Heron of Alexandria);
+- is a part of the class or of any ancestor specific enough that every instance has its parts, through a short
+  chain of parts ("eye" -> "face" -> "head" -> "animal" <- ... <- "zebra"), or is the general name of such a part
+  ("door" for "car door"), or a member or substance of the class ("tree" of "forest"); a body part whose
+  definition names such an ancestor ("fur: dense coat of fine silky hairs on mammals");
 - or appears in a defining phrase of the class's gloss ("... characterized by feathers ...", "... made of snow"),
-  or names a function of the class or of its parts ("wing: a movable organ for flying").
+  or names a function of the class or of its parts ("wing: a movable organ for flying"), or an action: a verb
+  derived from a name of the class ("wader" -> "wade") or whose definition names it ("drive: operate a vehicle").
+
+A class "<adjective> <noun>" ("blond hair") is that noun with its defining property: the adjective's spellings
+("blonde") and shades named after it ("platinum blonde") are relevant, other kinds of the noun ("black hair",
+"long hair", "ponytail", "beard") are not, since they are not the class and for people often proxy gender or age.
 
 Everything else (background, scene, weather, lighting, colours, other objects) is irrelevant by default, following
 the paper's rules (supplement, "System Prompt"; REFERENCE.md "LLM step"). For people classes, kinds of person
@@ -21,7 +28,7 @@ branch of WordNet is the same thing as the class ("sail" is part of a "sailing v
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from nltk.corpus.reader.wordnet import ADJ, NOUN, VERB, Synset, WordNetCorpusReader
@@ -31,19 +38,18 @@ from mavias.encode.sentence import DEFAULT_MODEL
 from mavias.judging.base import JudgeStats
 from mavias.judging.wordnet import load_wordnet
 
-JUDGE_VERSION = "offline-v1"
+JUDGE_VERSION = "offline-v2"
 # Concrete categories: only senses in these lexicographer files can be kinds or parts of a visual class.
 PHYSICAL_LEXNAMES = frozenset(
     {"noun.Tops", "noun.animal", "noun.artifact", "noun.body", "noun.food", "noun.object", "noun.person",
      "noun.plant", "noun.substance"}
 )  # fmt: skip
-MAX_ANCESTOR_LEVELS = 5  # hypernyms up to this far above the class may still describe it
+MAX_ANCESTOR_LEVELS = 8  # hypernyms up to this far above the class may still name it ("animal" of "zebra")
 MIN_ANCESTOR_DEPTH = 4  # but never the abstract top of the hierarchy ("entity", "object", "whole")
 CLOSE_ANCESTOR_LEVELS = (
     2  # a farther ancestor is a name of the class only if MiniLM agrees ("vehicle", not "container")
 )
 MAX_PART_CHAIN = 3  # part-of links from a tag to the class ("eye" -> "face" -> "human"), one less to a near-synonym
-MAX_INHERITED_PART_CHAIN = 2  # to an ancestor ("headlight" -> "electrical system" -> "motor vehicle")
 MIN_PART_WHOLE_DEPTH = 6  # ancestors whose parts every instance has ("wheeled vehicle", "animal"; not "organism")
 # A phrase of a gloss that introduces the defining features of the thing ("with four wheels", "having scales").
 DEFINING_MARKERS = re.compile(
@@ -70,6 +76,10 @@ class ClassConcept:
     ancestors: dict[Synset, int]  # hypernym -> levels above the class
     defining_words: frozenset[str]  # lemmas from the defining phrases of the gloss
     functions: frozenset[str]  # activities the class and its parts are for, as gerunds and verbs
+    part_wholes: frozenset[Synset] = frozenset()  # ancestors specific enough that every instance has their parts
+    ancestor_names: frozenset[str] = frozenset()  # names of ancestors that still name the class ("instrument")
+    verbs: frozenset[str] = frozenset()  # what the class does or is used for ("wade" of "wader", "drive" a vehicle)
+    forms: frozenset[str] = frozenset()  # spellings of a defining modifier ("blond", "blonde" of "blond hair")
 
 
 def normalize_tag(tag: str) -> str:
@@ -102,6 +112,17 @@ def _hyponyms(synset: Synset) -> list[Synset]:
     return synset.hyponyms() + synset.instance_hyponyms()
 
 
+def _common_concrete_sense(senses: list[Synset]) -> Synset:
+    """The first sense that is a concrete common noun: "heron" the bird, not Heron of Alexandria."""
+    concrete = [s for s in senses if s.lexname() in PHYSICAL_LEXNAMES and not s.instance_hypernyms()]
+    return (concrete or senses)[0]
+
+
+def _mentions(text: str, names: frozenset[str]) -> bool:
+    """Whether ``text`` names one of ``names`` as a word (singular or plural)."""
+    return any(re.search(rf"\b{re.escape(name)}(?:s|es)?\b", text) for name in names)
+
+
 def _is_member_or_substance_of(synset: Synset, whole: Synset) -> bool:
     """A tree of a forest, snow of a snowman; direct links only, since chains of them climb into taxonomic genera."""
     return whole in synset.member_holonyms() or whole in synset.substance_holonyms()
@@ -124,6 +145,7 @@ class OfflineJudge:
         self._ancestor_similarity = ancestor_similarity
         self._vectors: dict[str, np.ndarray] = {}
         self._concepts: dict[str, ClassConcept] = {}
+        self._all_verbs: list[Synset] | None = None
         self.stats = JudgeStats()
 
     @property
@@ -156,21 +178,65 @@ class OfflineJudge:
             return ClassConcept(name, None, frozenset({name}), frozenset(), frozenset(), {}, frozenset(), frozenset())
         hyponyms = set(_distances(synset, _hyponyms, max_levels=100))
         people = synset == self._wn.synset("person.n.01") or synset.lexname() == "noun.person"
+        all_ancestors = _distances(synset, _hypernyms, max_levels=100)
         ancestors = {
             a: level
-            for a, level in _distances(synset, _hypernyms, MAX_ANCESTOR_LEVELS).items()
-            if a.min_depth() >= MIN_ANCESTOR_DEPTH
+            for a, level in all_ancestors.items()
+            if level <= MAX_ANCESTOR_LEVELS and a.min_depth() >= MIN_ANCESTOR_DEPTH
         }
-        return ClassConcept(
+        forms = {form for m in modifiers if self._is_descriptive_adjective(m) for form in self._adjective_forms(m)}
+        names = {name, *_names(synset), *forms, *(f"{form} {head}" for form in forms for head in _names(synset))}
+        concept = ClassConcept(
             name=name,
             synset=synset,
-            names=frozenset({name, *_names(synset), *(m for m in modifiers if self._is_descriptive_adjective(m))}),
-            kinds=frozenset({synset} if people else {synset, *hyponyms}),
-            excluded=frozenset(hyponyms if people else ()),
+            names=frozenset(names),
+            kinds=frozenset({synset} if people or forms else {synset, *hyponyms}),
+            excluded=frozenset(hyponyms if people or forms else ()),
             ancestors=ancestors,
             defining_words=frozenset(self._defining_words(synset.definition())),
             functions=frozenset(self._functions([synset, *ancestors])),
+            part_wholes=frozenset(a for a in all_ancestors if a.min_depth() >= MIN_PART_WHOLE_DEPTH),
+            forms=frozenset(forms),
         )
+        named = [a for a in ancestors if self._is_name_of_class(concept, a)]
+        ancestor_names = {n for a in named for n in _names(a)}
+        return replace(
+            concept,
+            ancestor_names=frozenset(ancestor_names),
+            verbs=frozenset(self._verbs([synset, *named], {*concept.names, *ancestor_names})),
+        )
+
+    def _adjective_forms(self, word: str) -> set[str]:
+        """The spellings of an adjective's main sense ("blond": "blonde"), one-word forms only."""
+        lemmas = self._wn.synsets(word, ADJ)[0].lemma_names()
+        return {word} | {lemma.lower() for lemma in lemmas if "_" not in lemma and "-" not in lemma}
+
+    def _verbs(self, synsets: list[Synset], names: set[str]) -> set[str]:
+        """Verbs of what the class does or is used for.
+
+        Verbs derived from a name of the class ("wader" -> "wade", "bicycle" -> "bicycle") and verbs whose
+        definition names the class or an ancestor that names it ("drive: operate or control a vehicle").
+        """
+        derived = {
+            related.name().lower()
+            for synset in synsets
+            for lemma in synset.lemmas()
+            for related in lemma.derivationally_related_forms()
+            if related.synset().pos() == VERB
+        }
+        mentioned = {
+            lemma.lower()
+            for verb in self._verb_synsets()
+            if _mentions(verb.definition(), frozenset(names))
+            for lemma in verb.lemma_names()
+            if "_" not in lemma
+        }
+        return derived | mentioned
+
+    def _verb_synsets(self) -> list[Synset]:
+        if self._all_verbs is None:
+            self._all_verbs = list(self._wn.all_synsets(VERB))
+        return self._all_verbs
 
     def _class_synset(self, name: str) -> tuple[Synset | None, list[str]]:
         """The most frequent noun sense of the name, else of its head ("urban car" -> car, "landbird" -> bird)."""
@@ -178,7 +244,7 @@ class OfflineJudge:
         for start in range(len(words)):
             senses = self._wn.synsets(_lemma_key(" ".join(words[start:])), NOUN)
             if senses:
-                return senses[0], words[:start]
+                return _common_concrete_sense(senses), words[:start]
         head = words[-1] if words else ""
         for cut in range(1, len(head) - 2):  # a closed compound: the longest known head with a known modifier
             prefix, suffix = head[:cut], head[cut:]
@@ -222,12 +288,41 @@ class OfflineJudge:
             return True
         if concept.synset is None:
             return False
-        if self._lemmas(text) & concept.defining_words or text in concept.functions:
+        if concept.forms and self._lemmas(text.split()[-1]) & concept.forms:
+            return True  # "platinum blonde" is a shade of the class's "blond"
+        if concept.forms and self._names_another_kind(concept, text):
+            return False
+        if text in concept.ancestor_names or self._lemmas(text) & concept.defining_words or text in concept.functions:
+            return True
+        if self._is_verb_of(concept, text):
             return True
         return any(
-            self._is_plausible_sense(text, sense) and self._relates(concept, text, sense)
+            (self._is_plausible_sense(text, sense) or self._is_direct_part_named(concept, text, sense))
+            and self._relates(concept, text, sense)
             for sense in self._physical_senses(text)
         )
+
+    def _names_another_kind(self, concept: ClassConcept, text: str) -> bool:
+        """For "blond hair": "long hair", "black hair" name other kinds of hair; "platinum blonde" names the class."""
+        *modifiers, head = text.split()
+        if self._lemmas(head) & concept.forms:
+            return False  # named by the class's modifier: relevant, see is_relevant
+        head_names = set(_names(concept.synset))
+        if modifiers and head in head_names:
+            return not set(modifiers) & concept.names
+        return any(sense in concept.excluded for sense in self._noun_senses(text))
+
+    def _is_verb_of(self, concept: ClassConcept, text: str) -> bool:
+        """An action of the class: a gerund, or a word used more as a verb than as a noun ("drive", not "pink")."""
+        verb = self._wn.morphy(text, VERB)
+        if verb is None or verb not in concept.verbs:
+            return False
+        if text.endswith("ing"):
+            return True
+        nouns = [sense for sense in self._wn.synsets(_lemma_key(text), NOUN) if not sense.instance_hypernyms()]
+        if nouns and nouns[0].lexname() in {*PHYSICAL_LEXNAMES, "noun.location"}:
+            return False  # mainly a thing or a place ("dock", "park")
+        return self._count(self._wn.synsets(_lemma_key(text), VERB), text) >= max(self._count(nouns, text), 1)
 
     def _noun_senses(self, text: str) -> list[Synset]:
         senses = self._wn.synsets(_lemma_key(text), NOUN)
@@ -257,16 +352,23 @@ class OfflineJudge:
     def _is_part(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
         """A part of the class, of a near-synonym of it, or (through fewer links) of a specific enough ancestor.
 
-        Parts of the class's kinds do not count: a motorboat's windshield is no part of every boat. Nor do long
-        chains through an ancestor: "beard" -> "face" -> "head" -> "animal" would make a beard part of a bird.
+        Parts of the class's kinds do not count: a motorboat's windshield is no part of every boat.
         """
         for whole, steps in self._wholes(text, sense).items():
             if whole == concept.synset or (steps < MAX_PART_CHAIN and self._is_near_synonym(concept, whole)):
                 return True
-            inherited = whole in concept.ancestors and whole.min_depth() >= MIN_PART_WHOLE_DEPTH
-            if inherited and steps <= MAX_INHERITED_PART_CHAIN:
+            if whole in concept.part_wholes and steps <= MAX_PART_CHAIN:
                 return True
-        return False
+        return self._is_body_part_of_ancestor(concept, sense)
+
+    def _is_body_part_of_ancestor(self, concept: ClassConcept, sense: Synset) -> bool:
+        """A body part or covering whose definition names an ancestor ("fur: dense coat ... on mammals")."""
+        if sense.lexname() not in ("noun.body", "noun.animal") or concept.synset.lexname() != "noun.animal":
+            return False
+        if any(a.lexname() == "noun.Tops" and a.name().startswith("organism") for a in sense.closure(_hypernyms)):
+            return False  # an animal itself ("cow: ... of mammals"), not a part of one
+        names = frozenset(n for whole in concept.part_wholes for n in _names(whole))
+        return _mentions(sense.definition().lower(), names)
 
     def _wholes(self, text: str, sense: Synset) -> dict[Synset, int]:
         """What the sense, or a kind of it named after the tag, is part of, with the fewest part-of links."""
@@ -307,6 +409,13 @@ class OfflineJudge:
         if _names(sense)[0] != text:
             return False
         return self._count([sense], text) > 0 or self._count(senses, text) == 0
+
+    @staticmethod
+    def _is_direct_part_named(concept: ClassConcept, text: str, sense: Synset) -> bool:
+        """A rare sense the tag is the main name of, made plausible by being a part of the class or of an
+        ancestor every instance shares ("bridge" and "peg" of a stringed instrument, "coat" of a mammal)."""
+        wholes = {concept.synset, *concept.part_wholes}
+        return _names(sense)[0] == text and any(whole in wholes for whole in sense.part_holonyms())
 
     @staticmethod
     def _count(senses: list[Synset], text: str) -> int:

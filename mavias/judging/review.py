@@ -19,8 +19,9 @@ from typing import Literal
 
 import pandas as pd
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mavias.errors import UserError, describe_validation_error
 from mavias.relevance import validate_relevance
 from mavias.utils.atomic import atomic_path
 
@@ -64,9 +65,20 @@ class ReviewedDecisions(BaseModel):
         return {tag: known[_key(tag)] for tag in tags if _key(tag) in known}
 
 
+class ReviewError(UserError, ValueError):
+    """A reviewed-decisions file that cannot be read."""
+
+
 def load_review(path: str | Path) -> ReviewedDecisions:
-    payload = yaml.safe_load(Path(path).read_text()) or {}
-    return ReviewedDecisions.model_validate(payload)
+    path = Path(path)
+    if not path.is_file():
+        raise ReviewError(f"reviewed decisions {path} do not exist; write them with `mavias judge export-review`")
+    try:
+        return ReviewedDecisions.model_validate(yaml.safe_load(path.read_text()) or {})
+    except yaml.YAMLError as error:
+        raise ReviewError(f"reviewed decisions {path} are not valid YAML: {error}") from None
+    except ValidationError as error:
+        raise ReviewError(describe_validation_error(error, what=f"reviewed decisions {path}")) from None
 
 
 def apply_review(table: pd.DataFrame, review: ReviewedDecisions) -> pd.DataFrame:

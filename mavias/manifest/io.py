@@ -8,15 +8,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from mavias.errors import UserError
 from mavias.manifest.info import INFO_NAME, STANDARD_SPLITS, read_dataset_info
 from mavias.utils.atomic import atomic_path
+from mavias.utils.tables import read_parquet_or_csv
 
 SPLITS = STANDARD_SPLITS
 REQUIRED_COLUMNS = ("sample_id", "uri", "label", "split")
 ATTR_PREFIX = "attr_"
 
 
-class ManifestError(ValueError):
+class ManifestError(UserError, ValueError):
     """A manifest that breaks the contract; the message lists every problem found."""
 
 
@@ -38,16 +40,10 @@ def resolve_uri(manifest_dir: Path, uri: str) -> Path:
 
 
 def read_manifest_table(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        raise ManifestError(f"manifest {path} does not exist")
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix == ".csv":
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-        if "tags" in df.columns:
-            df["tags"] = df["tags"].map(lambda s: [t for t in s.split("|") if t])
-        return df
-    raise ManifestError(f"manifest {path}: unsupported format {path.suffix!r} (use .parquet or .csv)")
+    df = read_parquet_or_csv(path, what="manifest", error=ManifestError)
+    if path.suffix == ".csv" and "tags" in df.columns:
+        df["tags"] = df["tags"].map(lambda s: [t for t in s.split("|") if t])
+    return df
 
 
 def validate_manifest(

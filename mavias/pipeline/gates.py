@@ -29,6 +29,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from mavias.errors import UserError
+
 DEFAULT_GATES_PATH = Path(__file__).with_name("gates_default.yaml")
 GAP_GATES = {"max_abs_bg_gap": "bg_gap", "max_abs_coobj_gap": "coobj_gap", "max_abs_both_gap": "both_gap"}
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le, ">": operator.gt}
@@ -48,7 +50,7 @@ GateStatus = Literal["passed", "failed", "skipped"]
 Number = float | int
 
 
-class GateError(ValueError):
+class GateError(UserError, ValueError):
     """The metrics cannot be gated as configured (a missing WG section, different evaluation sets)."""
 
 

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mavias.errors import UserError
 from mavias.pipeline.gates import DEFAULT_GATES_PATH
 from mavias.pipeline.storage import ENV_PREFIX as S3_ENV_PREFIX
 from mavias.pipeline.storage import S3Settings
@@ -36,7 +37,7 @@ TAGGERS = ("manifest", "openclip")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
-class NightlyConfigError(ValueError):
+class NightlyConfigError(UserError, ValueError):
     """The nightly configuration is missing or invalid; the message says which file and field."""
 
 

@@ -33,10 +33,10 @@ from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadErro
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from tenacity import before_sleep_log, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
-from tqdm import tqdm
 
 from mavias.manifest.io import ManifestError, read_manifest_table
 from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag:
 
 def _parallel(fn: Callable[[T], object], items: Sequence[T], workers: int, desc: str) -> None:
     """``fn`` over ``items`` on a small thread pool with a progress bar; the first error cancels the rest."""
-    progress = tqdm(total=len(items), desc=desc, unit="file", disable=None)
+    progress = progress_bar(total=len(items), desc=desc, unit="file")
     with ThreadPoolExecutor(max_workers=workers) as pool, progress as bar:
         futures = [pool.submit(fn, item) for item in items]
         try:

@@ -22,7 +22,6 @@ import pandas as pd
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
-from tqdm import tqdm
 
 from mavias.manifest import resolve_uri
 from mavias.manifest.quarantine import QUARANTINE_COLUMNS, decode_problem
@@ -36,6 +35,7 @@ from mavias.tagging.base import (
     write_tags,
 )
 from mavias.utils.atomic import atomic_path
+from mavias.utils.progress import progress_bar
 
 DEFAULT_NUM_SHARDS = 8
 TAGS_NAME = "tags.parquet"
@@ -159,7 +159,7 @@ def _run_tagger(
     rows: pd.DataFrame, manifest_dir: Path, tagger: Tagger, options: _LoaderOptions
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     parts, failures = [empty_tags_table()], {}
-    with tqdm(total=len(rows), unit="img", desc="tagging", disable=not options.progress) as bar:
+    with progress_bar(total=len(rows), unit="img", desc="tagging", enabled=options.progress) as bar:
         for batch, failed in _batches(rows, manifest_dir, tagger, options):
             if len(batch.rows):
                 parts.append(tags_table(batch.rows["sample_id"].tolist(), tagger.tag(batch)))

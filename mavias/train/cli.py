@@ -15,7 +15,7 @@ from rich.table import Table
 from mavias.encode.cli import encoder_from_spec
 from mavias.manifest import read_dataset_info
 from mavias.relevance import load_relevance
-from mavias.train.config import TrainConfig, load_config
+from mavias.train.config import TrainConfig, load_config, preset_names
 from mavias.train.model import weights_file
 from mavias.train.prepare import PreparedData, prepare_image_data
 
@@ -57,7 +57,7 @@ def train(
     relevance: Relevance,
     out: Annotated[Path, typer.Option("--out", help="run folder (resumes if it holds a checkpoint)")],
     config: Annotated[Path | None, typer.Option("--config", help="YAML training config")] = None,
-    preset: Annotated[str | None, typer.Option("--preset", help="paper preset: celeba, waterbirds, urbancars, imagenet9, synthetic-scenes")] = None,
+    preset: Annotated[str | None, typer.Option("--preset", help=f"paper preset: {', '.join(preset_names())}")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override, e.g. --set mavias.lam=0.4")] = [],
     tags: Tags = None,
     reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run folder (for selection val_tag_wg)")] = None,

@@ -6,11 +6,16 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mavias.errors import UserError, describe_validation_error
 from mavias.utils.atomic import atomic_path
 
 PRESET_DIR = Path(__file__).parent / "presets"
+
+
+class ConfigError(UserError, ValueError):
+    """A training config that cannot be used: missing file, bad YAML, unknown preset, invalid value."""
 
 
 class _Strict(BaseModel):
@@ -142,14 +147,22 @@ def load_config(path: str | Path | None = None, *, preset: str | None = None, ov
         data = _deep_merge(data, _read_yaml(Path(path)))
     for key, value in (overrides or {}).items():
         data = _deep_merge(data, _dotted(key, value))
-    return TrainConfig.model_validate(data)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(
+            describe_validation_error(error, what="training config") + "; fix the config file or the --set value"
+        ) from None
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
 def preset_path(name: str) -> Path:
     path = PRESET_DIR / f"{name}.yaml"
     if not path.exists():
-        known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
-        raise ValueError(f"unknown preset {name!r}; known presets: {known}")
+        raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(preset_names())}")
     return path
 
 
@@ -160,11 +173,14 @@ def save_config(config: TrainConfig, path: str | Path) -> Path:
 
 
 def _read_yaml(path: Path) -> dict:
-    if not path.exists():
-        raise FileNotFoundError(f"config {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    if not path.is_file():
+        raise ConfigError(f"config {path} does not exist (or is not a file)")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config {path} is not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"config {path} must be a mapping, got {type(data).__name__}")
+        raise ConfigError(f"config {path} must be a mapping of settings, got {type(data).__name__}")
     return data
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import Dataset
-from tqdm.auto import tqdm
 
 from mavias.manifest import resolve_uri
 from mavias.train.transforms import Transform, load_transformed
+from mavias.utils.progress import progress_bar
 
 PRELOAD_LIMIT_BYTES = 2 * 1024**3
 FEATURE_PREFIX = "x"
@@ -31,10 +31,8 @@ class ImageSplit(Dataset):
         self.paths = paths
         self.transform = transform
         self.cache: torch.Tensor | None = None
-        if not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
-            images = [load_transformed(p, transform) for p in tqdm(paths, desc=progress or "loading images",
-                                                                   disable=not progress)]
-            self.cache = torch.stack(images) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)
+from mavias.train.transforms import Transform, load_transformed
+from mavias.utils.progress import progress_bar
 
     def __len__(self) -> int:
         return len(self.paths)

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
-from tqdm.auto import tqdm
 
 from torch.utils.tensorboard import SummaryWriter
 
@@ -25,6 +24,7 @@ from mavias.train.methods import Method, build_method
 from mavias.train.model import MainModel, build_main_model
 from mavias.train.selection import is_uninformative, robust_selection_score
 from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.progress import progress_bar
 
 CRITERIA = ("val_acc", "val_tag_wg", "val_robust")
 FALLBACK_CRITERION = "val_acc"
@@ -206,7 +206,7 @@ class Trainer:
         sums: dict[str, float] = {}
         batches = 0
         loader = self._loader(epoch, method.sampling_weights())
-        for x, idx in tqdm(loader, desc=desc, leave=False, disable=not self.progress):
+        for x, idx in progress_bar(loader, desc=desc, leave=False, enabled=self.progress):
             x = to_model_input(x, self.device)
             if self.channels_last and x.ndim == 4:
                 x = x.contiguous(memory_format=torch.channels_last)

@@ -58,6 +58,16 @@ def test_eval_prints_precision_and_recall(tmp_path):
     predicted.to_parquet(tmp_path / "predicted.parquet")
     result = invoke("eval", "--truth", tmp_path / "truth.parquet", "--predicted", tmp_path / "predicted.parquet")
     assert "all (micro)" in result.output and "50.0" in result.output
+    assert "│ car   │ tire" in result.output and "│ road" in result.output  # missed, then accepted
+    assert "--review" in result.output
+
+
+def test_eval_reads_a_csv_truth_without_source_and_compares_two_judges(fake_llm, tmp_path):
+    (tmp_path / "truth.csv").write_text("class,tag,relevant\ncar,wheel,true\ncar,road,false\ncar,sky,false\n")
+    result = invoke("eval", "--truth", tmp_path / "truth.csv", *llm_options(fake_llm, tmp_path), "--compare", "offline")
+    assert "judges compared" in result.output
+    assert "fake" in result.output and "offline:wordnet" in result.output
+    assert len(fake_llm.requests) == 1
 
 
 def test_eval_runs_a_judge_on_the_built_in_benchmark(fake_llm, tmp_path):

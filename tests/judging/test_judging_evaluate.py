@@ -1,7 +1,13 @@
 import pandas as pd
 import pytest
 
-from mavias.judging.evaluate import Scores, evaluate_relevance, evaluation_table
+from mavias.judging.evaluate import (
+    Scores,
+    decision_changes,
+    decision_errors,
+    evaluate_relevance,
+    evaluation_table,
+)
 from mavias.relevance import RelevanceError
 
 
@@ -40,3 +46,15 @@ def test_table_lists_classes_then_the_micro_average():
     rendered = evaluation_table(evaluate_relevance(PREDICTED, TRUTH), judge="j", dataset="d")
     assert list(rendered.columns[0].cells) == ["a", "b", "all (micro)"]
     assert list(rendered.columns[1].cells)[-1] == "50.0" and list(rendered.columns[2].cells)[-1] == "66.7"
+
+
+def test_decision_errors_and_changes_per_class():
+    truth = pd.DataFrame({"class": ["car"] * 3 + ["bird"], "tag": ["wheel", "road", "tire", "wing"],
+                          "relevant": [True, False, True, True], "source": "ground_truth"})  # fmt: skip
+    judged = truth.assign(relevant=[True, True, False, True], source="judge")
+    errors = decision_errors(judged, truth)
+    assert list(errors) == ["car"]
+    assert errors["car"].missed == ["tire"] and errors["car"].accepted == ["road"]
+    tonight = pd.concat([judged, pd.DataFrame([{"class": "bird", "tag": "sky", "relevant": False, "source": "j"}])])
+    changes = decision_changes(truth, tonight)  # a tag new tonight is not a change
+    assert list(changes) == ["car"] and changes["car"].missed == ["tire"] and changes["car"].accepted == ["road"]

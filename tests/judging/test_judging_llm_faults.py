@@ -8,7 +8,7 @@ from judge_fake_server import FakeLLM, batch_tags, completion, delayed, error, r
 
 from mavias.judging.base import JudgeConfigError, JudgeResponseError, JudgeUnavailableError
 from mavias.judging.cache import DecisionCache, decide
-from mavias.judging.llm import LLMJudge, parse_relevant_tags
+from mavias.judging.llm import SAMPLING_TEMPERATURE, LLMJudge, parse_relevant_tags
 
 TAGS = ["beak", "sky", "water", "wing"]
 
@@ -143,3 +143,30 @@ def test_batches_of_at_most_100_tags_each_cached_once(fake_llm, tmp_path):
         assert set(table.loc[table["relevant"], "tag"]) == {t for t in tags if t.startswith("w")}
         decide(judge, "thing", tags, cache)
     assert len(fake_llm.requests) == 3 and judge.stats.cache_hits == 250
+
+
+def refuse(parameter: str, reply):
+    """A reasoning model's endpoint: 400 for a request that carries ``parameter``, else ``reply``."""
+    message = f"Unsupported parameter: '{parameter}' is not supported with this model."
+    return lambda request: error(400, message) if parameter in request else reply(request)
+
+
+@pytest.mark.parametrize("parameter", ["max_tokens", "temperature"])
+def test_a_reasoning_model_gets_its_parameters_after_one_400_and_keeps_them(fake_llm, parameter):
+    fake_llm.default = refuse(parameter, fake_llm.default)
+    judge = LLMJudge(fake_llm.base_url, "o-mini", max_retries=0)
+    assert judge.judge("car", ["wheel", "road"]) == {"wheel"}
+    assert judge.judge("bird", ["wing", "sky"]) == {"wing"}
+    assert len(fake_llm.requests) == 3  # one refused, then one per batch
+    sent = fake_llm.requests[-1]
+    assert "max_tokens" not in sent and "temperature" not in sent and sent["max_completion_tokens"] > 4096
+
+
+def test_self_consistency_keeps_the_majority_and_counts_every_request(fake_llm):
+    answers = [["wheel", "road"], ["wheel"], ["wheel", "sky"]]
+    fake_llm.then(*(completion(json.dumps({"relevant_tags": a})) for a in answers))
+    judge = LLMJudge(fake_llm.base_url, "fake", max_retries=0, samples=3)
+    assert judge.judge("car", ["wheel", "road", "sky"]) == {"wheel"}
+    assert judge.stats.requests == 3 and judge.stats.tags_judged == 3
+    assert {r["temperature"] for r in fake_llm.requests} == {SAMPLING_TEMPERATURE}
+    assert judge.judge_id == "llm:fake+vote3"

@@ -25,3 +25,13 @@ def test_llama_cpp_server_protocol_batches_and_cache(llama_server, tmp_path):
         again = decide(judge, "bird", TAGS, cache, batch_size=4)
     assert again.equals(table)
     assert judge.stats.requests == 4 and judge.stats.cache_hits == len(TAGS)
+
+
+def test_llama_cpp_server_with_reasoning_parameters_and_voting(llama_server):
+    # llama.cpp takes max_completion_tokens and no temperature, as reasoning models need
+    judge = LLMJudge(llama_server, "gemma3-270m", timeout=120, max_retries=2, system_prompt_in_user=True,
+                     reasoning=True, samples=3)  # fmt: skip
+    relevant = judge.judge("bird", TAGS[:4])
+    assert relevant <= set(TAGS[:4])
+    assert judge.stats.requests == 1 + 3  # the refused json_schema try, then three samples of one batch
+    assert judge.stats.tags_judged == 4

@@ -1,8 +1,7 @@
 import pandas as pd
 import pytest
-from pydantic import ValidationError
 
-from mavias.judging.review import apply_review, export_review, load_review
+from mavias.judging.review import ReviewError, apply_review, export_review, load_review
 
 
 def table(rows):
@@ -40,7 +39,7 @@ def test_apply_review_overrides_matching_tags_case_insensitively(tmp_path):
 )
 def test_invalid_review_files_are_rejected(tmp_path, document):
     (tmp_path / "review.yaml").write_text(document)
-    with pytest.raises(ValidationError):
+    with pytest.raises(ReviewError, match="invalid reviewed decisions"):
         load_review(tmp_path / "review.yaml")
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mavias.errors import UserError
+
 DEFAULT_VOCABULARY = Path(__file__).with_name("default.txt")
 MAX_TAG_LENGTH = 64
 
 
-class VocabularyError(ValueError):
+class VocabularyError(UserError, ValueError):
     """A vocabulary file that is empty or holds an unusable entry."""
 
 

@@ -1,0 +1,31 @@
+"""Quality floors of the offline judge on the hand-labelled real-world ground truth (mavias/judging/truth).
+
+The development half was inspected while improving the judge; the held-out half only evaluated. The goal for both is
+the paper's GPT-4o level (precision >= 0.90, recall >= 0.75); the floors below guard what is reached today
+(BENCHMARKS.md, "Offline judge on real-world classes").
+"""
+
+import pytest
+
+from mavias.judging.cache import decide_all
+from mavias.judging.cli import TRUTH_DIR
+from mavias.judging.evaluate import evaluate_relevance
+from mavias.relevance import load_relevance
+
+
+def overall(judge, name):
+    truth = load_relevance(TRUTH_DIR / f"{name}.csv")
+    predicted = decide_all(judge, {c: rows["tag"] for c, rows in truth.groupby("class")})
+    return evaluate_relevance(predicted, truth).overall
+
+
+@pytest.mark.parametrize("name", ["realworld-dev", "realworld-heldout"])
+def test_quality_floor(offline_judge, name):
+    scores = overall(offline_judge, name)
+    assert scores.precision >= 0.90 and scores.recall >= 0.65
+
+
+@pytest.mark.xfail(strict=True, reason="recall on unseen classes is 0.71 (BENCHMARKS.md); the goal is 0.75")
+def test_goal_on_held_out_classes(offline_judge):
+    scores = overall(offline_judge, "realworld-heldout")
+    assert scores.precision >= 0.90 and scores.recall >= 0.75

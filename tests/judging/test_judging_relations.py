@@ -1,0 +1,61 @@
+"""One test per WordNet relation the offline judge uses, on real WordNet 3.0 and MiniLM."""
+
+import pytest
+
+
+def relevant(judge, class_name, tags):
+    return judge.judge(class_name, sorted(tags))
+
+
+def test_a_class_is_its_concrete_common_sense(offline_judge):
+    assert offline_judge.concept("heron").synset.name() == "heron.n.02"  # the bird, not Heron of Alexandria
+
+
+def test_parts_are_inherited_from_specific_ancestors(offline_judge):
+    # head and ear are parts of "animal", tail of "vertebrate", hoof of "ungulate": none is linked to "zebra"
+    assert relevant(offline_judge, "zebra", {"head", "ear", "tail", "hoof", "grass", "giraffe"}) == {
+        "head", "ear", "tail", "hoof"
+    }  # fmt: skip
+
+
+def test_a_body_part_whose_definition_names_an_ancestor(offline_judge):
+    # "fur: dense coat of fine silky hairs on mammals"; "cow: mature female of mammals" is an animal, not a part
+    assert relevant(offline_judge, "zebra", {"fur", "cow"}) == {"fur"}
+
+
+def test_a_rare_sense_counts_when_it_is_a_part_of_the_class(offline_judge):
+    # "peg" and "bridge" of a stringed instrument; the car's "wing" (a fender) is not named "wing" first
+    assert relevant(offline_judge, "violin", {"peg", "bridge", "case", "chair"}) == {"peg", "bridge"}
+    assert relevant(offline_judge, "car", {"wing", "fender"}) == {"fender"}
+
+
+def test_an_ancestor_name_names_the_class(offline_judge):
+    assert relevant(offline_judge, "violin", {"instrument", "musical instrument", "device"}) == {
+        "instrument", "musical instrument"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("class_name", "relevant_tags", "irrelevant_tags"),
+    [
+        # derived from a name of the class: "wader" -> "wade"
+        ("heron", {"wade", "wading"}, {"pond", "reed"}),
+        # a verb whose definition names an ancestor that names the class: "drive: operate or control a vehicle"
+        ("fire truck", {"drive", "driving"}, {"park", "street"}),
+        # mainly a colour, a thing or a place, not an action of a car
+        ("car", {"drive"}, {"pink", "dock", "park"}),
+    ],
+)
+def test_verbs_of_the_class(offline_judge, class_name, relevant_tags, irrelevant_tags):
+    assert relevant(offline_judge, class_name, relevant_tags | irrelevant_tags) == relevant_tags
+
+
+def test_an_adjective_class_keeps_its_spellings_and_shades(offline_judge):
+    tags = {"hair", "blond", "blonde", "blonde hair", "platinum blonde", "strawberry blonde"}
+    assert relevant(offline_judge, "blond hair", tags) == tags
+
+
+def test_other_kinds_of_the_head_and_bias_proxies_are_not_the_class(offline_judge):
+    # styles and other colours of hair stand for gender or age in CelebA-like data: never relevant
+    proxies = {"long hair", "ponytail", "braid", "bun", "pigtail", "beard", "black hair", "gray hair", "woman", "girl"}
+    assert relevant(offline_judge, "blond hair", proxies | {"blonde"}) == {"blonde"}

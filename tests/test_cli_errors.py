@@ -1,0 +1,99 @@
+"""Every user mistake on the command line ends in one readable red line and exit status 2, never a traceback."""
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mavias.cli import app
+from mavias.train.config import preset_names
+
+runner = CliRunner()
+
+
+def fails_cleanly(*args, expect: str):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and expect in result.output
+    return result
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "truth.csv").write_text("class,tag,relevant,source\ncar,wheel,true,gt\ncar,road,false,gt\n")
+    (tmp_path / "notes.txt").write_text("hello\n")
+    (tmp_path / "bad.yaml").write_text("epochs: [1, 2\n")
+    (tmp_path / "manifest.csv").write_text("sample_id,uri,label,split\na,1.png,car,train\n")
+    return tmp_path
+
+
+def test_a_relevance_table_in_an_unsupported_format(files):
+    fails_cleanly("judge", "eval", "--truth", files / "notes.txt", expect="unsupported format '.txt'")
+
+
+def test_a_relevance_table_as_csv_is_accepted(files):
+    result = runner.invoke(app, ["judge", "export-review", str(files / "truth.csv"), "--out", str(files / "r.yaml")])
+    assert result.exit_code == 0, result.output
+    assert (files / "r.yaml").exists()
+
+
+def test_a_nonexistent_path(files):
+    fails_cleanly("judge", "eval", "--truth", files / "nope.parquet", expect="does not exist")
+
+
+def test_a_table_without_a_required_column(files):
+    pd.DataFrame({"class": ["car"], "tag": ["wheel"], "relevant": [True]}).to_csv(files / "pred.csv", index=False)
+    fails_cleanly("judge", "eval", "--truth", files / "truth.csv", "--predicted", files / "pred.csv",
+                  expect="lacks column(s) ['source']")  # fmt: skip
+
+
+def test_a_truth_table_without_source_is_accepted(files):
+    (files / "t.csv").write_text("class,tag,relevant\ncar,wheel,true\ncar,road,false\n")
+    pd.read_csv(files / "truth.csv").to_csv(files / "pred.csv", index=False)
+    result = runner.invoke(app, ["judge", "eval", "--truth", str(files / "t.csv"), "--predicted", str(files / "pred.csv")])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_relevant_column_that_is_not_true_or_false(files):
+    (files / "t.csv").write_text("class,tag,relevant\ncar,wheel,maybe\n")
+    fails_cleanly("judge", "eval", "--truth", files / "t.csv", "--predicted", files / "t.csv", expect="true/false")
+
+
+def test_a_manifest_of_the_wrong_type(files):
+    fails_cleanly("judge", "run", "--manifest", files / "notes.txt", expect="unsupported format '.txt'")
+
+
+def train_args(files, *extra):
+    return ["train", "--manifest", files / "manifest.csv", "--relevance", files / "truth.csv", "--out", files / "run",
+            *extra]  # fmt: skip
+
+
+def test_an_unknown_set_key(files):
+    fails_cleanly(*train_args(files, "--set", "epochz=3"), expect="epochz: Extra inputs are not permitted")
+
+
+def test_a_bad_set_value(files):
+    fails_cleanly(*train_args(files, "--set", "epochs=many"), expect="epochs: Input should be a valid integer")
+
+
+def test_bad_yaml(files):
+    fails_cleanly(*train_args(files, "--config", files / "bad.yaml"), expect="is not valid YAML")
+
+
+def test_an_unknown_preset(files):
+    fails_cleanly(*train_args(files, "--preset", "synthetic-scenes"), expect="unknown preset 'synthetic-scenes'")
+
+
+def test_train_help_lists_the_presets_that_exist():
+    result = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0 and ", ".join(preset_names()) in result.output
+    assert "synthetic-scenes" not in result.output
+
+
+def test_debug_shows_the_traceback(files):
+    result = runner.invoke(app, ["--debug", "judge", "eval", "--truth", str(files / "nope.parquet")])
+    assert result.exit_code != 0 and "does not exist" in str(result.exception)
+
+
+def test_bad_yaml_in_reviewed_decisions(files):
+    fails_cleanly("judge", "run", "--classes", "car", "--vocabulary", files / "notes.txt", "--no-cache",
+                  "--review", files / "bad.yaml", expect="bad.yaml are not valid YAML")  # fmt: skip
