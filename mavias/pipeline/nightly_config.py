@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mavias.pipeline.gates import DEFAULT_GATES_PATH
 from mavias.pipeline.storage import ENV_PREFIX as S3_ENV_PREFIX
-from mavias.pipeline.storage import S3Settings
+from mavias.pipeline.storage import S3Settings, check_name
 from mavias.train.config import TrainConfig, load_config
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")
@@ -84,6 +84,11 @@ class EvaluationSection(_Section):
     def _folder(cls, value: str) -> str:
         return value.strip("/") + "/"
 
+    @field_validator("version")
+    @classmethod
+    def _safe_version(cls, value: str) -> str:
+        return check_name("evaluation version", value)
+
 
 class ReportSection(_Section):
     recipients: list[str] = Field(default_factory=list, description="empty: the report is saved, not mailed")
@@ -116,6 +121,11 @@ class NightlyConfig(_Section):
     gates: Path = DEFAULT_GATES_PATH
     report: ReportSection = ReportSection()
     airflow: AirflowSection = AirflowSection()
+
+    @field_validator("model_name")
+    @classmethod
+    def _safe_model_name(cls, value: str) -> str:
+        return check_name("model name", value)
 
 
 def _set_dotted(data: dict, keys: list[str], value: Any) -> None:
