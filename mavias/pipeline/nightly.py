@@ -177,7 +177,12 @@ def sense(cfg: NightlyConfig, when: datetime, *, force_partition: str | None = N
         new.add(force_partition)
         processed.discard(force_partition)
     log.info("night %s: %d new partition(s) %s, %d processed before", night_id(when), len(new), sorted(new), len(processed))
-    return {"night": night_id(when), "date": when.date().isoformat(), "new": sorted(new), "processed": sorted(processed)}
+    return night_info(when) | {"new": sorted(new), "processed": sorted(processed)}
+
+
+def night_info(when: datetime) -> dict[str, str]:
+    """The night's name and date (what the report needs when even sensing did not run)."""
+    return {"night": night_id(when), "date": when.date().isoformat()}
 
 
 # -- 2. pull + validate ---------------------------------------------------------------------------------------------

@@ -108,6 +108,10 @@ class AirflowSection(_Section):
     gpus_per_task: int = Field(1, ge=1, description="nvidia.com/gpu limit of a GPU task's pod (KubernetesExecutor)")
     aws_conn_id: str = "aws_default"
     smtp_conn_id: str = "smtp_default"
+    api_conn_id: str = Field("airflow_api", description="Airflow's REST API, for the preflight pool check")
+    dagrun_timeout_h: float = Field(20.0, gt=0, description="a night still running after this fails")
+    task_timeout_min: float = Field(60.0, gt=0, description="execution_timeout of every task but the GPU ones")
+    gpu_task_timeout_min: float = Field(360.0, gt=0, description="execution_timeout of tagging and training")
 
 
 class NightlyConfig(_Section):

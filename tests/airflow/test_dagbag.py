@@ -30,12 +30,14 @@ if dag is not None:
     from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
 
     out |= {"schedule": str(dag.schedule), "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
-            "params": {k: dag.params[k] for k in dag.params}}
+            "params": {k: dag.params[k] for k in dag.params}, "dagrun_timeout_s": dag.dagrun_timeout.total_seconds()}
     for task in dag.tasks:
         pod = task.executor_config.get("pod_override")
         limits = pod.spec.containers[0].resources.limits if pod is not None else None
         out["tasks"][task.task_id] = {"pool": task.pool, "queue": task.queue, "gpu_limits": limits,
-                                      "mapped": task.is_mapped, "trigger_rule": task.trigger_rule.value}
+                                      "mapped": task.is_mapped, "trigger_rule": task.trigger_rule.value,
+                                      "timeout_s": task.execution_timeout and task.execution_timeout.total_seconds(),
+                                      "upstream": sorted(task.upstream_task_ids)}
     cfg = MaviasHook().get_conn()
     smtp = smtp_settings_from_connection("smtp_default")
     out["s3"] = {"endpoint_url": cfg.s3.endpoint_url, "secret": cfg.s3.secret_access_key.get_secret_value(),
@@ -81,6 +83,15 @@ def test_gpu_tasks_carry_pool_queue_and_resources(dag_info: dict) -> None:
         assert tasks[task_id]["pool"] == "default_pool" and tasks[task_id]["gpu_limits"] is None, task_id
     assert tasks["tag_shard"]["mapped"]
     assert tasks["report"]["trigger_rule"] == "all_done"
+
+
+def test_every_task_and_the_run_are_bounded_in_time_and_preflight_comes_first(dag_info: dict) -> None:
+    assert dag_info["dagrun_timeout_s"] == 20 * 3600
+    tasks = dag_info["tasks"]
+    for task_id, task in tasks.items():
+        assert task["timeout_s"] == (360 if task_id in GPU_TASKS else 60) * 60, task_id
+    assert tasks["sense"]["upstream"] == ["preflight"] and tasks["preflight"]["upstream"] == []
+    assert tasks["notify"]["upstream"] == ["report"] and tasks["finish"]["upstream"] == ["notify"]
 
 
 def test_hooks_map_connections_and_keep_secrets(dag_info: dict) -> None:
