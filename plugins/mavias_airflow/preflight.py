@@ -47,8 +47,10 @@ def pool_problem(pool: str, api_conn_id: str) -> str | None:
     if client is None:
         log.warning("pool %r not checked: no %r connection to Airflow's REST API", pool, api_conn_id)
         return None
-    with client:
+    try:
         reply = client.get(f"/api/v2/pools/{pool}")
+    finally:
+        client.close()
     if reply.status_code == 404:
         return (f"pool {pool!r} does not exist, so the GPU tasks would never start: create it with "
                 f"`airflow pools set {pool} 1 'GPU workers'` (or `mavias airflow up`), then clear this run")

@@ -100,12 +100,17 @@ def test_one_missing_image_among_many_passes_validation_with_the_row_quarantined
 # -- 2. transient I/O: retried, then failing without quarantining -----------------------------------------------------
 
 
+def _behind_proxy(proxy: FaultInjectingProxy, client, settings: S3Settings) -> S3Settings:  # noqa: ANN001
+    """A good partition and the evaluation set, reached through ``proxy``."""
+    _seed_evaluation(client, settings)
+    seed_partition(client, settings, "good", CLASSES)
+    return settings.model_copy(update={"endpoint_url": proxy.endpoint_url})
+
+
 def test_connection_refused_longer_than_one_retry_then_back_validates_normally(
     faulty_proxy: FaultInjectingProxy, s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
-    _seed_evaluation(s3_client, s3_settings)
-    seed_partition(s3_client, s3_settings, "good", CLASSES)
-    settings = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url})
+    settings = _behind_proxy(faulty_proxy, s3_client, s3_settings)
     cfg = _config(settings, tmp_path / "ws", outage_retry_s=60, **FAST_FAIL)
     sensed = nightly.sense(cfg, NIGHT)
     faulty_proxy.go_down()
@@ -122,9 +127,7 @@ def test_connection_refused_longer_than_one_retry_then_back_validates_normally(
 def test_an_outage_longer_than_the_retries_fails_the_step_and_quarantines_nothing(
     faulty_proxy: FaultInjectingProxy, s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
-    _seed_evaluation(s3_client, s3_settings)
-    seed_partition(s3_client, s3_settings, "good", CLASSES)
-    settings = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url})
+    settings = _behind_proxy(faulty_proxy, s3_client, s3_settings)
     cfg = _config(settings, tmp_path / "ws", outage_retry_s=2, **FAST_FAIL)
     sensed = nightly.sense(cfg, NIGHT)
     faulty_proxy.go_down()
@@ -140,9 +143,7 @@ def test_an_outage_longer_than_the_retries_fails_the_step_and_quarantines_nothin
 def test_read_timeouts_are_retried_then_fail_without_quarantining(
     faulty_proxy: FaultInjectingProxy, s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
-    _seed_evaluation(s3_client, s3_settings)
-    seed_partition(s3_client, s3_settings, "good", CLASSES)
-    settings = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url})
+    settings = _behind_proxy(faulty_proxy, s3_client, s3_settings)
     sensed = nightly.sense(_config(settings, tmp_path / "ws"), NIGHT)
 
     faulty_proxy.stall_next(2, 2.0, method="GET")  # two stalled reads: retried, then the night goes on
