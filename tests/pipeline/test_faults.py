@@ -4,7 +4,6 @@ during the report, and a rerun of a finished night."""
 
 from __future__ import annotations
 
-import io
 import json
 import threading
 import time
@@ -13,24 +12,22 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
-from PIL import Image
+from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 from typer.testing import CliRunner
 
 from mavias.demo import smtp_server
+from mavias.manifest import ManifestError
 from mavias.pipeline import nightly
 from mavias.pipeline.cli_registry import app as registry_cli
 from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.pipeline.notify import SmtpSettings
 from mavias.pipeline.registry import CorruptPointer, ModelRegistry
-from mavias.pipeline.storage import ProcessedLedger, S3Settings, UnsafeName, get_json, make_s3_client, put_json
+from mavias.pipeline.storage import ProcessedLedger, S3Settings, UnsafeName, get_json, is_transient, put_json
 from mavias.relevance import RELEVANCE_COLUMNS
 from mavias.train.prepare import prepare_image_data
 from mavias.utils.servers import free_port
 from tests.pipeline.s3server import (  # noqa: F401 - fixtures
-    TEST_CREDENTIALS,
     FaultInjectingProxy,
-    create_bucket,
     faulty_proxy,
     moto_endpoint,
     png_bytes,
@@ -154,6 +151,25 @@ def test_read_timeouts_are_retried_then_fail_without_quarantining(
     with pytest.raises(ReadTimeoutError):
         nightly.pull_and_validate(_config(settings, tmp_path / "ws2", outage_retry_s=2, **FAST_FAIL), sensed)
     assert ProcessedLedger(s3_client, s3_settings).quarantined() == set()
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (ClientError({"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503}}, "GetObject"), True),
+        (ClientError({"Error": {"Code": "Throttling"}, "ResponseMetadata": {"HTTPStatusCode": 400}}, "GetObject"), True),
+        (ClientError({"Error": {"Code": "InternalError"}, "ResponseMetadata": {"HTTPStatusCode": 500}}, "PutObject"),
+         True),
+        (ConnectTimeoutError(endpoint_url="http://127.0.0.1:9"), True),
+        (ClientError({"Error": {"Code": "NoSuchKey"}, "ResponseMetadata": {"HTTPStatusCode": 404}}, "GetObject"), False),
+        (ClientError({"Error": {"Code": "AccessDenied"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject"),
+         False),
+        (ManifestError("bad manifest"), False),
+        (ValueError("not parquet"), False),
+    ],
+)
+def test_transient_errors_are_told_from_bad_data(error: Exception, transient: bool) -> None:
+    assert is_transient(error) is transient
 
 
 def test_undecodable_manifest_is_still_quarantined_as_bad_data(
