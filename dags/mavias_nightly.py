@@ -3,6 +3,7 @@
 
 Nightly open-set bias audit and MAVias retraining. Every task calls `mavias.pipeline.nightly`; this file only wires.
 
+0. **preflight**: the `gpu` pool and the connections exist (fails in seconds, saying what to create),
 1. **sense** new partitions under `s3://<bucket>/incoming/<partition>/` (processed ones are skipped),
 2. **pull_and_validate** them with Great Expectations (a failing partition is quarantined and nothing is trained),
 3. **discover** incrementally: `tag_shard` is mapped over the untagged shards, then judge and encode,
@@ -11,7 +12,11 @@ Nightly open-set bias audit and MAVias retraining. Every task calls `mavias.pipe
    task), **train_mavias** picks the trial with the best validation criterion,
 5. **evaluate** candidate, reference and production on the fixed evaluation set, 6. **quality_gates**,
 7. **package** (ONNX + verification + model card), 8. **publish** and **promote** when every gate passed,
-9. **report** by email and next to the models, whatever happened; **finish** fails the run if a task failed.
+9. **report** by email and next to the models, whatever happened (a new attempt per rerun, never overwritten),
+10. **notify** sends the queued emails (kept for the next try or night when SMTP fails); **finish** fails the run
+if a task failed, saying when only the notification did.
+
+Every task has an `execution_timeout` and the run a `dagrun_timeout` (see the `airflow` section of the config).
 
 Params (manual runs): `full_retrain` (train even without new partitions, from scratch), `skip_promotion`
 (publish but leave production alone), `force_partition` (process this partition again).
@@ -29,6 +34,7 @@ from airflow.sdk import Asset, AssetAlias, Context, Param, TriggerRule, dag, get
 from airflow.sdk.exceptions import AirflowFailException
 from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
 from mavias_airflow.operators import QualityGateOperator
+from mavias_airflow.preflight import preflight_problems
 from mavias_airflow.resources import gpu_task_kwargs
 
 from mavias.pipeline.nightly_config import NightlyConfig, load_nightly_config
@@ -36,7 +42,7 @@ from mavias.pipeline.nightly_config import NightlyConfig, load_nightly_config
 log = logging.getLogger(__name__)
 CONFIG = load_nightly_config()  # YAML + environment only: connections are resolved inside the tasks
 SETTINGS = CONFIG.airflow
-GPU = gpu_task_kwargs(SETTINGS)
+GPU = gpu_task_kwargs(SETTINGS) | {"execution_timeout": timedelta(minutes=SETTINGS.gpu_task_timeout_min)}
 PROMOTIONS = AssetAlias("mavias-promotions")
 PRODUCTION_MODEL = Asset(
     name=f"mavias/{CONFIG.model_name}/production",
@@ -78,7 +84,9 @@ def _task_states(context: Context) -> dict[str, str]:
     start_date=datetime.combine(SETTINGS.start_date, time(), tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
+    dagrun_timeout=timedelta(hours=SETTINGS.dagrun_timeout_h),
     default_args={
+        "execution_timeout": timedelta(minutes=SETTINGS.task_timeout_min),
         "retries": SETTINGS.retries,
         "retry_delay": timedelta(seconds=SETTINGS.retry_delay_s),
         "retry_exponential_backoff": 2.0,
@@ -93,6 +101,12 @@ def _task_states(context: Context) -> dict[str, str]:
     doc_md=__doc__,
 )
 def mavias_nightly() -> None:
+    @task(retries=0)
+    def preflight() -> None:
+        problems = preflight_problems(_config())
+        if problems:
+            raise AirflowFailException("the night cannot run: " + "; ".join(problems))
+
     @task
     def sense() -> dict:
         context = get_current_context()
@@ -186,24 +200,39 @@ def mavias_nightly() -> None:
             if states.get(task_id) == "success"
         }
         params = context["params"]
-        trained, decision = (
-            steps().training_decision(results["validated"], full_retrain=params["full_retrain"])
-            if "validated" in results else (False, "the partitions could not be pulled or validated (see the task log)")
-        )
+        results.setdefault("sensed", steps().night_info(_night_time(context)))
+        if "validated" in results:
+            trained, decision = steps().training_decision(results["validated"], full_retrain=params["full_retrain"])
+        elif states.get("preflight") != "success":
+            trained, decision = False, "the preflight check failed (see its log): nothing ran tonight"
+        else:
+            trained, decision = False, "the partitions could not be pulled or validated (see the task log)"
         cfg = _config()
         return steps().report(
             cfg, results, trained=trained, decision=decision, skip_promotion=params["skip_promotion"],
             smtp=smtp_settings_from_connection(cfg.airflow.smtp_conn_id),
         )
 
+    @task(trigger_rule=TriggerRule.ALL_DONE)
+    def notify() -> dict:
+        """Send the queued report emails (tonight's and any an earlier night could not send)."""
+        cfg = _config()
+        return steps().notify(cfg, smtp_settings_from_connection(cfg.airflow.smtp_conn_id))
+
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def finish() -> None:
-        """Fail the run when any task failed; the report has been sent by then."""
-        failed = sorted(t for t, s in _task_states(get_current_context()).items() if s in ("failed", "upstream_failed"))
+        """Fail the run when any task failed; the report has been sent (or queued) by then."""
+        context = get_current_context()
+        failed = sorted(t for t, s in _task_states(context).items() if s in ("failed", "upstream_failed"))
+        if failed == ["notify"]:
+            status = (context["ti"].xcom_pull(task_ids="report") or {}).get("status", "")
+            raise AirflowFailException(f"the night's work is done ({status}) but its notification failed: the email "
+                                       "is queued in the workspace outbox and is sent by the next night")
         if failed:
             raise AirflowFailException(f"task(s) failed: {', '.join(failed)}")
 
     sensed = sense()
+    preflight() >> sensed
     validated = pull_and_validate(sensed)
     go = should_train(validated)
     plan = plan_tagging(validated)
@@ -231,7 +260,7 @@ def mavias_nightly() -> None:
     [packaged, published, promoted] >> recorded
     results = [sensed, validated, plan, discovered, dataset, reference, candidate, evaluated, gates, packaged,
                published, promoted, recorded]
-    results >> report() >> finish()
+    results >> report() >> notify() >> finish()
 
 
 mavias_nightly()

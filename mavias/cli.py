@@ -19,6 +19,7 @@ from mavias.discover.cli import app as discover_app
 from mavias.encode.cli import app as encode_app
 from mavias.errors import user_errors_exit
 from mavias.judging.cli import app as judge_app
+from mavias.pipeline.cli_airflow import app as airflow_app
 from mavias.pipeline.cli_registry import app as registry_app
 from mavias.tagging.cli import app as tag_app
 from mavias.train.cli import evaluate, train
@@ -58,6 +59,7 @@ app.add_typer(encode_app, name="encode")
 app.add_typer(discover_app, name="discover")
 app.add_typer(registry_app, name="registry")
 app.add_typer(bench_app, name="bench")
+app.add_typer(airflow_app, name="airflow")
 app.command()(train)
 app.command()(evaluate)
 app.command("tune")(tune_command)

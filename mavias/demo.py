@@ -346,7 +346,7 @@ def run_demo(
                 upload_manifest_folder(client, settings, f"incoming/{name}/", data.root, rows, workdir / "staging" / name)
             nights.append(_run_night(console, env, workdir, index, FIRST_NIGHT + timedelta(days=index - 1)))
         production, onnx_uri, onnx_local, history = _registry_state(settings, workdir)
-    reports = sorted((workdir / "workspace" / "nights").glob("*/report/report.html"))
+    reports = sorted((workdir / "workspace" / "nights").glob("*/report/attempt-*/report.html"))
     return DemoResult(workdir, nights, reports, sorted((workdir / "mail").glob("*.eml")), production, onnx_uri,
                       onnx_local, history, time.perf_counter() - started, timings)
 

@@ -1,4 +1,4 @@
-"""``mavias registry``: list versions, show production and history, promote, roll back.
+"""``mavias registry``: list versions, show production and history, promote, roll back, repair the pointer.
 
 S3 settings come from ``--config`` (YAML) and ``MAVIAS_S3_*`` environment variables; credentials from those or
 the standard AWS chain.
@@ -59,9 +59,18 @@ def list_versions(name: NameOption, config: ConfigOption = None) -> None:
 
 @app.command()
 def show(name: NameOption, config: ConfigOption = None, as_json: JsonOption = False) -> None:
-    """Production version and the full promotion history."""
+    """Production version and the full promotion history (or what is wrong with the pointer, and how to fix it)."""
     with _exit_on_registry_error():
-        history = _registry(name, config).history()
+        registry = _registry(name, config)
+        state = registry.pointer_state()
+        if state.problem is not None:
+            versions = registry.versions()
+            typer.echo(f"production: unknown, the pointer {registry.pointer_key} is corrupt: {state.problem}")
+            typer.echo(f"published versions: {', '.join(versions) or '(none)'}")
+            typer.echo(f"to fix: mavias registry repair --name {name} [--version V] (keeps the readable history, "
+                       "then promotes V or the newest published version whose gates passed)")
+            raise typer.Exit(1)
+        history = state.history
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in history], indent=2))
         return
@@ -87,3 +96,15 @@ def rollback(name: NameOption, config: ConfigOption = None) -> None:
     with _exit_on_registry_error():
         record = _registry(name, config).rollback()
     typer.echo(f"production: {record.version} (rolled back from {record.previous_version})")
+
+
+@app.command()
+def repair(
+    name: NameOption,
+    config: ConfigOption = None,
+    version: Annotated[str | None, typer.Option("--version", help="Make this published version production.")] = None,
+) -> None:
+    """Rebuild a corrupt production pointer from its readable records and the published versions."""
+    with _exit_on_registry_error():
+        record = _registry(name, config).repair(version)
+    typer.echo(f"production: {record.version if record else '(none)'}")

@@ -11,10 +11,18 @@ once. Heavy artifacts live in the workspace::
     training/<digest>/            dataset/, prepared.pt, reference/, mavias/ -- keyed by the data and the config,
                                   so a retried or repeated night resumes or reuses instead of retraining
     production/<version>/         production checkpoints fetched to compare the candidate with
-    nights/<night>/               validation/, eval/, package/<version>/, report/
+    nights/<night>/               validation/, eval/, package/<version>/, report/attempt-<n>/
+    outbox/                       notification emails not sent yet (sent by the next report or notify step)
     history.json                  headline numbers of every night (mirrored to the bucket)
 
-A night is identified by its logical date, so a rerun of the same night finds the same folders.
+A night is identified by its logical date, so a rerun of the same night finds the same folders. Every name that
+becomes a path (partition, version, model) is checked against one pattern first
+(:func:`~mavias.pipeline.storage.check_name`), so nothing is read or written outside the workspace.
+
+Faults: a transient storage error (timeout, refused connection, 5xx, throttling) is retried with backoff
+(:func:`~mavias.pipeline.storage.retry_transient`) and then fails the step, never quarantining data; only bad data
+is quarantined. The report is rendered and mailed from local state when the bucket is unreachable, and uploaded by
+a later report. Each report attempt of a night is kept (``attempt-<n>``), never overwritten.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import Any
 import pandas as pd
 import torch
 from botocore.client import BaseClient
+from botocore.exceptions import ClientError
 
 from mavias.discover import Workspace, discover_partition
 from mavias.encode.base import TextEncoder
@@ -42,9 +51,9 @@ from mavias.manifest import ManifestError, load_manifest, read_manifest_table
 from mavias.pipeline.export import VerificationResult, export_latency_benchmark, export_onnx, verify_onnx
 from mavias.pipeline.gates import GateReport, load_gate_config
 from mavias.pipeline.model_card import build_model_card, lineage_from_files, write_model_card
-from mavias.pipeline.notify import SmtpSettings, send_email_content
+from mavias.pipeline.notify import Delivery, Outbox, SmtpSettings, email_message
 from mavias.pipeline.nightly_config import NightlyConfig
-from mavias.pipeline.registry import ModelRegistry, VersionExists
+from mavias.pipeline.registry import CorruptPointer, ModelRegistry, PointerRecord, VersionExists
 from mavias.pipeline.report import (
     DiscoveryCounts,
     HistoryEntry,
@@ -52,6 +61,7 @@ from mavias.pipeline.report import (
     append_history,
     biased_tag_count,
     history_entry,
+    history_from_document,
     load_history,
     logit_summary,
     render_email,
@@ -61,13 +71,18 @@ from mavias.pipeline.storage import (
     ProcessedLedger,
     S3Settings,
     download_file,
+    check_name,
     find_manifest,
     get_json,
+    is_condition_failure,
+    is_transient,
+    list_folders,
     make_s3_client,
     pull_partition,
     put_json,
+    retry_transient,
     s3_uri,
-    upload_dir,
+    upload_file,
 )
 from mavias.pipeline.validation import CheckResult, ValidationResult, quarantine_partition, validate_manifest_file
 from mavias.relevance import RELEVANCE_COLUMNS
@@ -77,6 +92,7 @@ from mavias.train.config import TrainConfig
 from mavias.train.inference import predict
 from mavias.train.prepare import PreparedData, prepare_image_data
 from mavias.train.trainer import load_main_model
+from mavias.errors import UserError
 from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial, settings_params
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.workflow import evaluate_checkpoint, load_reference, train_method, train_reference, write_run_evaluation
@@ -100,10 +116,10 @@ class Layout:
     root: Path
 
     def partition(self, name: str) -> Path:
-        return self.root / "partitions" / name
+        return self.root / "partitions" / check_name("partition", name)
 
     def evaluation(self, version: str) -> Path:
-        return self.root / "evaluation" / version
+        return self.root / "evaluation" / check_name("evaluation version", version)
 
     @property
     def discovery(self) -> Workspace:
@@ -113,10 +129,14 @@ class Layout:
         return self.root / "training" / digest
 
     def production(self, version: str) -> Path:
-        return self.root / "production" / version
+        return self.root / "production" / check_name("version", version)
 
     def night(self, night: str) -> Path:
-        return self.root / "nights" / night
+        return self.root / "nights" / check_name("night", night)
+
+    @property
+    def outbox(self) -> Outbox:
+        return Outbox(self.root / "outbox")
 
     @property
     def history(self) -> Path:
@@ -153,22 +173,33 @@ def sense(cfg: NightlyConfig, when: datetime, *, force_partition: str | None = N
     ledger = ProcessedLedger(client, cfg.s3)
     processed, new = ledger.processed(), set(ledger.new_partitions())
     if force_partition:
-        if find_manifest(client, cfg.s3, force_partition) is None:
+        if find_manifest(client, cfg.s3, check_name("force_partition", force_partition)) is None:
             prefix = s3_uri(cfg.s3, f"{cfg.s3.incoming_prefix}{force_partition}/")
-            raise ValueError(f"forced partition {force_partition!r} has no manifest under {prefix}")
+            raise UserError(f"forced partition {force_partition!r} has no manifest under {prefix}: check the name")
         new.add(force_partition)
         processed.discard(force_partition)
     log.info("night %s: %d new partition(s) %s, %d processed before", night_id(when), len(new), sorted(new), len(processed))
-    return {"night": night_id(when), "date": when.date().isoformat(), "new": sorted(new), "processed": sorted(processed)}
+    return night_info(when) | {"new": sorted(new), "processed": sorted(processed)}
+
+
+def night_info(when: datetime) -> dict[str, str]:
+    """The night's name and date (what the report needs when even sensing did not run)."""
+    return {"night": night_id(when), "date": when.date().isoformat()}
 
 
 # -- 2. pull + validate ---------------------------------------------------------------------------------------------
 
 
+def pull(cfg: NightlyConfig, client: BaseClient, partition: str) -> Path:
+    """:func:`pull_partition` into the workspace, retried while the bucket is unreachable."""
+    return retry_transient(cfg.s3)(pull_partition, client, cfg.s3, partition, layout(cfg).partition(partition))
+
+
 def pull_evaluation_set(cfg: NightlyConfig, client: BaseClient) -> Path:
     """The fixed evaluation set ``s3://<bucket>/<prefix><version>/`` (pulled like a partition, by ETag)."""
     settings = cfg.s3.model_copy(update={"incoming_prefix": cfg.evaluation.prefix})
-    return pull_partition(client, settings, cfg.evaluation.version, layout(cfg).evaluation(cfg.evaluation.version))
+    local = layout(cfg).evaluation(cfg.evaluation.version)
+    return retry_transient(cfg.s3)(pull_partition, client, settings, cfg.evaluation.version, local)
 
 
 def known_classes(cfg: NightlyConfig, evaluation_manifest: Path) -> list[str]:
@@ -200,9 +231,10 @@ def _validate_partition(
     cfg: NightlyConfig, client: BaseClient, night: str, partition: str, classes: list[str], counts: dict[str, int]
 ) -> dict[str, Any]:
     try:
-        manifest = pull_partition(client, cfg.s3, partition, layout(cfg).partition(partition))
-        result = validate_manifest_file(manifest, classes, counts)
+        result = validate_manifest_file(pull(cfg, client, partition), classes, counts)
     except (ManifestError, OSError, ValueError) as err:  # an unreadable manifest is bad data, not a crash
+        if is_transient(err):  # ... but an unreachable bucket is not: fail, keep the partition for a later try
+            raise
         result = _unreadable(err)
     path = write_json(layout(cfg).night(night) / "validation" / f"{partition}.json", result.to_dict())
     if not result.success:
@@ -257,7 +289,7 @@ def partitions_to_discover(cfg: NightlyConfig, validated: Mapping[str, Any]) -> 
     todo = {} if _is_discovered(cfg, evaluation_partition(cfg)) else {evaluation_partition(cfg): validated["evaluation"]}
     for partition in validated["partitions"]:
         if not _is_discovered(cfg, partition):
-            todo[partition] = str(pull_partition(client, cfg.s3, partition, layout(cfg).partition(partition)))
+            todo[partition] = str(pull(cfg, client, partition))
     return todo
 
 
@@ -392,7 +424,7 @@ def prepare_dataset(cfg: NightlyConfig, validated: Mapping[str, Any], *, full_re
     prepared once (images decoded, bias embeddings attached) for the training and evaluation steps."""
     client = make_s3_client(cfg.s3)
     partitions = validated["partitions"]
-    manifests = [pull_partition(client, cfg.s3, p, layout(cfg).partition(p)) for p in partitions]
+    manifests = [pull(cfg, client, p) for p in partitions]
     manifest = accumulated_manifest(manifests, Path(validated["evaluation"]))
     tags, relevance = _discovered_tables(cfg, [*partitions, evaluation_partition(cfg)])
     digest = dataset_digest(cfg, manifest, tags, relevance, salt=validated["night"] if full_retrain else "")
@@ -494,6 +526,16 @@ def _logit_summaries(data: PreparedData, reference_dir: Path, checkpoints: Mappi
     return pd.concat(rows, ignore_index=True)
 
 
+def _production_and_etag(cfg: NightlyConfig, client: BaseClient, notes: list[str]) -> tuple[PointerRecord | None, str | None]:
+    """Production and the pointer's ETag; a corrupt pointer is a note (promotion then refuses), not a crash."""
+    reg = registry(cfg, client)
+    try:
+        return reg.production(), reg.pointer_etag()
+    except CorruptPointer as err:
+        notes.append(str(err))
+        return None, None
+
+
 def evaluate(
     cfg: NightlyConfig, dataset: Mapping[str, Any], reference: Mapping[str, Any], candidate: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -512,8 +554,8 @@ def evaluate(
         return str(write_run_evaluation(out / role, result) / "metrics.json")
 
     metrics = {"candidate": run("candidate", candidate["checkpoint"]), "reference": run("reference", ref.checkpoint)}
-    production = registry(cfg, client).production()
-    notes = []
+    notes: list[str] = []
+    production, pointer_etag = _production_and_etag(cfg, client, notes)
     if production is not None:
         try:
             metrics["production"] = run("production", _production_checkpoint(cfg, client, production.version))
@@ -528,7 +570,7 @@ def evaluate(
         "reference": metrics["reference"],
         "production": metrics.get("production"),
         "production_version": production.version if production else None,
-        "production_etag": production.etag if production else None,
+        "production_etag": pointer_etag,
         "logit_summary": str(out / "logit_summary.csv"),
         "notes": notes,
     }
@@ -602,7 +644,10 @@ def promote(cfg: NightlyConfig, published: Mapping[str, Any], evaluated: Mapping
     """Point production at the version, atomically, unless production changed since it was evaluated."""
     reg = registry(cfg)
     version = published["version"]
-    current = reg.production()
+    try:
+        current = reg.production()
+    except CorruptPointer as err:
+        return {"version": version, "promoted": False, "reason": f"not promoted: {err}", "uri": published["uri"]}
     if current is not None and current.version == version:
         return {"version": version, "promoted": False, "reason": f"{version} was already in production (rerun)",
                 "uri": published["uri"]}
@@ -618,7 +663,7 @@ def record_processed(cfg: NightlyConfig, dataset: Mapping[str, Any]) -> dict[str
     """Mark tonight's new partitions processed, with their training-label counts for the next drift check."""
     ledger = ProcessedLedger(make_s3_client(cfg.s3), cfg.s3)
     for partition in dataset["new"]:
-        manifest = read_manifest_table(pull_partition(ledger.client, cfg.s3, partition, layout(cfg).partition(partition)))
+        manifest = read_manifest_table(pull(cfg, ledger.client, partition))
         ledger.mark_processed(partition, {"night": dataset["night"], "class_counts": _class_counts(manifest)})
     return {"recorded": list(dataset["new"])}
 
@@ -670,16 +715,39 @@ def _history_entry(results: Mapping[str, Any], context: ReportContext) -> Histor
 
 
 def _synced_history(cfg: NightlyConfig, client: BaseClient, entry: HistoryEntry | None) -> list[HistoryEntry]:
-    """The bucket's history (the source of truth) plus tonight's entry, saved in the workspace and the bucket."""
+    """The bucket's history merged into the workspace's (a night recorded while the bucket was unreachable is
+    kept) plus tonight's entry, saved in the workspace and the bucket."""
     key = f"{_reports_prefix(cfg)}history.json"
     remote = get_json(client, cfg.s3, key)
-    if remote is not None:
-        write_json(layout(cfg).history, remote[0])
-    if entry is None:
-        return load_history(layout(cfg).history)
-    nights = append_history(layout(cfg).history, entry)
+    entries = history_from_document(remote[0], s3_uri(cfg.s3, key)) if remote is not None else []
+    nights = append_history(layout(cfg).history, *entries, *([entry] if entry else []))
     put_json(client, cfg.s3, key, json.loads(layout(cfg).history.read_text()))
     return nights
+
+
+def _offline_history(cfg: NightlyConfig, entry: HistoryEntry | None) -> list[HistoryEntry]:
+    return append_history(layout(cfg).history, entry) if entry else load_history(layout(cfg).history)
+
+
+def _unreachable(err: Exception, what: str) -> str:
+    """A note for the report, or ``err`` raised again when it is not a transient storage failure."""
+    if not is_transient(err):
+        raise err
+    log.warning("%s: the bucket is unreachable (%s)", what, err)
+    return f"{what}: the bucket was unreachable ({type(err).__name__}); this report was made from local state " \
+           "and is uploaded by a later report"
+
+
+def _production_version(cfg: NightlyConfig, client: BaseClient, notes: list[str]) -> str | None:
+    try:
+        production = registry(cfg, client).production()
+    except CorruptPointer as err:
+        notes.append(str(err))
+        return None
+    except Exception as err:  # noqa: BLE001 - _unreachable re-raises what is not transient
+        notes.append(_unreachable(err, "production model unknown"))
+        return None
+    return production.version if production else None
 
 
 def build_report_context(
@@ -689,7 +757,8 @@ def build_report_context(
     trained: bool,
     decision: str,
     skip_promotion: bool,
-    client: BaseClient,
+    production_version: str | None,
+    notes: Iterable[str] = (),
 ) -> tuple[ReportContext, HistoryEntry | None]:
     """The report of whatever steps completed (``results``: step name -> its result, absent when it did not run)."""
     night = results["sensed"]["night"]
@@ -702,16 +771,15 @@ def build_report_context(
         "biased_tags": pd.DataFrame(columns=BIASED_TAG_COLUMNS),
     }
     packaged, promoted, discovered = results.get("packaged") or {}, results.get("promoted"), results.get("discovered")
-    production = registry(cfg, client).production()
     context = ReportContext(
         model_name=cfg.model_name,
         version=packaged.get("version", f"{night} (no candidate)"),
         run_id=night,
         created=datetime.now(UTC),
         promoted=bool(promoted and promoted["promoted"]),
-        production_version=production.version if production else None,
+        production_version=production_version,
         model_uri=(results.get("published") or {}).get("uri"),
-        notes=_notes(results, trained, decision, skip_promotion),
+        notes=[*_notes(results, trained, decision, skip_promotion), *notes],
         gates=gates,
         validations=validations,
         discovery=DiscoveryCounts(images_tagged=discovered["images_tagged"], llm_requests=discovered["llm_requests"],
@@ -726,6 +794,81 @@ def build_report_context(
     return context, _history_entry(results, context) if has_candidate else None
 
 
+# -- report attempts: one folder per report of a night, never overwritten --------------------------------------------
+
+ATTEMPT_PREFIX = "attempt-"
+OUTCOME_NAME = "outcome.json"
+UPLOADED_SUFFIX = ".uploaded"
+
+
+def _attempt_number(name: str) -> int | None:
+    number = name.removeprefix(ATTEMPT_PREFIX)
+    return int(number) if name.startswith(ATTEMPT_PREFIX) and number.isdigit() else None
+
+
+def _next_attempt(cfg: NightlyConfig, client: BaseClient, night: str, notes: list[str]) -> int:
+    """One more than any attempt of the night in the workspace or (when reachable) in the bucket."""
+    local = [_attempt_number(p.name) for p in (layout(cfg).night(night) / "report").glob(f"{ATTEMPT_PREFIX}*")]
+    try:
+        remote = [_attempt_number(name) for name in list_folders(client, cfg.s3, f"{_reports_prefix(cfg)}{night}/")]
+    except Exception as err:  # noqa: BLE001 - _unreachable re-raises what is not transient
+        notes.append(_unreachable(err, "earlier reports of this night not checked"))
+        remote = []
+    return 1 + max((n for n in [*local, *remote] if n is not None), default=0)
+
+
+def _original_outcome(cfg: NightlyConfig, night: str) -> str | None:
+    first = layout(cfg).night(night) / "report" / f"{ATTEMPT_PREFIX}1" / OUTCOME_NAME
+    return json.loads(first.read_text())["subject"] if first.exists() else None
+
+
+def _upload_new(client: BaseClient, settings: S3Settings, path: Path, key: str) -> None:
+    try:
+        upload_file(client, settings, path, key, if_none_match=True)
+    except ClientError as err:
+        if not is_condition_failure(err):  # present already: uploaded by an interrupted earlier try
+            raise
+
+
+def upload_pending_reports(cfg: NightlyConfig, client: BaseClient) -> list[str]:
+    """Upload every report attempt of the workspace not uploaded yet (tonight's and those made while the bucket
+    was unreachable); each file is created once, never overwritten. Returns the prefixes uploaded."""
+    uploaded = []
+    for folder in sorted((layout(cfg).root / "nights").glob(f"*/report/{ATTEMPT_PREFIX}*")):
+        marker = folder.with_name(folder.name + UPLOADED_SUFFIX)
+        if not folder.is_dir() or marker.exists():
+            continue
+        prefix = f"{_reports_prefix(cfg)}{folder.parent.parent.name}/{folder.name}/"
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            _upload_new(client, cfg.s3, path, prefix + path.relative_to(folder).as_posix())
+        marker.touch()
+        uploaded.append(prefix)
+    return uploaded
+
+
+def deliver_notifications(cfg: NightlyConfig, smtp: SmtpSettings | None) -> Delivery:
+    """Send every queued notification email (tonight's and any an earlier night could not send)."""
+    outbox = layout(cfg).outbox
+    if smtp is None:
+        return Delivery(failed={name: "no SMTP settings" for name in outbox.pending()})
+    return outbox.deliver(smtp)
+
+
+class NotificationFailed(RuntimeError):
+    """Notification emails stayed queued after the SMTP retries; they are sent by a later try or night."""
+
+
+def notify(cfg: NightlyConfig, smtp: SmtpSettings | None) -> dict[str, Any]:
+    """Send the queued notifications; :class:`NotificationFailed` when any is still queued (nothing is lost)."""
+    delivery = deliver_notifications(cfg, smtp)
+    if delivery.failed:
+        raise NotificationFailed(
+            f"{len(delivery.failed)} notification(s) not sent, kept in {layout(cfg).outbox.folder} for the next try "
+            f"or night: {delivery.failed}"
+        )
+    return {"sent": delivery.sent}
+
+
 def report(
     cfg: NightlyConfig,
     results: Mapping[str, Any],
@@ -735,22 +878,48 @@ def report(
     skip_promotion: bool = False,
     smtp: SmtpSettings | None = None,
 ) -> dict[str, Any]:
-    """Render the night's HTML report from whatever steps completed, save it in the workspace and next to the models
-    (``models/<name>/reports/<night>/``), and mail it to the configured recipients."""
+    """Render the night's HTML report from whatever steps completed as a new attempt
+    (``nights/<night>/report/attempt-<n>/``, uploaded to ``models/<name>/reports/<night>/attempt-<n>/``), queue its
+    email and send the outbox. The bucket being unreachable or SMTP failing loses nothing: the report is made from
+    local state and uploaded later, the email stays queued (``status`` says so)."""
     client = make_s3_client(cfg.s3)
     night = results["sensed"]["night"]
-    context, entry = build_report_context(
-        cfg, results, trained=trained, decision=decision, skip_promotion=skip_promotion, client=client
-    )
-    context = context.model_copy(update={"history": _synced_history(cfg, client, entry)})
-    html = write_report(layout(cfg).night(night) / "report", context)
-    prefix = f"{_reports_prefix(cfg)}{night}/"
-    upload_dir(client, cfg.s3, html.parent, prefix)
-    emailed: list[str] = []
+    notes: list[str] = []
+    attempt = _next_attempt(cfg, client, night, notes)
+    production = _production_version(cfg, client, notes)
+    context, entry = build_report_context(cfg, results, trained=trained, decision=decision,
+                                          skip_promotion=skip_promotion, production_version=production, notes=notes)
+    try:
+        history = _synced_history(cfg, client, entry)
+    except Exception as err:  # noqa: BLE001 - _unreachable re-raises what is not transient
+        notes = [_unreachable(err, "history not synchronised")]
+        history = _offline_history(cfg, entry)
+    else:
+        notes = []
+    context = context.model_copy(update={
+        "history": history, "attempt": attempt, "notes": [*context.notes, *notes],
+        "original_outcome": _original_outcome(cfg, night) if attempt > 1 else None,
+    })
+    folder = layout(cfg).night(night) / "report" / f"{ATTEMPT_PREFIX}{attempt}"
+    html = write_report(folder, context)
+    email = render_email(context)
+    write_json(folder / OUTCOME_NAME, {"subject": email.subject, "promoted": context.promoted,
+                                       "version": context.version})
+    try:
+        uploaded = bool(upload_pending_reports(cfg, client))
+    except Exception as err:  # noqa: BLE001 - _unreachable re-raises what is not transient
+        _unreachable(err, "report not uploaded")
+        uploaded = False
+    name = f"{night}-{ATTEMPT_PREFIX}{attempt}"
     if cfg.report.recipients and smtp is not None:
-        send_email_content(render_email(context), cfg.report.recipients, smtp)
-        emailed = list(cfg.report.recipients)
+        layout(cfg).outbox.put(name, email_message(email, cfg.report.recipients, smtp.from_addr))
     elif cfg.report.recipients:
         log.warning("report not emailed: no SMTP settings (configure the Airflow SMTP connection)")
-    return {"html": str(html), "uri": s3_uri(cfg.s3, f"{prefix}{html.name}"), "emailed_to": emailed,
+    delivery = deliver_notifications(cfg, smtp) if smtp is not None else Delivery()
+    notified = name in delivery.sent
+    status = ("promoted" if context.promoted else "not promoted") + (
+        ", notification failed (queued)" if name in delivery.failed else "")
+    key = f"{_reports_prefix(cfg)}{night}/{folder.name}/{html.name}"
+    return {"html": str(html), "uri": s3_uri(cfg.s3, key), "uploaded": uploaded, "attempt": attempt,
+            "emailed_to": list(cfg.report.recipients) if notified else [], "status": status,
             "promoted": context.promoted, "version": context.version}

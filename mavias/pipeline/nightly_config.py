@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mavias.errors import UserError
 from mavias.pipeline.gates import DEFAULT_GATES_PATH
 from mavias.pipeline.storage import ENV_PREFIX as S3_ENV_PREFIX
-from mavias.pipeline.storage import S3Settings
+from mavias.pipeline.storage import S3Settings, check_name
 from mavias.train.config import TrainConfig, load_config
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")
@@ -89,6 +89,11 @@ class EvaluationSection(_Section):
     def _folder(cls, value: str) -> str:
         return value.strip("/") + "/"
 
+    @field_validator("version")
+    @classmethod
+    def _safe_version(cls, value: str) -> str:
+        return check_name("evaluation version", value)
+
 
 class ReportSection(_Section):
     recipients: list[str] = Field(default_factory=list, description="empty: the report is saved, not mailed")
@@ -108,6 +113,10 @@ class AirflowSection(_Section):
     gpus_per_task: int = Field(1, ge=1, description="nvidia.com/gpu limit of a GPU task's pod (KubernetesExecutor)")
     aws_conn_id: str = "aws_default"
     smtp_conn_id: str = "smtp_default"
+    api_conn_id: str = Field("airflow_api", description="Airflow's REST API, for the preflight pool check")
+    dagrun_timeout_h: float = Field(20.0, gt=0, description="a night still running after this fails")
+    task_timeout_min: float = Field(60.0, gt=0, description="execution_timeout of every task but the GPU ones")
+    gpu_task_timeout_min: float = Field(360.0, gt=0, description="execution_timeout of tagging and training")
 
 
 class NightlyConfig(_Section):
@@ -121,6 +130,11 @@ class NightlyConfig(_Section):
     gates: Path = DEFAULT_GATES_PATH
     report: ReportSection = ReportSection()
     airflow: AirflowSection = AirflowSection()
+
+    @field_validator("model_name")
+    @classmethod
+    def _safe_model_name(cls, value: str) -> str:
+        return check_name("model name", value)
 
 
 def _set_dotted(data: dict, keys: list[str], value: Any) -> None:

@@ -13,15 +13,20 @@ import re
 import smtplib
 import ssl
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from email import policy
 from email.message import EmailMessage
-from email.utils import formatdate, make_msgid, parseaddr
+from email.parser import BytesParser
+from email.utils import formatdate, getaddresses, make_msgid, parseaddr
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from tenacity import Retrying, before_sleep_log, retry_if_exception, stop_after_attempt, wait_exponential
 
 from mavias.pipeline.report import EmailContent
+from mavias.utils.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +132,11 @@ def send_report_email(
 ) -> None:
     """Send the report; ``text`` is the plain-text alternative (default: the HTML's text)."""
     text = text or html_to_text(html_with_cids)
-    message = build_message(html_with_cids, images, subject, recipients, smtp.from_addr, text)
+    send_message(build_message(html_with_cids, images, subject, recipients, smtp.from_addr, text), recipients, smtp)
+
+
+def send_message(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSettings) -> None:
+    """Deliver a built message, retrying transient failures with exponential backoff."""
     retrying = Retrying(
         stop=stop_after_attempt(smtp.max_attempts),
         wait=wait_exponential(multiplier=smtp.retry_wait_s, max=60),
@@ -136,9 +145,53 @@ def send_report_email(
         reraise=True,
     )
     retrying(_deliver, message, recipients, smtp)
-    log.info("report email %r sent via %s:%d to %d recipient(s)", subject, smtp.host, smtp.port, len(recipients))
+    log.info("email %r sent via %s:%d to %d recipient(s)", message["Subject"], smtp.host, smtp.port, len(recipients))
 
 
 def send_email_content(content: EmailContent, recipients: Sequence[str], smtp: SmtpSettings) -> None:
     """Send a rendered :func:`~mavias.pipeline.report.render_email`."""
     send_report_email(content.html, content.images, content.subject, recipients, smtp, text=content.text)
+
+
+def email_message(content: EmailContent, recipients: Sequence[str], from_addr: str) -> EmailMessage:
+    return build_message(content.html, content.images, content.subject, recipients, from_addr, content.text)
+
+
+@dataclass
+class Delivery:
+    sent: list[str] = field(default_factory=list)  # outbox names
+    failed: dict[str, str] = field(default_factory=dict)  # outbox name -> why
+
+
+class Outbox:
+    """Emails waiting to be sent, one ``<name>.eml`` file each: a notification that cannot be sent now is kept and
+    sent by a later :meth:`deliver` (the next try or the next night), never lost."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def put(self, name: str, message: EmailMessage) -> Path:
+        path = self.folder / f"{name}.eml"
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(message.as_bytes(policy=policy.SMTP))
+        return path
+
+    def pending(self) -> list[str]:
+        return sorted(p.stem for p in self.folder.glob("*.eml"))
+
+    def deliver(self, smtp: SmtpSettings) -> Delivery:
+        """Send every queued message (oldest name first); a sent one leaves the outbox, a failed one stays."""
+        delivery = Delivery()
+        for name in self.pending():
+            path = self.folder / f"{name}.eml"
+            message = BytesParser(policy=policy.default).parsebytes(path.read_bytes())
+            recipients = [address for _, address in getaddresses(message.get_all("To", []))]
+            try:
+                send_message(message, recipients, smtp)
+            except (smtplib.SMTPException, OSError) as err:
+                log.warning("email %s not sent, kept in %s: %s", name, self.folder, err)
+                delivery.failed[name] = f"{type(err).__name__}: {err}"
+                continue
+            path.unlink()
+            delivery.sent.append(name)
+        return delivery

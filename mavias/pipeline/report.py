@@ -95,17 +95,20 @@ def history_entry(
 def load_history(path: str | Path) -> list[HistoryEntry]:
     """Past nights, oldest first; an empty list when the file does not exist yet."""
     path = Path(path)
-    if not path.exists():
-        return []
-    document = json.loads(path.read_text())
+    return history_from_document(json.loads(path.read_text()), str(path)) if path.exists() else []
+
+
+def history_from_document(document: Mapping[str, Any], source: str) -> list[HistoryEntry]:
     if document["schema"] != HISTORY_SCHEMA:
-        raise ValueError(f"{path}: history schema {document['schema']}, expected {HISTORY_SCHEMA}")
+        raise ValueError(f"{source}: history schema {document['schema']}, expected {HISTORY_SCHEMA}")
     return [HistoryEntry.model_validate(night) for night in document["nights"]]
 
 
-def append_history(path: str | Path, entry: HistoryEntry) -> list[HistoryEntry]:
-    """Add ``entry`` (replacing one with the same run id, so a retried task does not count twice); the new history."""
-    nights = [night for night in load_history(path) if night.run_id != entry.run_id] + [entry]
+def append_history(path: str | Path, *entries: HistoryEntry) -> list[HistoryEntry]:
+    """Add ``entries`` (each replacing one with the same run id, so a retried task does not count twice, and a
+    night recorded while the bucket was unreachable is merged, not lost); the new history."""
+    replaced = {entry.run_id for entry in entries}
+    nights = [night for night in load_history(path) if night.run_id not in replaced] + list(entries)
     nights.sort(key=lambda night: night.date)
     write_json(path, {"schema": HISTORY_SCHEMA, "nights": [night.model_dump(mode="json") for night in nights]})
     return nights
@@ -205,6 +208,8 @@ class ReportContext(BaseModel):
     onnx_sha256: str | None = None
     latency: dict[str, Any] | None = None  # export_latency_benchmark()
     tuning: dict[str, Any] | None = None  # nightly.select_candidate()["tuning"]: trials and the chosen settings
+    attempt: int = 1  # reports of one night are immutable: a rerun (cleared run) writes attempt 2, 3, ...
+    original_outcome: str | None = None  # on a rerun: attempt 1's verdict (its email subject)
 
 
 # --- view model ------------------------------------------------------------------------------------------------------
@@ -272,6 +277,13 @@ def headline(context: ReportContext) -> Headline:
             [verdict, *partition_lines, *context.notes],
             [f"If production misbehaves, roll back: mavias registry rollback --name {context.model_name}",
              *partition_steps],
+        )
+    if context.original_outcome is not None and not gates.results:
+        return Headline(
+            False,
+            f"Rerun (attempt {context.attempt}) of a finished night: nothing new; the night's outcome stands",
+            [f"Original outcome: {context.original_outcome}", *context.notes],
+            ["Nothing to do."],
         )
     production = (f"production stays {context.production_version}" if context.production_version
                   else "there is no production model yet")
@@ -447,6 +459,9 @@ def data_uri(png: bytes) -> str:
 
 
 def subject_line(context: ReportContext) -> str:
+    if context.original_outcome is not None and not context.promoted and not context.gates.results:
+        return f"[mavias] {context.model_name} {context.run_id}: rerun, attempt {context.attempt} " \
+               f"(original outcome: {context.original_outcome.removeprefix('[mavias] ')})"
     failed = len(context.gates.failed)
     verdict = "promoted" if context.promoted else "NOT promoted" + (f" ({failed} gate(s) failed)" if failed else "")
     return f"[mavias] {context.model_name} {context.version}: {verdict}"

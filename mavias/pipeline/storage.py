@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -32,8 +33,18 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
-from tenacity import before_sleep_log, retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    Retrying,
+    before_sleep_log,
+    retry,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
 
+from mavias.errors import UserError
 from mavias.manifest.io import ManifestError, read_manifest_table
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.utils.progress import progress_bar
@@ -46,6 +57,25 @@ CONDITION_FAILURES = {"PreconditionFailed", "ConditionalRequestConflict"}
 PULLED_ETAGS = ".pulled-etags.json"  # in a pulled folder: the ETag of every file as it was downloaded
 
 T = TypeVar("T")
+
+# Every name that becomes a path or a key (partitions, versions, model names): no separators, no leading dot.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded",
+                    "TooManyRequestsException", "ServiceUnavailable", "InternalError"}
+
+
+class UnsafeName(UserError, ValueError):
+    """A partition, version or model name that would escape its folder or is not portable."""
+
+
+def check_name(kind: str, value: str) -> str:
+    """``value`` if it is a safe name (letters, digits, '.', '_', '-'; not starting with '.'), else UnsafeName."""
+    if not isinstance(value, str) or not NAME_PATTERN.match(value) or ".." in value:
+        raise UnsafeName(
+            f"invalid {kind} {value!r}: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit "
+            "(no '/', no '..')"
+        )
+    return value
 
 
 class S3Settings(BaseModel):
@@ -67,6 +97,9 @@ class S3Settings(BaseModel):
     retry_mode: Literal["standard", "adaptive"] = "standard"
     max_attempts: int = Field(default=5, ge=1)  # per request, the first attempt included
     max_workers: int = Field(default=4, ge=1)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    read_timeout_s: float = Field(default=60.0, gt=0)
+    outage_retry_s: float = Field(default=120.0, ge=0, description="how long a step retries an unreachable store")
 
     @field_validator("incoming_prefix", "models_prefix", "state_prefix", "quarantine_prefix")
     @classmethod
@@ -102,6 +135,8 @@ def make_s3_client(settings: S3Settings) -> BaseClient:
     config = Config(
         retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
         max_pool_connections=max(10, 2 * settings.max_workers),
+        connect_timeout=settings.connect_timeout_s,
+        read_timeout=settings.read_timeout_s,
         # Custom endpoints (MinIO, moto) rarely resolve bucket subdomains.
         s3={"addressing_style": "path"} if settings.endpoint_url else None,
     )
@@ -118,6 +153,27 @@ def is_condition_failure(err: ClientError) -> bool:
 
 def s3_uri(settings: S3Settings, key: str) -> str:
     return f"s3://{settings.bucket}/{key}"
+
+
+def is_transient(error: BaseException) -> bool:
+    """Timeouts, refused or dropped connections, 5xx replies and throttling: the store, not the data, is at fault."""
+    if isinstance(error, ClientError):
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return status >= 500 or error.response.get("Error", {}).get("Code") in THROTTLING_CODES
+    return isinstance(error, (BotoConnectionError, HTTPClientError, IncompleteReadError, ConnectionError, TimeoutError))
+
+
+def retry_transient(settings: S3Settings) -> Retrying:
+    """Retries a whole step while the store is unreachable (botocore retries each request only briefly); after
+    ``outage_retry_s`` the transient error is raised, for the caller to fail (and retry later), never to treat
+    as bad data."""
+    return Retrying(
+        retry=retry_if_exception(is_transient),
+        stop=stop_after_delay(settings.outage_retry_s),
+        wait=wait_exponential(multiplier=0.5, max=15),
+        before_sleep=before_sleep_log(log, logging.WARNING),
+        reraise=True,
+    )
 
 
 # -- objects -------------------------------------------------------------------------------------------------
@@ -263,7 +319,7 @@ def _parallel(fn: Callable[[T], object], items: Sequence[T], workers: int, desc:
 
 
 def partition_prefix(settings: S3Settings, partition: str) -> str:
-    return f"{settings.incoming_prefix}{partition}/"
+    return f"{settings.incoming_prefix}{check_name('partition', partition)}/"
 
 
 def _manifest_name(names: set[str]) -> str | None:
@@ -281,7 +337,11 @@ def find_manifest(client: BaseClient, settings: S3Settings, partition: str) -> s
 def list_partitions(client: BaseClient, settings: S3Settings, exclude: Collection[str] = ()) -> list[str]:
     """Sorted names of the folders under ``incoming/`` that hold a manifest, except those in ``exclude``."""
     folders = list_folders(client, settings, settings.incoming_prefix)
-    return [p for p in folders if p not in exclude and find_manifest(client, settings, p)]
+    unsafe = [p for p in folders if not NAME_PATTERN.match(p) or ".." in p]
+    if unsafe:
+        log.warning("ignoring incoming folder(s) with unsafe names %s: rename them to letters, digits, '.', '_', '-'",
+                    unsafe)
+    return [p for p in folders if p not in exclude and p not in unsafe and find_manifest(client, settings, p)]
 
 
 class ProcessedLedger:
@@ -310,13 +370,14 @@ class ProcessedLedger:
     def mark_processed(self, partition: str, info: Mapping[str, Any] | None = None) -> bool:
         """Record ``partition`` as processed; False when it already was (the first record is kept)."""
         payload = {"partition": partition, "processed_at": datetime.now(UTC).isoformat(), **(info or {})}
-        created = create_json(self.client, self.settings, f"{self.processed_prefix}{partition}.json", payload)
+        key = f"{self.processed_prefix}{check_name('partition', partition)}.json"
+        created = create_json(self.client, self.settings, key, payload)
         log.info("partition %s %s", partition, "marked processed" if created else "was already processed")
         return created
 
     def mark_quarantined(self, partition: str, report: Mapping[str, Any]) -> str:
         """Store ``report`` (e.g. a validation result) as ``quarantine/<partition>/validation.json``; return its URI."""
-        key = f"{self.settings.quarantine_prefix}{partition}/validation.json"
+        key = f"{self.settings.quarantine_prefix}{check_name('partition', partition)}/validation.json"
         put_json(self.client, self.settings, key, {"partition": partition, **report})
         log.warning("partition %s quarantined: %s", partition, s3_uri(self.settings, key))
         return s3_uri(self.settings, key)

@@ -61,7 +61,8 @@ def prepare_image_data(
     quarantine_csv: str | Path | None = None,
     progress: bool = True,
 ) -> PreparedData:
-    """Load, quarantine undecodable images, derive irrelevant tags, embeddings and (optional) true groups.
+    """Load, quarantine missing or undecodable images (per row, with a reason: the rest is used), derive irrelevant
+    tags, embeddings and (optional) true groups.
 
     Images are preprocessed as ``config`` says (training transform for ``train``, evaluation transform elsewhere);
     without a config, plain Resize + CenterCrop to ``image_size``.
@@ -72,7 +73,7 @@ def prepare_image_data(
         config = TrainConfig(image_size=image_size)
     transforms = split_transforms(config)
     manifest_path = Path(manifest_path)
-    manifest = load_manifest(manifest_path)
+    manifest = load_manifest(manifest_path, check_files=False)
     manifest, quarantined = quarantine_undecodable(manifest, manifest_path.parent, quarantine_csv)
     manifest["irrelevant_tags"] = irrelevant_tags(manifest["label"], sample_tags(manifest, tags_table), relevance)
     classes = sorted(manifest.loc[manifest["split"] == "train", "label"].unique())

@@ -30,12 +30,13 @@ if dag is not None:
     from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
 
     out |= {"schedule": str(dag.schedule), "catchup": dag.catchup, "max_active_runs": dag.max_active_runs,
-            "params": {k: dag.params[k] for k in dag.params}}
+            "params": {k: dag.params[k] for k in dag.params}, "dagrun_timeout_s": dag.dagrun_timeout.total_seconds()}
     for task in dag.tasks:
         pod = task.executor_config.get("pod_override")
         limits = pod.spec.containers[0].resources.limits if pod is not None else None
         out["tasks"][task.task_id] = {"pool": task.pool, "queue": task.queue, "gpu_limits": limits,
                                       "mapped": task.is_mapped, "trigger_rule": task.trigger_rule.value,
+                                      "timeout_s": task.execution_timeout and task.execution_timeout.total_seconds(),
                                       "upstream": sorted(task.upstream_task_ids)}
     cfg = MaviasHook().get_conn()
     smtp = smtp_settings_from_connection("smtp_default")
@@ -90,6 +91,15 @@ def test_tuning_trials_are_mapped_gpu_tasks_between_planning_and_selection(dag_i
     assert {"plan_trials", "prepare_dataset", "train_reference"} <= set(tasks["tune_trial"]["upstream"])
     assert "tune_trial" in tasks["train_mavias"]["upstream"]
     assert tasks["train_mavias"]["pool"] == "default_pool"  # selection only; the training ran in the trials
+
+
+def test_every_task_and_the_run_are_bounded_in_time_and_preflight_comes_first(dag_info: dict) -> None:
+    assert dag_info["dagrun_timeout_s"] == 20 * 3600
+    tasks = dag_info["tasks"]
+    for task_id, task in tasks.items():
+        assert task["timeout_s"] == (360 if task_id in GPU_TASKS else 60) * 60, task_id
+    assert tasks["sense"]["upstream"] == ["preflight"] and tasks["preflight"]["upstream"] == []
+    assert tasks["notify"]["upstream"] == ["report"] and tasks["finish"]["upstream"] == ["notify"]
 
 
 def test_hooks_map_connections_and_keep_secrets(dag_info: dict) -> None:

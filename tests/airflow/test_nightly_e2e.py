@@ -4,8 +4,11 @@ The scenario runs once for the module; each test checks one property of it:
 
 - night 1 is killed in the middle of tagging (the worker dies) and run again: it resumes without retagging the
   shards committed before the kill, quarantines the partition's one corrupt image, trains on the rest, promotes;
-- night 2 brings a second partition: only it is tagged and judged, the model is retrained on both and promoted;
-- night 2 again (a rerun of the same night): no new work, nothing promoted twice;
+- night 2 brings a second partition: only it is tagged and judged, the model is retrained on both and promoted,
+  while the SMTP server is unreachable: the promotion stands, the run says its notification failed, the email is
+  queued;
+- night 2 again (a rerun of the same night, SMTP back): no new work, nothing promoted twice, the first report
+  is kept unchanged, the rerun's email says it is a rerun (not "NOT promoted"), and the queued email is sent;
 - night 3, a full retrain with a deliberately weakened model (learning rate ~0): the gates block it.
 """
 
@@ -28,6 +31,7 @@ from mavias.demo import DemoData
 from mavias.manifest import content_sample_id
 from mavias.pipeline.registry import PointerRecord
 from mavias.train.trainer import load_main_model
+from mavias.utils.servers import free_port
 from tests.airflow.conftest import deploy
 from tests.airflow.harness import TEST_TRAINING, Deployment, Night, kill_group, wait_for
 from tests.airflow.slow_tagger import DELAY_ENV
@@ -46,6 +50,8 @@ class Scenario:
     night1: Night
     night2: Night
     history_after_night2: list[PointerRecord]
+    emails_after_night2: int
+    report_after_night2: bytes
     rerun: Night
     weakened: Night
     history_after_weakened: list[PointerRecord]
@@ -77,13 +83,19 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, airflow_home: Path, moto_
         before_kill = _committed_shards(d)
         night1 = d.run_night(NIGHT_1, env=slow, log_name="night-1-resumed")
         d.upload("incoming/night-2/", scenes, scenes.partitions["night-2"], "night-2")
-        night2 = d.run_night(NIGHT_2, env=fast)
-        history = d.registry.history()
+        unreachable = json.loads(d.env["AIRFLOW_CONN_SMTP_DEFAULT"])
+        unreachable |= {"port": free_port(), "extra": unreachable["extra"] | {"retry_limit": 1}}
+        night2 = d.run_night(NIGHT_2, env=fast | {"AIRFLOW_CONN_SMTP_DEFAULT": json.dumps(unreachable)})
+        history, emails, report2 = d.registry.history(), len(d.emails()), _report_bytes(night2)
         rerun = d.run_night(NIGHT_2, env=fast, log_name="night-2-rerun")
         weak_training = yaml.safe_dump(TEST_TRAINING | {"optim.lr": 1e-9, "epochs": 1}, default_flow_style=True)
         weakened = d.run_night(NIGHT_3, conf={"full_retrain": True},
                                env=fast | {"MAVIAS_NIGHTLY__TRAIN__OVERRIDES": weak_training})
-        yield Scenario(d, before_kill, night1, night2, history, rerun, weakened, d.registry.history())
+        yield Scenario(d, before_kill, night1, night2, history, emails, report2, rerun, weakened, d.registry.history())
+
+
+def _report_bytes(night: Night) -> bytes:
+    return Path(night.results["report"]["html"]).read_bytes()
 
 
 def test_killed_tagging_resumes_without_redoing_committed_shards(scenario: Scenario) -> None:
@@ -131,7 +143,7 @@ def _trained_on(night: Night) -> int:
 
 def test_second_night_is_incremental_and_promoted(scenario: Scenario, scenes: DemoData) -> None:
     night2, night1 = scenario.night2, scenario.night1
-    assert night2.returncode == 0, night2.log
+    assert night2.state("promote") == "success", night2.log
     discovered = night2.results["discover"]
     assert discovered["partitions"] == ["night-2"]  # the evaluation set and night-1 are not discovered again
     assert discovered["images_tagged"] == len(scenes.partitions["night-2"])
@@ -155,6 +167,29 @@ def test_promoted_onnx_loads_in_onnxruntime_and_matches_pytorch(scenario: Scenar
     (onnx_logits,) = session.run(None, {session.get_inputs()[0].name: images.numpy()})
     with torch.inference_mode():
         np.testing.assert_allclose(onnx_logits, model(images).numpy(), atol=1e-4)
+
+
+def _subjects_after_night2(scenario: Scenario) -> list[str]:
+    return [e["Subject"] for e in scenario.deployment.emails()[scenario.emails_after_night2:]]
+
+
+def test_smtp_failure_after_promotion_keeps_the_promotion_and_queues_the_email(scenario: Scenario) -> None:
+    night2 = scenario.night2
+    assert night2.results["promote"]["promoted"] and night2.state("report") == "success"
+    assert night2.results["report"]["status"] == "promoted, notification failed (queued)"
+    assert night2.state("notify") == "failed" and night2.state("finish") == "failed" and night2.returncode != 0
+    assert "its notification failed" in night2.log.read_text()
+    assert scenario.emails_after_night2 == 1  # night 1's only
+    version = night2.results["promote"]["version"]  # the next run sends the queued email first
+    assert _subjects_after_night2(scenario)[0] == f"[mavias] scenes-test {version}: promoted"
+
+
+def test_rerun_keeps_the_first_report_and_says_it_is_a_rerun(scenario: Scenario) -> None:
+    rerun, night2 = scenario.rerun, scenario.night2
+    assert _report_bytes(night2) == scenario.report_after_night2  # never overwritten
+    assert (night2.results["report"]["attempt"], rerun.results["report"]["attempt"]) == (1, 2)
+    (subject,) = [s for s in _subjects_after_night2(scenario) if "rerun" in s]
+    assert "NOT promoted" not in subject and f"original outcome: scenes-test {night2.results['promote']['version']}: promoted" in subject
 
 
 def test_rerun_of_a_night_does_no_work_and_promotes_nothing_twice(scenario: Scenario) -> None:

@@ -20,6 +20,7 @@ import io
 import subprocess
 import sys
 import threading
+import time
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
@@ -129,11 +130,13 @@ class Fault(NamedTuple):
     status: int
     after_forwarding: bool
     method: str | None  # only requests with this HTTP method, or any
+    stall_s: float = 0.0  # > 0: say nothing for this long, then drop the connection (a read timeout)
 
 
 class FaultInjectingProxy:
     """Reverse proxy on loopback that answers the next N requests (of one HTTP ``method``, if given) with an
-    S3 error, 503 SlowDown by default.
+    S3 error, 503 SlowDown by default, or stalls them (:meth:`stall_next`); :meth:`go_down` closes its port so
+    that connections are refused, :meth:`come_back` listens on the same port again.
 
     With ``after_forwarding`` the request still reaches the server and only its reply is replaced by the
     error: the "write applied, reply lost" case. Only ``Content-Length`` request bodies are supported,
@@ -147,12 +150,27 @@ class FaultInjectingProxy:
         self.failures_served = 0
         self._pending: list[Fault] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _ProxyHandler)
+        self._serve(0)
+        self.endpoint_url = f"http://127.0.0.1:{self._server.server_port}"
+
+    def _serve(self, port: int) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _ProxyHandler)
         self._server.daemon_threads = True
         self._server.proxy = self  # type: ignore[attr-defined]
-        self.endpoint_url = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
+
+    def go_down(self) -> None:
+        """Stop listening: every connection is refused until :meth:`come_back`."""
+        self.stop()
+
+    def come_back(self) -> None:
+        self._serve(int(urlsplit(self.endpoint_url).port))
+
+    def stall_next(self, count: int, seconds: float, *, method: str | None = None) -> None:
+        """The next ``count`` requests get no reply for ``seconds``, then their connection is closed."""
+        with self._lock:
+            self._pending.extend([Fault(0, False, method, seconds)] * count)
 
     def fail_next(
         self, count: int, status: int = 503, *, method: str | None = None, after_forwarding: bool = False
@@ -184,6 +202,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         proxy: FaultInjectingProxy = self.server.proxy  # type: ignore[attr-defined]
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         fault = proxy.next_fault(self.command)
+        if fault is not None and fault.stall_s:
+            time.sleep(fault.stall_s)
+            self.close_connection = True
+            return
         if fault is None or fault.after_forwarding:
             status, headers, payload = self._forward(proxy, body)
         if fault is not None:

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from mavias.errors import UserError
 from mavias.pipeline import nightly
 from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.pipeline.registry import ModelRegistry
@@ -106,7 +107,7 @@ def test_sense_and_validate_quarantine_a_bad_partition_and_pass_a_good_one(
     assert "labels_known_classes" in record["failed"]
     assert nightly.sense(cfg, NIGHT)["new"] == ["good"]  # quarantined partitions are not sensed again
     assert nightly.sense(cfg, NIGHT, force_partition="bad")["new"] == ["bad", "good"]
-    with pytest.raises(ValueError, match="no manifest"):
+    with pytest.raises(UserError, match="no manifest"):
         nightly.sense(cfg, NIGHT, force_partition="nowhere")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import smtplib
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from mavias.pipeline.notify import SmtpSettings, build_message, send_email_content, send_report_email
 from mavias.pipeline.report import EmailContent, render_email
+from mavias.utils.servers import free_port
 from tests.pipeline.test_report import fake_context
 
 RECIPIENTS = ["ml-team@example.org", "oncall@example.org"]
@@ -36,12 +36,6 @@ class Inbox:
             return self.replies.pop(0)
         self.envelopes.append(envelope)
         return "250 Message accepted for delivery"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

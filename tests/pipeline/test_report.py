@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import functools
+import tempfile
 from datetime import UTC, date, datetime, timedelta
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,6 +34,8 @@ from mavias.pipeline.report import (
     render_text,
     write_report,
 )
+from mavias.pipeline.validation import validate_partition
+from tests.pipeline.s3server import write_local_partition
 from tests.pipeline.test_gates import CONFIG, evaluation
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -92,20 +97,18 @@ def history(rng: np.random.Generator, tags: dict[str, list[str]], nights: int) -
     ]
 
 
+@functools.cache
 def validations() -> dict[str, dict]:
-    check = {"source": "great_expectations", "threshold": None, "details": ""}
-    ok = [check | {"name": name, "success": True, "observed": 0} for name in ("non_empty", "sample_id_unique")]
-    return {
-        "2025-06-14": {"success": True, "summary": "passed 2 checks (2 image(s) quarantined)", "failed": [],
-                       "checks": ok, "quarantined": [{"sample_id": "a1b2c3", "uri": "img/a.jpg",
-                                                      "reason": "cannot decode: truncated file"},
-                                                     {"sample_id": "d4e5f6", "uri": "img/b.jpg",
-                                                      "reason": "cannot decode: not an image"}]},
-        "2025-06-15": {"success": False, "summary": "failed: labels_known_classes (unknown classes: cat)",
-                       "failed": ["labels_known_classes"],
-                       "checks": ok + [check | {"name": "labels_known_classes", "success": False, "observed": 3,
-                                                "details": "unknown classes: cat"}], "quarantined": []},
-    }
+    """Two partitions validated by the real step: one passing with two undecodable images among 100, one with an
+    unknown class."""
+    known = sorted(TAGS)
+    with tempfile.TemporaryDirectory() as tmp:
+        passing = write_local_partition(Path(tmp) / "2025-06-14", ["dog"] * 100, corrupt=2)
+        failing = write_local_partition(Path(tmp) / "2025-06-15", ["dog", "cat", "cat"])
+        return {
+            "2025-06-14": validate_partition(passing, Path(tmp) / "2025-06-14", known).to_dict(),
+            "2025-06-15": validate_partition(failing, Path(tmp) / "2025-06-15", known).to_dict(),
+        }
 
 
 def fake_context(*, classes: list[str] | None = None, promoted: bool = False, nights: int = 14,
@@ -185,7 +188,7 @@ def test_report_has_every_section_and_embedded_plots(context):
         assert group in text
     for name in ("Quality gates", "Data validation", "Accuracy per group", "Top-10 biased tags per class",
                  "Main-model logits by bias strength", "Trend across nights", "Bias drift", "ONNX export",
-                 "images tagged", "2025-06-15", "labels_known_classes", "cannot decode: truncated file"):
+                 "images tagged", "2025-06-15", "labels_known_classes", "cannot decode: UnidentifiedImageError"):
         assert name in text
     assert len(page.images) == 2
     for src in page.images:

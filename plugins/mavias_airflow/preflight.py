@@ -1,0 +1,72 @@
+"""Preflight of a night: fail in seconds, with what to do, when the pool or a connection the DAG needs is missing
+(a task on a missing pool would otherwise wait in ``scheduled`` until the run times out).
+
+Task code cannot read the metadata DB in Airflow 3, so the pool is looked up through the REST API of the
+``api_conn_id`` connection (an ``http`` connection; login/password when the API wants them). Without that
+connection (e.g. ``airflow dags test``) the pool is not checked, and the log says so.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from mavias.pipeline.nightly_config import NightlyConfig
+
+log = logging.getLogger(__name__)
+
+
+def _connection_exists(conn_id: str) -> bool:
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    return True
+
+
+def _api_client(conn_id: str) -> httpx.Client | None:
+    if not _connection_exists(conn_id):
+        return None
+    conn = BaseHook.get_connection(conn_id)
+    base = f"{conn.schema or 'http'}://{conn.host}{f':{conn.port}' if conn.port else ''}"
+    client = httpx.Client(base_url=base, timeout=20)
+    if conn.login:
+        reply = client.post("/auth/token", json={"username": conn.login, "password": conn.password})
+    else:
+        reply = client.get("/auth/token")  # an API that lets everybody in (simple auth manager, all admins)
+    reply.raise_for_status()
+    client.headers["Authorization"] = f"Bearer {reply.json()['access_token']}"
+    return client
+
+
+def pool_problem(pool: str, api_conn_id: str) -> str | None:
+    client = _api_client(api_conn_id)
+    if client is None:
+        log.warning("pool %r not checked: no %r connection to Airflow's REST API", pool, api_conn_id)
+        return None
+    try:
+        reply = client.get(f"/api/v2/pools/{pool}")
+    finally:
+        client.close()
+    if reply.status_code == 404:
+        return (f"pool {pool!r} does not exist, so the GPU tasks would never start: create it with "
+                f"`airflow pools set {pool} 1 'GPU workers'` (or `mavias airflow up`), then clear this run")
+    reply.raise_for_status()
+    if reply.json().get("slots", 0) == 0:
+        return f"pool {pool!r} has 0 slots: give it at least one (`airflow pools set {pool} 1 'GPU workers'`)"
+    return None
+
+
+def preflight_problems(cfg: NightlyConfig) -> list[str]:
+    """What is missing for tonight's run; an empty list when it can start."""
+    problems = []
+    if cfg.report.recipients and not _connection_exists(cfg.airflow.smtp_conn_id):
+        problems.append(f"connection {cfg.airflow.smtp_conn_id!r} (SMTP) is missing but the report has recipients: "
+                        f"add it (`airflow connections add {cfg.airflow.smtp_conn_id} --conn-type smtp ...`)")
+    if not _connection_exists(cfg.airflow.aws_conn_id):
+        log.info("no %r connection: S3 credentials come from the AWS environment", cfg.airflow.aws_conn_id)
+    problem = pool_problem(cfg.airflow.gpu_pool, cfg.airflow.api_conn_id)
+    return problems + ([problem] if problem else [])
