@@ -31,8 +31,10 @@ class ImageSplit(Dataset):
         self.paths = paths
         self.transform = transform
         self.cache: torch.Tensor | None = None
-from mavias.train.transforms import Transform, load_transformed
-from mavias.utils.progress import progress_bar
+        if not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
+            images = [load_transformed(p, transform)
+                      for p in progress_bar(paths, desc=progress or "loading images", enabled=bool(progress))]
+            self.cache = torch.stack(images) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)
 
     def __len__(self) -> int:
         return len(self.paths)
