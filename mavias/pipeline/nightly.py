@@ -45,6 +45,7 @@ from botocore.exceptions import ClientError
 
 from mavias.discover import Workspace, discover_partition
 from mavias.encode.base import TextEncoder
+from mavias.errors import UserError
 from mavias.evaluate.metrics import GROUP_TABLE_COLUMNS
 from mavias.evaluate.protocols import BIASED_TAG_COLUMNS
 from mavias.manifest import ManifestError, load_manifest, read_manifest_table
@@ -92,10 +93,9 @@ from mavias.train.config import TrainConfig
 from mavias.train.inference import predict
 from mavias.train.prepare import PreparedData, prepare_image_data
 from mavias.train.trainer import load_main_model
-from mavias.errors import UserError
 from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial, settings_params
 from mavias.utils.atomic import atomic_path, write_json
-from mavias.workflow import evaluate_checkpoint, load_reference, train_method, train_reference, write_run_evaluation
+from mavias.workflow import evaluate_checkpoint, load_reference, train_reference, write_run_evaluation
 
 log = logging.getLogger(__name__)
 
