@@ -140,3 +140,10 @@ def test_timm_backbone_by_name_with_local_weights(tmp_path):
     assert torch.equal(model.backbone.conv1[0].weight, reference.conv1[0].weight)
     with pytest.raises(UserError, match="local weights only"):
         build_main_model(BackboneConfig(name="timm:resnet10t", pretrained=True), 3, 3)
+
+
+def test_loader_workers_auto_stay_in_process_on_cpu(tmp_path):
+    train, val = _splits()
+    assert Trainer(_cfg("erm", epochs=1), train, val, CLASSES, tmp_path, progress=False)._num_workers() == 0
+    explicit = Trainer(_cfg("erm", epochs=1, num_workers=2), train, val, CLASSES, tmp_path, progress=False)
+    assert explicit._num_workers() == 2 and not explicit.channels_last
