@@ -129,3 +129,21 @@ def test_train_with_a_pretrained_preset_fails_fast_saying_where_the_weights_go(t
     assert isinstance(result.exception, UserError)
     assert str(torch_home / "hub" / "checkpoints" / "resnet50-0676ba61.pth") in str(result.exception)
     assert not (tmp_path / "run").exists()
+
+
+def test_timm_backbone_by_name_with_local_weights(tmp_path):
+    timm = pytest.importorskip("timm")  # optional dependency
+    reference = timm.create_model("resnet10t", pretrained=False, num_classes=0)
+    torch.save(reference.state_dict(), tmp_path / "resnet10t.pth")
+    model = build_main_model(BackboneConfig(name="timm:resnet10t", weights=str(tmp_path / "resnet10t.pth")), 3, 3)
+    assert model(torch.rand(2, 3, 32, 32)).shape == (2, 3)
+    assert torch.equal(model.backbone.conv1[0].weight, reference.conv1[0].weight)
+    with pytest.raises(UserError, match="local weights only"):
+        build_main_model(BackboneConfig(name="timm:resnet10t", pretrained=True), 3, 3)
+
+
+def test_loader_workers_auto_stay_in_process_on_cpu(tmp_path):
+    train, val = _splits()
+    assert Trainer(_cfg("erm", epochs=1), train, val, CLASSES, tmp_path, progress=False)._num_workers() == 0
+    explicit = Trainer(_cfg("erm", epochs=1, num_workers=2), train, val, CLASSES, tmp_path, progress=False)
+    assert explicit._num_workers() == 2 and not explicit.channels_last
