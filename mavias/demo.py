@@ -281,7 +281,7 @@ def demo_config(workdir: Path, s3_endpoint: str, *, epochs: int) -> dict[str, An
         "workspace": str(workdir / "workspace"),
         "s3": {"bucket": BUCKET, "endpoint_url": s3_endpoint},
         "train": {"overrides": DEMO_TRAINING | {"epochs": epochs}},
-        "discovery": {"tagger": "manifest", "judge": "offline", "encoder": "sentence", "num_shards": 2},
+        "discovery": {"tagger": "manifest", "judge": "offline", "num_shards": 2},
         "evaluation": {"version": "v1", "n_boot": 200, "closed_set_attrs": ["attr_bg_aligned", "attr_coobj_aligned"]},
         "gates": str(DEMO_GATES),
         "report": {"recipients": RECIPIENTS, "latency_runs": 10},

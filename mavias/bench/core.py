@@ -29,11 +29,12 @@ from mavias.benchmarks.synthetic_scenes import (
     make_synthetic_scenes,
 )
 from mavias.benchmarks.two_moons import TwoMoons3DConfig, make_two_moons_3d
-from mavias.encode import SentenceTransformerEncoder
+from mavias.discover import Workspace
+from mavias.encode.cli import encoder_from_spec
 from mavias.evaluate.metrics import group_key
 from mavias.evaluate.protocols import PAPER, ROBUST, biased_tag_recovery, evaluation_report, find_biased_tags
 from mavias.relevance import load_relevance
-from mavias.train.config import TrainConfig
+from mavias.train.config import MINILM, TrainConfig
 from mavias.train.data import attach_groups, feature_split
 from mavias.train.inference import predict, predict_logits
 from mavias.train.prepare import PreparedData, prepare_image_data
@@ -109,16 +110,17 @@ def _config(base: dict, overrides: dict, seed: int, selection: str = DEFAULT_CRI
 
 
 # --- image benchmarks ---------------------------------------------------------------------------------------
-def prepare_benchmark(work: Path, bench: ImageBenchmark) -> tuple[PreparedData, Path]:
+def prepare_benchmark(work: Path, bench: ImageBenchmark, encoder: str = MINILM) -> tuple[PreparedData, Path]:
     data_dir = work / "data" / bench.name
     manifest = data_dir / "manifest.parquet"
     if not manifest.exists():
         bench.make(data_dir)
+    text_encoder = encoder_from_spec(encoder)
     data = prepare_image_data(
         manifest,
         relevance=load_relevance(data_dir / "relevance.parquet"),
-        encoder=SentenceTransformerEncoder(),
-        store_dir=work / "embeddings",
+        encoder=text_encoder,
+        store_dir=Workspace(work).embeddings(text_encoder.encoder_id),
         image_size=bench.base["image_size"],
         group_attrs=bench.attrs,
         progress=False,
@@ -165,16 +167,18 @@ def biased_tag_quality(data: PreparedData, reference: Reference, truth: dict[str
     return quality
 
 
-def run_image_benchmark(work: Path, bench: ImageBenchmark, seeds: int, trials: int = TUNE_TRIALS) -> dict:
+def run_image_benchmark(work: Path, bench: ImageBenchmark, seeds: int, trials: int = TUNE_TRIALS,
+                        encoder: str = MINILM) -> dict:
     start = time.perf_counter()
-    data, data_dir = prepare_benchmark(work, bench)
+    data, data_dir = prepare_benchmark(work, bench, encoder)
+    base = {**bench.base, "encoder": encoder}
     root = work / bench.name
     truth = bench.true_shortcuts(data_dir)
     outcomes: list[MethodOutcome] = []
     tags_quality, tuned = {}, None
     for seed in range(seeds):
         seed_dir = root / f"seed{seed}"
-        reference = train_reference(data, _config(bench.base, {"method": "erm"}, seed, "val_acc"),
+        reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
                                     seed_dir / "reference", progress=False)
         tags_quality[seed] = biased_tag_quality(data, reference, truth)
 
@@ -182,11 +186,11 @@ def run_image_benchmark(work: Path, bench: ImageBenchmark, seeds: int, trials: i
             return _image_metrics(data, bench, checkpoint, reference, run_seconds)
 
         for method, overrides in {**BIAS_UNAWARE_BASELINES, ORACLE: ORACLE_CONFIG}.items():
-            run = train_method(data, _config(bench.base, overrides, seed), seed_dir / overrides["method"], reference,
+            run = train_method(data, _config(base, overrides, seed), seed_dir / overrides["method"], reference,
                                progress=False)
             outcomes += _outcomes(method, seed, overrides, run,
                                   lambda c, r=run: metrics_of(c, r.seconds_per_epoch))
-        mavias_base = _config(bench.base, {"method": "mavias"}, seed)
+        mavias_base = _config(base, {"method": "mavias"}, seed)
         if tuned is None:  # tuned once, on seed 0's reference and validation split
             tuned = tune(data, reference, mavias_base, root / "tune", trials=trials)
         cfg = suggest_config(FixedTrial(tuned.best_params), mavias_base)
@@ -314,12 +318,13 @@ def floors(summary: list[dict], criterion: str = DEFAULT_CRITERION) -> dict:
 
 
 def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, benchmarks: list[str] | None = None,
-                   moons_cfg: TwoMoons3DConfig | None = None, json_path: Path | None = None) -> dict:
+                   moons_cfg: TwoMoons3DConfig | None = None, json_path: Path | None = None,
+                   encoder: str = MINILM) -> dict:
     start = time.perf_counter()
     chosen = [b for b in IMAGE_BENCHMARKS if benchmarks is None or b.name in benchmarks]
     report: dict = {"seeds": seeds, "tune_trials": trials, "benchmarks": {}}
     for bench in chosen:
-        report["benchmarks"][bench.name] = run_image_benchmark(work, bench, seeds, trials)
+        report["benchmarks"][bench.name] = run_image_benchmark(work, bench, seeds, trials, encoder)
         if json_path is not None:  # partial results survive an interrupted bench
             write_json(json_path, report)
     if benchmarks is None or "two-moons-3d" in benchmarks:

@@ -319,9 +319,10 @@ def make_tagger(cfg: NightlyConfig) -> Tagger:
 
 
 def make_encoder(cfg: NightlyConfig) -> TextEncoder:
-    from mavias.encode.cli import make_encoder as make
+    """The training config's ``encoder`` (as for ``mavias train``): one setting for discovery and training."""
+    from mavias.encode.cli import encoder_from_spec
 
-    return make(cfg.discovery.encoder)
+    return encoder_from_spec(cfg.train.resolve().encoder)
 
 
 def tag_shard(cfg: NightlyConfig, job: Mapping[str, Any]) -> dict[str, Any]:

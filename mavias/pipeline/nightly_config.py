@@ -65,7 +65,6 @@ class DiscoverySection(_Section):
         description="manifest (the manifest's own tags), openclip, or 'package.module:factory' returning a Tagger",
     )
     judge: Literal["offline"] = "offline"
-    encoder: Literal["sentence", "openclip"] = Field("sentence", description="sentence: offline MiniLM")
     num_shards: int = Field(4, ge=1, description="tagging shards per partition, one mapped task each")
     batch_size: int = Field(32, ge=1)
 

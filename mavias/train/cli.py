@@ -12,6 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from mavias.discover import Workspace as DiscoveryWorkspace
 from mavias.encode.cli import encoder_from_spec
 from mavias.manifest import read_dataset_info
 from mavias.relevance import load_relevance
@@ -30,12 +31,13 @@ GroupAttrs = Annotated[str, typer.Option("--group-attrs", help="comma-separated 
 
 def _prepare(manifest: Path, relevance: Path, tags: Path | None, workspace: Path, cfg: TrainConfig, group_attrs: str,
              out: Path) -> PreparedData:
+    encoder = encoder_from_spec(cfg.encoder)
     return prepare_image_data(
         manifest,
         relevance=load_relevance(relevance),
         tags_table=None if tags is None else pd.read_parquet(tags),
-        encoder=encoder_from_spec(cfg.encoder),
-        store_dir=workspace / "embeddings",
+        encoder=encoder,
+        store_dir=DiscoveryWorkspace(workspace).embeddings(encoder.encoder_id),
         config=cfg,
         group_attrs=[a for a in group_attrs.split(",") if a],
         quarantine_csv=out / "quarantine.csv",

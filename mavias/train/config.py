@@ -96,7 +96,7 @@ def parse_encoder(spec: str) -> tuple[str, str | None, str | None]:
         return "sentence", None, None
     model, sep, pretrained = spec.removeprefix(OPENCLIP_PREFIX).partition("/")
     if not spec.startswith(OPENCLIP_PREFIX) or not sep or not model or not pretrained:
-        raise ValueError(f"encoder {spec!r} must be 'minilm' or 'openclip:<model>/<pretrained>', e.g. openclip:ViT-L-14/openai")
+        raise ConfigError(f"encoder {spec!r} must be 'minilm' or 'openclip:<model>/<pretrained>', e.g. openclip:ViT-L-14/openai")
     return "openclip", model, pretrained
 
 
