@@ -23,14 +23,12 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from mavias.pipeline.onnx_session import make_session
 from mavias.train.model import MainModel
 from mavias.utils.atomic import atomic_path
 
 OPSET = 17
 INPUT_NAME, OUTPUT_NAME, BATCH_AXIS = "image", "logits", "batch"
-PREFERRED_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
-# TF32 would round convolution inputs to 10 mantissa bits on Ampere+ GPUs: far beyond a 1e-4 logit tolerance.
-PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"use_tf32": "0"}}
 VERIFY_BATCH = 64
 LATENCY_GOAL = 0.7  # ONNX Runtime median latency / PyTorch eager median latency
 
@@ -145,26 +143,6 @@ def describe_onnx(onnx_path: str | Path) -> dict[str, Any]:
     opset = next(o.version for o in graph.opset_import if o.domain in ("", "ai.onnx"))
     inputs, outputs = [spec(v) for v in graph.graph.input], [spec(v) for v in graph.graph.output]
     return {"opset": opset, "inputs": inputs, "outputs": outputs}
-
-
-def available_providers() -> list[str]:
-    """CUDA when onnxruntime-gpu sees a GPU, then CPU."""
-    available = set(ort.get_available_providers())
-    return [p for p in PREFERRED_PROVIDERS if p in available]
-
-
-def make_session(
-    onnx_path: str | Path, *, providers: Sequence[str] | None = None, intra_op_threads: int | None = None
-) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.inter_op_num_threads = 1
-    if intra_op_threads:
-        options.intra_op_num_threads = intra_op_threads
-    names = list(providers or available_providers())
-    with_options = [(name, PROVIDER_OPTIONS.get(name, {})) for name in names]
-    return ort.InferenceSession(str(onnx_path), sess_options=options, providers=with_options)
 
 
 def _as_float_images(images: torch.Tensor) -> torch.Tensor:
