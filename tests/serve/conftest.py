@@ -6,23 +6,21 @@ environment with Airflow); the tests talk to it with tritonclient over HTTP and 
 
 from __future__ import annotations
 
+import itertools
 import json
-import os
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import torch
 
 from mavias.pipeline.cli_export import export_checkpoint
-from mavias.serve.launch import serve_python
+from mavias.serve.launch import RunningServer, running_server, serve_python
 from mavias.train.config import BackboneConfig, TrainConfig
 from mavias.train.model import build_main_model
-from mavias.utils.servers import free_port, stop_process, wait_until_answering
 
 SIZE = 16
 CLASSES = ["bird", "dog", "vehicle"]
@@ -51,53 +49,23 @@ def versions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: exported_version(root, name, seed) for seed, name in enumerate(["v1", "v2"])}
 
 
-@dataclass
-class Server:
-    process: subprocess.Popen
-    http_port: int
-    grpc_port: int
-    log_path: Path
-
-    @property
-    def http_url(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
-    def get(self, path: str) -> tuple[int, dict]:
-        try:
-            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=5) as response:
-                return response.status, json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read() or b"{}")
-
-    def log(self) -> str:
-        return self.log_path.read_text()
+def get(server: RunningServer, path: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"http://{server.http_url}{path}", timeout=5) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
 
 
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator:
-    """``start_server(*args, env=...)`` starts ``python -m mavias.serve`` from the serve venv; stopped at teardown."""
-    python = serve_python()
-    if python is None:
+    """``start_server(*args, env=...)`` starts ``python -m mavias.serve`` from the serving venv; stopped at teardown."""
+    if serve_python() is None:
         pytest.fail("no serving environment: run `make serve-venv` (make test builds it)")
-    started: list[Server] = []
+    numbers = itertools.count()
+    with ExitStack() as stack:
+        def start(*args: str, env: dict[str, str] | None = None) -> RunningServer:
+            log_path = tmp_path / f"server-{next(numbers)}.log"
+            return stack.enter_context(running_server(list(args), log_path, env=env))
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Server:
-        http_port, grpc_port = free_port(), free_port()
-        log_path = tmp_path / f"server-{len(started)}.log"
-        command = [str(python), "-m", "mavias.serve", *args, "--http-port", str(http_port),
-                   "--grpc-port", str(grpc_port)]
-        environment = {**os.environ, **(env or {}), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
-        server = Server(process, http_port, grpc_port, log_path)
-        started.append(server)
-        wait_until_answering(f"http://{server.http_url}/v2/health/live", process, timeout_s=60, log_path=log_path)
-        return server
-
-    yield start
-    for server in started:
-        stop_process(server.process)
+        yield start

@@ -13,6 +13,7 @@ import tritonclient.grpc as grpcclient
 
 from mavias.pipeline.onnx_session import make_session
 from mavias.pipeline.registry import ModelRegistry
+from tests.serve.conftest import get
 from tests.pipeline.s3server import TEST_CREDENTIALS, moto_endpoint, s3_client, s3_settings  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -54,13 +55,13 @@ def test_follows_promotions_refusals_and_rollbacks(start_server, versions, s3_se
            **{f"MAVIAS_S3_{k.upper()}": v.get_secret_value() for k, v in TEST_CREDENTIALS.items()}}
     server = start_server("--registry", f"s3://{s3_settings.bucket}/models", "--name", "scenes",
                           "--poll-seconds", "0.2", "--cache-dir", str(tmp_path / "cache"), env=env)
-    assert server.get("/v2/health/ready")[0] != 200
-    assert server.get("/v2/models/scenes/ready")[0] != 200
+    assert get(server, "/v2/health/ready")[0] != 200
+    assert get(server, "/v2/models/scenes/ready")[0] != 200
     client = grpcclient.InferenceServerClient(server.grpc_url)
     expected = {v: make_session(versions[v] / "model.onnx").run(["logits"], {"image": BATCH})[0] for v in versions}
 
     publish(registry, versions["v1"], "v1")
-    wait_for(lambda: server.get("/v2/health/ready")[0] == 200, "the first version to load")
+    wait_for(lambda: get(server, "/v2/health/ready")[0] == 200, "the first version to load")
     assert infer(client)[0] == "v1"
 
     # promotion of v2 under a bounded concurrent load: no request fails, each answer matches its version
@@ -96,11 +97,11 @@ def test_follows_promotions_refusals_and_rollbacks(start_server, versions, s3_se
     onnx = corrupted / "model.onnx"
     onnx.write_bytes(onnx.read_bytes()[:-16] + bytes(16))
     publish(registry, corrupted, "v3")
-    wait_for(lambda: "model_refused" in server.log(), "the refusal of v3")
-    assert "does not match the model card" in server.log()
+    wait_for(lambda: "model_refused" in server.log_path.read_text(), "the refusal of v3")
+    assert "does not match the model card" in server.log_path.read_text()
     assert metric(server, "mavias_serve_model_load_failures_total") == 1
     assert infer(client)[0] == "v2"
-    assert server.get("/v2/health/ready")[0] == 200
+    assert get(server, "/v2/health/ready")[0] == 200
 
     # rollbacks are followed: v3 -> v2 (already serving) -> v1
     registry.rollback()
