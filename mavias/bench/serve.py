@@ -12,7 +12,6 @@ from __future__ import annotations
 import platform
 import statistics
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 
+from mavias.pipeline.export import wall_times_ms
 from mavias.pipeline.onnx_session import make_session
 from mavias.serve.launch import running_server
 from mavias.serve.versions import load_version
@@ -29,17 +29,8 @@ BATCHES = (1, 32)
 GOAL_FACTOR, GOAL_OFFSET_MS = 2.0, 1.0
 
 
-def latencies_ms(call: Callable[[], object], *, seconds: float, max_requests: int, warmup: int = 5) -> list[float]:
-    """Wall times of ``call`` until ``seconds`` have passed or ``max_requests`` were made (at least 10)."""
-    for _ in range(warmup):
-        call()
-    times: list[float] = []
-    deadline = time.perf_counter() + seconds
-    while len(times) < max_requests and (len(times) < 10 or time.perf_counter() < deadline):
-        start = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - start) * 1000)
-    return times
+def latencies_ms(call: Callable[[], object], *, seconds: float, max_requests: int) -> list[float]:
+    return wall_times_ms(call, runs=max_requests, warmup=5, budget_s=seconds, min_runs=10)
 
 
 def summary(times: Sequence[float]) -> dict[str, float]:
@@ -86,7 +77,8 @@ def run_serve_bench(model_dir: Path | None, *, seconds: float, max_requests: int
     first = rows[0]
     goal_ms = GOAL_FACTOR * first["bare_onnxruntime"]["p50_ms"] + GOAL_OFFSET_MS
     return {"model": str(model_dir or "demo architecture, random weights (48 px small CNN, width 32)"),
-            "image_shape": list(served.image_shape), "onnxruntime": ort.__version__, "providers": ["CPUExecutionProvider"],
+            "image_shape": list(served.image_shape), "onnxruntime": ort.__version__,
+            "providers": ["CPUExecutionProvider"],
             "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}", "client": "tritonclient gRPC",
             "goal": f"p50 at batch 1 <= {GOAL_FACTOR:g} x bare + {GOAL_OFFSET_MS:g} ms = {goal_ms:.2f} ms",
             "meets_goal": first["server"]["p50_ms"] <= goal_ms, "results": rows}

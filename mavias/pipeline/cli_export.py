@@ -48,12 +48,14 @@ def run_checkpoint(run: Path, criterion: str | None) -> Path:
         last = run / "last.pt"
         if not last.is_file():
             raise UserError(f"{run} holds no last.pt; pass --criterion {'|'.join(CRITERIA)} or --checkpoint PATH")
-        criterion = TrainConfig.model_validate(torch.load(last, map_location="cpu", weights_only=True)["config"]).selection
+        state = torch.load(last, map_location="cpu", weights_only=True)
+        criterion = TrainConfig.model_validate(state["config"]).selection
     if criterion not in CRITERIA:
         raise UserError(f"unknown criterion {criterion!r}; use one of {', '.join(CRITERIA)}")
     checkpoint = run / f"best_{criterion}.pt"
     if not checkpoint.is_file():
-        raise UserError(f"{checkpoint} does not exist; train the run to its first validation, or pick another --criterion")
+        raise UserError(f"{checkpoint} does not exist; train the run to its first validation, "
+                        "or pick another --criterion")
     return checkpoint
 
 
@@ -81,11 +83,12 @@ def export_checkpoint(checkpoint: Path, out: Path, *, name: str, version: str) -
 def export_command(
     out: Annotated[Path, typer.Option("--out", help="ONNX file to write; model_card.json is written beside it")],
     run: Annotated[Path | None, typer.Option("--run", help="run folder of `mavias train`")] = None,
-    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="a best_*.pt or last.pt instead of --run")] = None,
+    checkpoint: Annotated[Path | None, typer.Option("--checkpoint",
+                                                    help="a best_*.pt or last.pt instead of --run")] = None,
     criterion: Annotated[str | None, typer.Option(help="which best checkpoint of --run: val_acc or val_tag_wg; "
                                                        "default: the run's selection")] = None,
     name: Annotated[str, typer.Option(help="model name in the card")] = "mavias-model",
-    version: Annotated[str | None, typer.Option(help="version in the card; default: the checkpoint's folder name")] = None,
+    version: Annotated[str | None, typer.Option(help="version in the card; default: the checkpoint's folder")] = None,
 ) -> None:
     """Export the main model (backbone + head, never the bias projection) as ONNX, verified against PyTorch."""
     if (run is None) == (checkpoint is None):

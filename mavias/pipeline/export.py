@@ -186,17 +186,23 @@ def verify_onnx(
     return result
 
 
-def _median_ms(call: Callable[[], object], *, runs: int, warmup: int, budget_s: float) -> float:
-    """Median wall time of ``call`` in ms over ``runs`` runs, or fewer (at least 3) once ``budget_s`` has passed."""
+def wall_times_ms(
+    call: Callable[[], object], *, runs: int, warmup: int, budget_s: float, min_runs: int = 3
+) -> list[float]:
+    """Wall times of ``call`` in ms over ``runs`` runs, or fewer (at least ``min_runs``) once ``budget_s`` has passed."""
     for _ in range(warmup):
         call()
     times: list[float] = []
     deadline = time.perf_counter() + budget_s
-    while len(times) < runs and (len(times) < 3 or time.perf_counter() < deadline):
+    while len(times) < runs and (len(times) < min_runs or time.perf_counter() < deadline):
         start = time.perf_counter()
         call()
         times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return times
+
+
+def _median_ms(call: Callable[[], object], *, runs: int, warmup: int, budget_s: float) -> float:
+    return statistics.median(wall_times_ms(call, runs=runs, warmup=warmup, budget_s=budget_s))
 
 
 def torch_latency(

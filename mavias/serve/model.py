@@ -52,8 +52,9 @@ class OnnxClassifier(Model):
         SERVING.labels(self.name, served.version).set(1)
         LOADS.labels(self.name).inc()
         self.ready = True
-        log.info("model_loaded", extra={"model": self.name, "version": served.version, "seconds": round(seconds, 3),
-                                        "sha256": served.card["onnx"]["sha256"], "providers": served.session.get_providers()})
+        log.info("model_loaded", extra={
+            "model": self.name, "version": served.version, "seconds": round(seconds, 3),
+            "sha256": served.card["onnx"]["sha256"], "providers": served.session.get_providers()})
 
     def _refused(self, version: str, reason: str) -> None:
         LOAD_FAILURES.labels(self.name).inc()
@@ -89,8 +90,8 @@ class OnnxClassifier(Model):
                     "model_version": served.version}
         outputs = [InferOutput("logits", list(logits.shape), "FP32", logits),
                    InferOutput("label", [len(labels)], "BYTES", np.array(labels, dtype=np.object_))]
-        return InferResponse(response_id=payload.id or uuid.uuid4().hex, model_name=self.name, model_version=served.version,
-                             infer_outputs=outputs, from_grpc=payload.from_grpc)
+        return InferResponse(response_id=payload.id or uuid.uuid4().hex, model_name=self.name,
+                             model_version=served.version, infer_outputs=outputs, from_grpc=payload.from_grpc)
 
 
 def _images(encoded: list[bytes], served: ServedVersion) -> np.ndarray:

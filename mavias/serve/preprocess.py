@@ -47,8 +47,8 @@ def card_preprocessing(card: Mapping[str, Any]) -> Preprocessing:
     if "preprocessing" in card:
         return Preprocessing.model_validate(card["preprocessing"])
     side = card["input"]["shape"][-1]
-    return Preprocessing(resize=side, center_crop=side,
-                         normalisation=Normalisation(in_model=True, mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]))
+    imagenet = Normalisation(in_model=True, mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+    return Preprocessing(resize=side, center_crop=side, normalisation=imagenet)
 
 
 def decode_image(data: bytes) -> Image.Image:
