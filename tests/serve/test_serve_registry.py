@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -90,6 +91,8 @@ def test_follows_promotions_refusals_and_rollbacks(start_server, versions, s3_se
     assert seen == {"v1", "v2"}, f"{len(results)} requests saw {seen}"
     for version, logits in results:
         np.testing.assert_allclose(logits, expected[version], rtol=0, atol=1e-5)
+    assert metric(server, 'mavias_serve_requests_total{model="scenes",outcome="ok",version="v2"}') > 0
+    assert metric(server, 'mavias_serve_request_seconds_count{model="scenes",version="v1"}') > 0
 
     # a corrupted version (ONNX bytes that do not match the card's sha256) is refused; v2 keeps serving
     corrupted = tmp_path / "v3"
@@ -98,7 +101,9 @@ def test_follows_promotions_refusals_and_rollbacks(start_server, versions, s3_se
     onnx.write_bytes(onnx.read_bytes()[:-16] + bytes(16))
     publish(registry, corrupted, "v3")
     wait_for(lambda: "model_refused" in server.log_path.read_text(), "the refusal of v3")
-    assert "does not match the model card" in server.log_path.read_text()
+    (refusal,) = [json.loads(line) for line in server.log_path.read_text().splitlines() if '"model_refused"' in line]
+    assert (refusal["version"], refusal["serving"]) == ("v3", "v2")
+    assert "does not match the model card" in refusal["reason"]
     assert metric(server, "mavias_serve_model_load_failures_total") == 1
     assert infer(client)[0] == "v2"
     assert get(server, "/v2/health/ready")[0] == 200
