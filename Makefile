@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test system-deps serve-venv
 
-demo: system-deps $(VENV)/.installed-all
+demo: system-deps $(VENV)/.installed-all serve-venv
 	$(VENV)/bin/mavias demo
 
 test: system-deps $(VENV)/.installed-test serve-venv

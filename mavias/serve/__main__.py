@@ -42,7 +42,8 @@ def main() -> None:
     try:
         serve(args)
     except UserError as err:
-        sys.exit(f"error: {err}")
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

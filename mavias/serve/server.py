@@ -19,6 +19,7 @@ from typing import Any
 import kserve.model_server
 from kserve import ModelServer
 from kserve.protocol.dataplane import DataPlane
+from pydantic import ValidationError
 
 from mavias.errors import UserError
 from mavias.pipeline.registry import ModelRegistry
@@ -90,7 +91,10 @@ def configure_logging() -> None:
 def _follower(args: argparse.Namespace, model: OnnxClassifier) -> RegistryFollower:
     bucket, prefix = registry_location(args.registry)
     env = {**os.environ, "MAVIAS_S3_BUCKET": bucket, "MAVIAS_S3_MODELS_PREFIX": prefix}
-    settings = load_settings(args.config, environ=env)
+    try:
+        settings = load_settings(args.config, environ=env)
+    except (OSError, ValidationError) as err:
+        raise UserError(f"S3 settings: {err}; set MAVIAS_S3_* or pass --config with an `s3:` section") from err
     registry = ModelRegistry(make_s3_client(settings), settings, args.name)
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="mavias-serve-"))
     return RegistryFollower(registry, model.slot, cache_dir, poll_s=args.poll_seconds)
