@@ -106,8 +106,9 @@ def test_malformed_v2_requests_get_a_4xx_with_a_message(server, body, message):
     assert status == 200  # the server keeps serving
 
 
-def test_v1_instances_and_oversize_bodies(start_server, versions):
-    server = start_server("--model-dir", str(versions["v1"]), "--name", "scenes", "--max-body-mb", "0.05")
+def test_v1_instances_and_request_limits(start_server, versions):
+    server = start_server("--model-dir", str(versions["v1"]), "--name", "scenes", "--max-body-mb", "0.05",
+                          "--max-batch", "2")
     image = np.random.default_rng(3).random((3, 16, 16), dtype=np.float32)
     status, reply = post(server, "/v1/models/scenes:predict", json.dumps({"instances": [image.tolist()]}).encode())
     assert status == 200
@@ -119,6 +120,8 @@ def test_v1_instances_and_oversize_bodies(start_server, versions):
     assert reply["predictions"][0]["label"] in ("bird", "dog", "vehicle")
     status, reply = post(server, "/v1/models/scenes:predict", json.dumps({"instances": [{"b64": "%%%"}]}).encode())
     assert status == 400 and "base64" in json.dumps(reply)
+    status, reply = post(server, "/v1/models/scenes:predict", json.dumps({"instances": [encoded] * 3}).encode())
+    assert status == 400 and "exceeds the limit of 2" in json.dumps(reply)
     status, reply = post(server, "/v2/models/scenes/infer", v2_body(shape=(16, 3, 16, 16)))
     assert status == 413 and "exceeds the limit" in reply["error"]
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
