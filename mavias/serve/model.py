@@ -45,9 +45,8 @@ class OnnxClassifier(Model):
         self.max_batch = max_batch
         self.slot = ModelSlot(self._loaded, self._refused)
 
-    def _loaded(self, served: ServedVersion, seconds: float) -> None:
-        previous = self.slot.current
-        if previous is not None and previous is not served:
+    def _loaded(self, served: ServedVersion, previous: ServedVersion | None, seconds: float) -> None:
+        if previous is not None:
             SERVING.labels(self.name, previous.version).set(0)
         SERVING.labels(self.name, served.version).set(1)
         LOADS.labels(self.name).inc()

@@ -91,7 +91,8 @@ def load_version(folder: Path, *, providers: list[str] | None = None) -> ServedV
 class ModelSlot:
     """The version being served, replaced atomically; callbacks observe loads and refusals (metrics, logs)."""
 
-    def __init__(self, on_loaded: Callable[[ServedVersion, float], None], on_refused: Callable[[str, str], None]):
+    def __init__(self, on_loaded: Callable[[ServedVersion, ServedVersion | None, float], None],
+                 on_refused: Callable[[str, str], None]):
         self.current: ServedVersion | None = None
         self._on_loaded, self._on_refused = on_loaded, on_refused
         self._lock = threading.Lock()  # one load at a time
@@ -104,8 +105,8 @@ class ModelSlot:
             except VersionRefused as err:
                 self._on_refused(version, str(err))
                 return False
-            self.current = served
-            self._on_loaded(served, time.perf_counter() - started)
+            previous, self.current = self.current, served
+            self._on_loaded(served, previous, time.perf_counter() - started)
             return True
 
 

@@ -20,7 +20,7 @@ from tests.pipeline.s3server import TEST_CREDENTIALS, moto_endpoint, s3_client, 
 pytestmark = pytest.mark.slow
 
 BATCH = np.random.default_rng(0).random((4, 3, 16, 16), dtype=np.float32)
-LOAD_THREADS, LOAD_SECONDS, LOAD_MAX_REQUESTS = 4, 2.0, 2000
+LOAD_THREADS, LOAD_MAX_SECONDS, LOAD_MAX_REQUESTS = 4, 40.0, 2000  # per thread; it stops soon after v2 answers
 
 
 def wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
@@ -70,7 +70,7 @@ def test_follows_promotions_refusals_and_rollbacks(start_server, versions, s3_se
 
     def load() -> None:
         own = grpcclient.InferenceServerClient(server.grpc_url)
-        deadline = time.monotonic() + LOAD_SECONDS
+        deadline = time.monotonic() + LOAD_MAX_SECONDS
         for _ in range(LOAD_MAX_REQUESTS):
             if stop.is_set() or time.monotonic() > deadline:
                 return
@@ -82,10 +82,13 @@ def test_follows_promotions_refusals_and_rollbacks(start_server, versions, s3_se
     threads = [threading.Thread(target=load) for _ in range(LOAD_THREADS)]
     for thread in threads:
         thread.start()
-    time.sleep(0.3)
+    time.sleep(0.5)
     publish(registry, versions["v2"], "v2")
+    wait_for(lambda: any(version == "v2" for version, _ in results[-LOAD_THREADS:]), "v2 to answer", LOAD_MAX_SECONDS)
+    time.sleep(0.5)  # and a little load on v2
+    stop.set()
     for thread in threads:
-        thread.join(timeout=LOAD_SECONDS + 30)
+        thread.join(timeout=30)
     assert not failures, failures[:3]
     seen = {version for version, _ in results}
     assert seen == {"v1", "v2"}, f"{len(results)} requests saw {seen}"
@@ -93,6 +96,8 @@ def test_follows_promotions_refusals_and_rollbacks(start_server, versions, s3_se
         np.testing.assert_allclose(logits, expected[version], rtol=0, atol=1e-5)
     assert metric(server, 'mavias_serve_requests_total{model="scenes",outcome="ok",version="v2"}') > 0
     assert metric(server, 'mavias_serve_request_seconds_count{model="scenes",version="v1"}') > 0
+    assert metric(server, 'mavias_serve_version_info{model="scenes",version="v1"}') == 0
+    assert metric(server, 'mavias_serve_version_info{model="scenes",version="v2"}') == 1
 
     # a corrupted version (ONNX bytes that do not match the card's sha256) is refused; v2 keeps serving
     corrupted = tmp_path / "v3"
