@@ -160,16 +160,24 @@ class RegistryFollower:
         self.seen_etag = record.etag  # only now: a transient S3 error above is retried at the next poll
 
     def _download(self, version: str) -> Path:
-        """The version's card and the ONNX file it names (not the checkpoint) into the cache folder."""
+        """The version's card and the ONNX file it names (not the checkpoint) into the cache folder.
+
+        A missing or unreadable file is left missing, for :func:`load_version` to refuse the version; other S3
+        errors propagate, to be retried at the next poll.
+        """
         folder = self.cache_dir / version
         prefix = f"{self.registry.prefix}{version}/"
         client, settings = self.registry.client, self.registry.settings
-        download_file(client, settings, prefix + CARD_NAME, folder / CARD_NAME)
         try:
-            onnx_name = json.loads((folder / CARD_NAME).read_text())["onnx"]["file"]
-            download_file(client, settings, prefix + Path(onnx_name).name, folder / Path(onnx_name).name)
-        except (ValueError, KeyError, TypeError, ClientError) as err:
-            log.warning("version %s: cannot fetch its ONNX file: %s", version, err)  # load_version refuses it
+            download_file(client, settings, prefix + CARD_NAME, folder / CARD_NAME)
+            onnx_name = Path(json.loads((folder / CARD_NAME).read_text())["onnx"]["file"]).name
+            download_file(client, settings, prefix + onnx_name, folder / onnx_name)
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
+                raise
+            log.warning("version %s: %s", version, err)
+        except (ValueError, KeyError, TypeError) as err:
+            log.warning("version %s: unreadable %s: %s", version, CARD_NAME, err)
         return folder
 
 
