@@ -1,15 +1,16 @@
 # The two entry points of the README: `make demo` (the demo night, offline) and `make test`.
 # Both build .venv from scratch when it is missing and install the one system package the offline judge needs.
 VENV ?= .venv
+SERVE_VENV ?= .venv-serve
 PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test system-deps
+.PHONY: demo test system-deps serve-venv
 
-demo: system-deps $(VENV)/.installed-all
+demo: system-deps $(VENV)/.installed-all serve-venv
 	$(VENV)/bin/mavias demo
 
-test: system-deps $(VENV)/.installed-test
+test: system-deps $(VENV)/.installed-test serve-venv
 	$(VENV)/bin/python -m pytest -q
 
 # WordNet 3.0 for the offline relevance judge (no PyPI package ships its data).
@@ -26,4 +27,14 @@ $(VENV)/.installed-all: pyproject.toml $(VENV)/bin/python
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/bin/python
 	$(VENV)/bin/pip install -q -e '.[all,test]'
+	touch $@
+
+# The model server's own environment (kserve cannot share one with Airflow, and it must not pull torch): the
+# `serve` extra alone; the mavias sources are found through PYTHONPATH (`mavias serve` and the tests set it).
+serve-venv: $(SERVE_VENV)/.installed
+
+$(SERVE_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/pip install -q --upgrade pip
+	$(SERVE_VENV)/bin/python docker/serve_requirements.py | xargs -d '\n' $(SERVE_VENV)/bin/pip install -q
 	touch $@

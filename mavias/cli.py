@@ -20,7 +20,9 @@ from mavias.encode.cli import app as encode_app
 from mavias.errors import user_errors_exit
 from mavias.judging.cli import app as judge_app
 from mavias.pipeline.cli_airflow import app as airflow_app
+from mavias.pipeline.cli_export import export_command
 from mavias.pipeline.cli_registry import app as registry_app
+from mavias.serve.launch import serve_command
 from mavias.tagging.cli import app as tag_app
 from mavias.train.cli import evaluate, train
 from mavias.tune.cli import tune_command
@@ -64,6 +66,9 @@ app.command()(train)
 app.command()(evaluate)
 app.command("tune")(tune_command)
 app.command("demo")(demo_command)
+app.command("export")(export_command)
+app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+            add_help_option=False)(serve_command)
 
 if __name__ == "__main__":
     app()

@@ -7,7 +7,8 @@
 3. runs the ``mavias_nightly`` DAG with ``airflow dags test`` (SQLite metadata DB, ``AIRFLOW_HOME`` in the work
    folder, examples off), uploads the second partition, runs the second night;
 4. prints the reports, the promoted ONNX model (and a local copy), the registry, and what night 2 cost against
-   night 1: discovery is incremental, so night 2 tags, judges and encodes only what is new.
+   night 1: discovery is incremental, so night 2 tags, judges and encodes only what is new;
+5. starts the model server on the promoted model for a moment and prints one real inference round trip.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from mavias.pipeline.storage import (
     upload_dir,
     upload_file,
 )
+from mavias.serve.try_it import show_round_trip
 from mavias.utils.servers import free_port, stop_process, wait_until_answering
 
 DAG_ID = "mavias_nightly"
@@ -446,3 +448,6 @@ def demo_command(
     result = run_demo(workdir, n_train=n_train, n_val=n_val, n_test_per_cell=n_test_per_cell, epochs=epochs,
                       console=console)
     print_summary(result, console)
+    version_dir = result.onnx_local.parent if result.onnx_local else None
+    image = next(iter(sorted((workdir / "data" / "images" / "test").glob("*.png"))), None)
+    show_round_trip(version_dir, MODEL_NAME, image, workdir / "logs" / "serve.log", console)

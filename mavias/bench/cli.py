@@ -96,3 +96,31 @@ def data(
     report = run_data_bench(work, n_files=n_files, batches=batches, batch_size=batch_size, image_size=image_size,
                             device=device, json_path=json_out)
     console.print(report)
+
+
+@app.command("serve")
+def serve(
+    model_dir: Annotated[Path | None, typer.Option(help="a version folder to serve; default: the demo's architecture, "
+                                                        "random weights")] = None,
+    seconds: Annotated[float, typer.Option(help="time budget per measurement")] = 5.0,
+    max_requests: Annotated[int, typer.Option(help="request budget per measurement")] = 2000,
+    work: Annotated[Path, typer.Option(help="working folder (server log)")] = Path("runs/bench-serve"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+) -> None:
+    """The model server's requests/s and p50/p99 latency at batch 1 and 32 (CPU) vs a bare ONNX Runtime call."""
+    from mavias.bench.serve import run_serve_bench
+    from mavias.utils.atomic import write_json
+
+    report = run_serve_bench(model_dir, seconds=seconds, max_requests=max_requests, work=work)
+    table = Table(title=f"mavias serve ({report['client']}, {report['providers'][0]})")
+    for column in ("batch", "server req/s", "server p50 ms", "server p99 ms", "bare req/s", "bare p50 ms", "bare p99 ms"):
+        table.add_column(column, justify="right")
+    for row in report["results"]:
+        server, bare = row["server"], row["bare_onnxruntime"]
+        table.add_row(str(row["batch"]), *(f"{v:.1f}" if "req" in k else f"{v:.2f}" for k, v in [
+            ("req", server["requests_per_s"]), ("p50", server["p50_ms"]), ("p99", server["p99_ms"]),
+            ("req", bare["requests_per_s"]), ("p50", bare["p50_ms"]), ("p99", bare["p99_ms"])]))
+    console.print(table)
+    console.print(f"goal: {report['goal']}: {'met' if report['meets_goal'] else 'NOT met'}")
+    if json_out is not None:
+        write_json(json_out, report)

@@ -23,14 +23,12 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from mavias.pipeline.onnx_session import make_session
 from mavias.train.model import MainModel
 from mavias.utils.atomic import atomic_path
 
 OPSET = 17
 INPUT_NAME, OUTPUT_NAME, BATCH_AXIS = "image", "logits", "batch"
-PREFERRED_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
-# TF32 would round convolution inputs to 10 mantissa bits on Ampere+ GPUs: far beyond a 1e-4 logit tolerance.
-PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"use_tf32": "0"}}
 VERIFY_BATCH = 64
 LATENCY_GOAL = 0.7  # ONNX Runtime median latency / PyTorch eager median latency
 
@@ -147,26 +145,6 @@ def describe_onnx(onnx_path: str | Path) -> dict[str, Any]:
     return {"opset": opset, "inputs": inputs, "outputs": outputs}
 
 
-def available_providers() -> list[str]:
-    """CUDA when onnxruntime-gpu sees a GPU, then CPU."""
-    available = set(ort.get_available_providers())
-    return [p for p in PREFERRED_PROVIDERS if p in available]
-
-
-def make_session(
-    onnx_path: str | Path, *, providers: Sequence[str] | None = None, intra_op_threads: int | None = None
-) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.inter_op_num_threads = 1
-    if intra_op_threads:
-        options.intra_op_num_threads = intra_op_threads
-    names = list(providers or available_providers())
-    with_options = [(name, PROVIDER_OPTIONS.get(name, {})) for name in names]
-    return ort.InferenceSession(str(onnx_path), sess_options=options, providers=with_options)
-
-
 def _as_float_images(images: torch.Tensor) -> torch.Tensor:
     if images.ndim != 4 or images.shape[1] != 3:
         raise ValueError(f"expected images [N, 3, H, W], got {tuple(images.shape)}")
@@ -208,17 +186,23 @@ def verify_onnx(
     return result
 
 
-def _median_ms(call: Callable[[], object], *, runs: int, warmup: int, budget_s: float) -> float:
-    """Median wall time of ``call`` in ms over ``runs`` runs, or fewer (at least 3) once ``budget_s`` has passed."""
+def wall_times_ms(
+    call: Callable[[], object], *, runs: int, warmup: int, budget_s: float, min_runs: int = 3
+) -> list[float]:
+    """Wall times of ``call`` in ms over ``runs`` runs, or fewer (at least ``min_runs``) once ``budget_s`` has passed."""
     for _ in range(warmup):
         call()
     times: list[float] = []
     deadline = time.perf_counter() + budget_s
-    while len(times) < runs and (len(times) < 3 or time.perf_counter() < deadline):
+    while len(times) < runs and (len(times) < min_runs or time.perf_counter() < deadline):
         start = time.perf_counter()
         call()
         times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return times
+
+
+def _median_ms(call: Callable[[], object], *, runs: int, warmup: int, budget_s: float) -> float:
+    return statistics.median(wall_times_ms(call, runs=runs, warmup=warmup, budget_s=budget_s))
 
 
 def torch_latency(

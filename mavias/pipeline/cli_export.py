@@ -1,0 +1,108 @@
+"""``mavias export``: a run's main model (backbone + head) as verified ONNX, with its model card next to it.
+
+The same export and verification as the nightly package step (ONNX Runtime vs PyTorch, max |logit diff| <= 1e-4 and
+identical argmax). A run made with ``mavias train`` has no held-out set on record, so verification uses seeded random
+images: parity is a property of the graph, not of the data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import torch
+import typer
+
+from mavias.errors import UserError
+from mavias.pipeline.export import ExportError, export_onnx, verify_onnx
+from mavias.pipeline.gates import GateConfig, GateReport
+from mavias.pipeline.model_card import build_model_card, lineage_from_files, write_model_card
+from mavias.train.config import TrainConfig
+from mavias.train.model import IMAGENET_MEAN, IMAGENET_STD
+from mavias.train.trainer import CRITERIA, load_main_model
+
+VERIFY_IMAGES, VERIFY_SEED = 64, 0
+CARD_NAME = "model_card.json"
+
+
+def describe_preprocessing(cfg: TrainConfig) -> dict[str, Any]:
+    """What a client does to an image before the model: the model card's ``preprocessing`` object."""
+    return {
+        "resize": cfg.image_size,
+        "center_crop": cfg.image_size,
+        "interpolation": "bilinear",
+        "antialias": True,
+        "color": "RGB",
+        "dtype": "float32",
+        "range": [0, 1],
+        "layout": "NCHW",
+        "normalisation": {"in_model": True, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)},
+    }
+
+
+def run_checkpoint(run: Path, criterion: str | None) -> Path:
+    """``best_<criterion>.pt`` of a run folder; the criterion defaults to the run's own ``selection``."""
+    if not run.is_dir():
+        raise UserError(f"{run} is not a run folder; pass the --out folder of `mavias train`, or --checkpoint PATH")
+    if criterion is None:
+        last = run / "last.pt"
+        if not last.is_file():
+            raise UserError(f"{run} holds no last.pt; pass --criterion {'|'.join(CRITERIA)} or --checkpoint PATH")
+        state = torch.load(last, map_location="cpu", weights_only=True)
+        criterion = TrainConfig.model_validate(state["config"]).selection
+    if criterion not in CRITERIA:
+        raise UserError(f"unknown criterion {criterion!r}; use one of {', '.join(CRITERIA)}")
+    checkpoint = run / f"best_{criterion}.pt"
+    if not checkpoint.is_file():
+        raise UserError(f"{checkpoint} does not exist; train the run to its first validation, "
+                        "or pick another --criterion")
+    return checkpoint
+
+
+def export_checkpoint(checkpoint: Path, out: Path, *, name: str, version: str) -> dict[str, Any]:
+    """Export, verify and write ``model_card.json`` beside ``out``; return the card."""
+    try:
+        model, classes, cfg = load_main_model(checkpoint)
+        onnx_path = export_onnx(model, out, image_size=cfg.image_size)
+        images = torch.randint(0, 256, (VERIFY_IMAGES, 3, cfg.image_size, cfg.image_size), dtype=torch.uint8,
+                               generator=torch.Generator().manual_seed(VERIFY_SEED))
+        verification = verify_onnx(onnx_path, model, images)
+    except (ExportError, KeyError, RuntimeError) as err:
+        raise UserError(f"cannot export {checkpoint}: {err}") from err
+    card = build_model_card(
+        name=name, version=version, classes=classes, onnx_path=onnx_path, verification=verification, evaluation={},
+        gates=GateReport(GateConfig(version=1), []), train_config=cfg,
+        lineage=lineage_from_files([], {"checkpoint": checkpoint}),
+    )
+    card["gates"] = {"passed": None, "note": "exported from a run folder: no gates were run"}
+    card.setdefault("preprocessing", describe_preprocessing(cfg))
+    write_model_card(out.with_name(CARD_NAME), card)
+    return card
+
+
+def export_command(
+    out: Annotated[Path, typer.Option("--out", help="ONNX file to write; model_card.json is written beside it")],
+    run: Annotated[Path | None, typer.Option("--run", help="run folder of `mavias train`")] = None,
+    checkpoint: Annotated[Path | None, typer.Option("--checkpoint",
+                                                    help="a best_*.pt or last.pt instead of --run")] = None,
+    criterion: Annotated[str | None, typer.Option(help="which best checkpoint of --run: val_acc or val_tag_wg; "
+                                                       "default: the run's selection")] = None,
+    name: Annotated[str, typer.Option(help="model name in the card")] = "mavias-model",
+    version: Annotated[str | None, typer.Option(help="version in the card; default: the checkpoint's folder")] = None,
+) -> None:
+    """Export the main model (backbone + head, never the bias projection) as ONNX, verified against PyTorch."""
+    if (run is None) == (checkpoint is None):
+        raise UserError("pass exactly one of --run DIR or --checkpoint PATH")
+    if checkpoint is None:
+        checkpoint = run_checkpoint(run, criterion)
+    elif not checkpoint.is_file():
+        raise UserError(f"{checkpoint} does not exist; pass a best_*.pt or last.pt written by `mavias train`")
+    if out.suffix != ".onnx":
+        raise UserError(f"--out {out}: the file name must end in .onnx")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    card = export_checkpoint(checkpoint, out, name=name, version=version or checkpoint.resolve().parent.name)
+    check = card["verification"]
+    typer.echo(f"wrote {out} ({len(card['classes'])} classes, sha256 {card['onnx']['sha256'][:12]}) and "
+               f"{out.with_name(CARD_NAME)}; ONNX Runtime vs PyTorch on {check['n']} images: "
+               f"max |logit diff| {check['max_abs_diff']:.1e}, argmax equal")
+    typer.echo(f"serve it: mavias serve --model-dir {out.parent}")

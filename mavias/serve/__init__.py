@@ -1,0 +1,1 @@
+"""Serving the promoted model: kserve's model server on ONNX Runtime (no torch), following the model registry."""

@@ -1,0 +1,62 @@
+"""Images and manifests: no container engine or cluster runs here, so the Dockerfiles are linted (hadolint) and the
+manifests validated against the Kubernetes schemas (kubernetes-validate, strict)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from mavias.serve.kubernetes import with_storage_uri
+
+ROOT = Path(__file__).resolve().parents[2]
+ISVC = ROOT / "infra" / "kserve" / "inferenceservice.yaml"
+PREDICTOR_FIELDS = {"minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "containerConcurrency", "timeout",
+                    "canaryTrafficPercent", "logger", "batcher"}  # KServe's own fields beside the pod spec
+
+
+def validate(document: dict) -> None:
+    kubernetes_validate.validate(document, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_dockerfiles_pass_hadolint():
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    dockerfiles = [ROOT / "docker" / "Dockerfile", ROOT / "docker" / "Dockerfile.serve"]
+    result = subprocess.run([hadolint, "--config", str(ROOT / "docker" / "hadolint.yaml"), *map(str, dockerfiles)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_inference_service_predictor_is_a_valid_pod_spec():
+    service = yaml.safe_load(ISVC.read_text())
+    assert (service["apiVersion"], service["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
+    predictor = dict(service["spec"]["predictor"])
+    pod_spec = {k: v for k, v in predictor.items() if k not in PREDICTOR_FIELDS}
+    validate({"apiVersion": "v1", "kind": "Pod", "metadata": service["metadata"], "spec": pod_spec})
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
+        validate({"apiVersion": "v1", "kind": "Pod", "metadata": service["metadata"],
+                  "spec": pod_spec | {"serviceAcountName": "x"}})
+
+
+def test_helm_values_pod_template_and_pool_job_validate():
+    values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
+    validate(yaml.safe_load(values["podTemplate"]))
+    assert {s["envName"] for s in values["secret"]} == {"AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_CONN_SMTP_DEFAULT"}
+    validate(yaml.safe_load((ROOT / "infra" / "helm" / "gpu-pool-job.yaml").read_text()))
+
+
+def test_promotion_points_the_inference_service_at_a_version():
+    service = yaml.safe_load(ISVC.read_text())
+    updated = with_storage_uri(service, "s3://mavias/models/mavias-scenes/2025-01-03-deadbeef/")
+    (container,) = updated["spec"]["predictor"]["containers"]
+    assert [e for e in container["env"] if e["name"] == "STORAGE_URI"] == [
+        {"name": "STORAGE_URI", "value": "s3://mavias/models/mavias-scenes/2025-01-03-deadbeef/"}]
+    assert container["image"] == service["spec"]["predictor"]["containers"][0]["image"]
+    assert service["spec"]["predictor"]["containers"][0]["env"][0]["value"].endswith("0123abcd/")  # not mutated
+    with pytest.raises(ValueError, match="version folder"):
+        with_storage_uri(service, "s3://mavias/models/mavias-scenes/model.onnx")
