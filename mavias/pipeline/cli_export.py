@@ -18,26 +18,10 @@ from mavias.pipeline.export import ExportError, export_onnx, verify_onnx
 from mavias.pipeline.gates import GateConfig, GateReport
 from mavias.pipeline.model_card import build_model_card, lineage_from_files, write_model_card
 from mavias.train.config import TrainConfig
-from mavias.train.model import IMAGENET_MEAN, IMAGENET_STD
 from mavias.train.trainer import CRITERIA, load_main_model
 
 VERIFY_IMAGES, VERIFY_SEED = 64, 0
 CARD_NAME = "model_card.json"
-
-
-def describe_preprocessing(cfg: TrainConfig) -> dict[str, Any]:
-    """What a client does to an image before the model: the model card's ``preprocessing`` object."""
-    return {
-        "resize": cfg.image_size,
-        "center_crop": cfg.image_size,
-        "interpolation": "bilinear",
-        "antialias": True,
-        "color": "RGB",
-        "dtype": "float32",
-        "range": [0, 1],
-        "layout": "NCHW",
-        "normalisation": {"in_model": True, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)},
-    }
 
 
 def run_checkpoint(run: Path, criterion: str | None) -> Path:
@@ -75,7 +59,6 @@ def export_checkpoint(checkpoint: Path, out: Path, *, name: str, version: str) -
         lineage=lineage_from_files([], {"checkpoint": checkpoint}),
     )
     card["gates"] = {"passed": None, "note": "exported from a run folder: no gates were run"}
-    card.setdefault("preprocessing", describe_preprocessing(cfg))
     write_model_card(out.with_name(CARD_NAME), card)
     return card
 

@@ -2,16 +2,14 @@
 
 Transforms run on PIL images and end in a uint8 CHW tensor (the model divides by 255 and normalises inside), so the
 evaluation pipeline is exactly PIL's bilinear resize (shorter side, antialiased) + a center crop: a client without
-torch reproduces it bit for bit with :func:`preprocess_described` (PIL + numpy only).
+torch reproduces it bit for bit with :func:`mavias.serve.preprocess.preprocess` (PIL + numpy only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from PIL import Image
 from torchvision.transforms import InterpolationMode, v2
@@ -59,7 +57,7 @@ def split_transforms(cfg: TrainConfig) -> SplitTransforms:
 
 
 def describe_eval_preprocessing(cfg: TrainConfig) -> dict[str, Any]:
-    """The evaluation preprocessing as the model card publishes it (see :func:`preprocess_described`)."""
+    """The evaluation preprocessing as the model card publishes it (see :mod:`mavias.serve.preprocess`)."""
     return {
         "resize": eval_resize(cfg),
         "center_crop": cfg.image_size,
@@ -71,26 +69,6 @@ def describe_eval_preprocessing(cfg: TrainConfig) -> dict[str, Any]:
         "layout": "NCHW",
         "normalisation": {"in_model": True, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)},
     }
-
-
-def preprocess_described(image: Image.Image, description: Mapping[str, Any]) -> np.ndarray:
-    """Reference client implementation (PIL + numpy): one image -> float32 [3, crop, crop] in [0, 1].
-
-    Shorter side to ``resize`` (longer side ``int(resize * long / short)``, as torchvision), PIL bilinear; the crop
-    starts at ``round((size - crop) / 2)``. Normalisation is left to the model (``normalisation.in_model``).
-    """
-    image = image.convert(description["color"])
-    w, h = image.size
-    short, long = (w, h) if w <= h else (h, w)
-    size = description["resize"]
-    new_short, new_long = size, int(size * long / short)
-    new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
-    if (new_w, new_h) != (w, h):
-        image = image.resize((new_w, new_h), Image.BILINEAR)
-    crop = description["center_crop"]
-    top, left = int(round((new_h - crop) / 2.0)), int(round((new_w - crop) / 2.0))
-    image = image.crop((left, top, left + crop, top + crop))
-    return (np.asarray(image, dtype=np.float32) / 255.0).transpose(2, 0, 1)
 
 
 def load_transformed(path, transform: Transform) -> torch.Tensor:

@@ -10,7 +10,8 @@ from PIL import Image
 from mavias.datasets.generate import write_imagefolder
 from mavias.train.config import TrainConfig, load_config
 from mavias.train.data import image_split
-from mavias.train.transforms import describe_eval_preprocessing, eval_transform, preprocess_described, train_transform
+from mavias.serve.preprocess import Preprocessing, preprocess
+from mavias.train.transforms import describe_eval_preprocessing, eval_transform, train_transform
 from mavias.datasets import SplitOptions, import_imagefolder
 
 
@@ -36,7 +37,7 @@ def test_pil_numpy_client_matches_the_eval_transform_exactly(size, resize):
     image = Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
     expected = eval_transform(cfg)(image)
     assert expected.dtype == torch.uint8 and expected.shape == (3, 32, 32)
-    got = preprocess_described(image, describe_eval_preprocessing(cfg))
+    got = preprocess(image, Preprocessing.model_validate(describe_eval_preprocessing(cfg)))
     assert got.dtype == np.float32 and got.shape == (3, 32, 32)
     np.testing.assert_array_equal(np.rint(got * 255).astype(np.uint8), expected.numpy())
 

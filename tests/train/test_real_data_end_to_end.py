@@ -20,7 +20,8 @@ from mavias.train.config import load_config
 from mavias.train.inference import predict_logits
 from mavias.train.prepare import prepare_image_data
 from mavias.train.trainer import load_main_model
-from mavias.train.transforms import describe_eval_preprocessing, preprocess_described
+from mavias.serve.preprocess import Preprocessing, preprocess
+from mavias.train.transforms import describe_eval_preprocessing
 
 SETTINGS = {"method": "mavias", "encoder": "openclip:ViT-S-32/none", "backbone.name": "small_cnn", "backbone.width": 8,
             "image_size": 32, "preprocessing.augment": "true", "preprocessing.resize": 36, "epochs": 2,
@@ -56,7 +57,7 @@ def test_imagefolder_import_train_export_parity(tmp_path):
     onnx_path = export_onnx(model, tmp_path / "model.onnx", image_size=cfg.image_size)
     description = describe_eval_preprocessing(cfg)
     test = manifest[manifest["split"] == "test"].reset_index(drop=True)
-    client = np.stack([preprocess_described(Image.open(uri), description) for uri in test["uri"]])
+    client = np.stack([preprocess(Image.open(uri), Preprocessing.model_validate(description)) for uri in test["uri"]])
     assert verify_onnx(onnx_path, model, torch.from_numpy(client)).passed
     (served,) = make_session(onnx_path).run([OUTPUT_NAME], {INPUT_NAME: client})
     prepared = prepare_image_data(manifest_path, relevance=pd.DataFrame(columns=["class", "tag", "relevant", "source"]),
