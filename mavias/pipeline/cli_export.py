@@ -68,7 +68,7 @@ def export_command(
     run: Annotated[Path | None, typer.Option("--run", help="run folder of `mavias train`")] = None,
     checkpoint: Annotated[Path | None, typer.Option("--checkpoint",
                                                     help="a best_*.pt or last.pt instead of --run")] = None,
-    criterion: Annotated[str | None, typer.Option(help="which best checkpoint of --run: val_acc or val_tag_wg; "
+    criterion: Annotated[str | None, typer.Option(help="which best checkpoint of --run: val_acc, val_tag_wg or val_robust; "
                                                        "default: the run's selection")] = None,
     name: Annotated[str, typer.Option(help="model name in the card")] = "mavias-model",
     version: Annotated[str | None, typer.Option(help="version in the card; default: the checkpoint's folder")] = None,

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from mavias.cli import app
 from mavias.pipeline.onnx_session import make_session
+from mavias.train.config import TrainConfig
 from mavias.train.trainer import load_main_model
 from tests.serve.conftest import CLASSES, SIZE, write_checkpoint
 
@@ -19,8 +20,10 @@ runner = CliRunner()
 
 def test_export_a_run_writes_verified_onnx_and_the_card(tmp_path):
     run = tmp_path / "run"
-    write_checkpoint(run / "best_val_tag_wg.pt", seed=1)
-    torch.save({"config": torch.load(run / "best_val_tag_wg.pt", weights_only=True)["config"]}, run / "last.pt")
+    selected = run / f"best_{TrainConfig().selection}.pt"  # the run's own selection criterion
+    write_checkpoint(selected, seed=1)
+    write_checkpoint(run / "best_val_acc.pt", seed=2)
+    torch.save({"config": torch.load(selected, weights_only=True)["config"]}, run / "last.pt")
     out = tmp_path / "served" / "model.onnx"
     result = runner.invoke(app, ["export", "--run", str(run), "--out", str(out), "--name", "scenes"])
     assert result.exit_code == 0, result.output
@@ -28,7 +31,7 @@ def test_export_a_run_writes_verified_onnx_and_the_card(tmp_path):
     assert card["classes"] == CLASSES and card["version"] == "run"
     assert card["verification"]["passed"] and card["verification"]["max_abs_diff"] <= 1e-4
     assert card["preprocessing"]["center_crop"] == SIZE and card["preprocessing"]["normalisation"]["in_model"]
-    model, _, _ = load_main_model(run / "best_val_tag_wg.pt")  # the run's selection (val_tag_wg) was exported
+    model, _, _ = load_main_model(selected)  # the run's selection was exported, not another criterion's checkpoint
     x = torch.rand(3, 3, SIZE, SIZE)
     with torch.no_grad():
         expected = model(x).numpy()
