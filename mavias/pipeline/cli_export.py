@@ -17,30 +17,10 @@ from mavias.errors import UserError
 from mavias.pipeline.export import ExportError, export_onnx, verify_onnx
 from mavias.pipeline.gates import GateConfig, GateReport
 from mavias.pipeline.model_card import build_model_card, lineage_from_files, write_model_card
-from mavias.train.config import TrainConfig
-from mavias.train.trainer import CRITERIA, load_main_model
+from mavias.train.trainer import load_main_model, run_checkpoint
 
 VERIFY_IMAGES, VERIFY_SEED = 64, 0
 CARD_NAME = "model_card.json"
-
-
-def run_checkpoint(run: Path, criterion: str | None) -> Path:
-    """``best_<criterion>.pt`` of a run folder; the criterion defaults to the run's own ``selection``."""
-    if not run.is_dir():
-        raise UserError(f"{run} is not a run folder; pass the --out folder of `mavias train`, or --checkpoint PATH")
-    if criterion is None:
-        last = run / "last.pt"
-        if not last.is_file():
-            raise UserError(f"{run} holds no last.pt; pass --criterion {'|'.join(CRITERIA)} or --checkpoint PATH")
-        state = torch.load(last, map_location="cpu", weights_only=True)
-        criterion = TrainConfig.model_validate(state["config"]).selection
-    if criterion not in CRITERIA:
-        raise UserError(f"unknown criterion {criterion!r}; use one of {', '.join(CRITERIA)}")
-    checkpoint = run / f"best_{criterion}.pt"
-    if not checkpoint.is_file():
-        raise UserError(f"{checkpoint} does not exist; train the run to its first validation, "
-                        "or pick another --criterion")
-    return checkpoint
 
 
 def export_checkpoint(checkpoint: Path, out: Path, *, name: str, version: str) -> dict[str, Any]:

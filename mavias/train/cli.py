@@ -96,19 +96,17 @@ def evaluate(
 ) -> None:
     """Evaluate a run: overall, open-set (with --reference), closed-set, UrbanCars-style, and the CelebA / ImageNet-9
     metrics when the manifest's dataset.json declares that protocol."""
+    from mavias.train.trainer import run_checkpoint
     from mavias.workflow import evaluate_checkpoint, load_reference, write_run_evaluation
 
     dataset = read_dataset_info(manifest)
     split = split or ("test" if dataset is None or not dataset.eval_splits else dataset.eval_splits[0])
+    checkpoint = run_checkpoint(run, criterion)
     cfg = load_config(run / "config.yaml")
-    criterion = criterion or cfg.selection
-    out = out or run / f"eval-{split}-{criterion}"
+    out = out or run / f"eval-{split}-{checkpoint.stem.removeprefix('best_')}"
     group_attrs = group_attrs or ",".join(dataset.group_attrs if dataset else [])
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data)
-    checkpoint = run / f"best_{criterion}.pt"
-    if not checkpoint.exists():
-        raise typer.BadParameter(f"{checkpoint} does not exist (train with a reference to get best_val_tag_wg.pt)")
     result = evaluate_checkpoint(data, checkpoint, ref, split=split,
                                  closed_set_attrs=[a for a in group_attrs.split(",") if a], dataset=dataset)
     write_run_evaluation(out, result)

@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
 
 from torch.utils.tensorboard import SummaryWriter
 
-from mavias.train.config import OptimConfig, TrainConfig, save_config
+from mavias.errors import UserError
+from mavias.train.config import OptimConfig, TrainConfig, load_config, save_config
 from mavias.train.data import SplitData
 from mavias.train.inference import predict_logits, to_model_input
 from mavias.train.methods import Method, build_method
@@ -27,6 +28,23 @@ from mavias.utils.atomic import atomic_path, write_json
 from mavias.utils.progress import progress_bar
 
 CRITERIA = ("val_acc", "val_tag_wg", "val_robust")
+
+
+def run_checkpoint(run: Path, criterion: str | None) -> Path:
+    """``best_<criterion>.pt`` of a run folder; the criterion defaults to the run's own ``selection``."""
+    if not run.is_dir():
+        raise UserError(f"{run} is not a run folder; pass the --out folder of `mavias train`, or --checkpoint PATH")
+    if criterion is None:
+        if not (run / "config.yaml").is_file():
+            raise UserError(f"{run} holds no config.yaml; pass --criterion {'|'.join(CRITERIA)} or --checkpoint PATH")
+        criterion = load_config(run / "config.yaml").selection
+    if criterion not in CRITERIA:
+        raise UserError(f"unknown criterion {criterion!r}; use one of {', '.join(CRITERIA)}")
+    checkpoint = run / f"best_{criterion}.pt"
+    if not checkpoint.is_file():
+        raise UserError(f"{checkpoint} does not exist; train the run to its first validation, "
+                        "or pick another --criterion")
+    return checkpoint
 FALLBACK_CRITERION = "val_acc"
 
 

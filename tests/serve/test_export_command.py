@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from mavias.cli import app
 from mavias.pipeline.onnx_session import make_session
-from mavias.train.config import TrainConfig
+from mavias.train.config import TrainConfig, save_config
 from mavias.train.trainer import load_main_model
 from tests.serve.conftest import CLASSES, SIZE, write_checkpoint
 
@@ -23,7 +23,7 @@ def test_export_a_run_writes_verified_onnx_and_the_card(tmp_path):
     selected = run / f"best_{TrainConfig().selection}.pt"  # the run's own selection criterion
     write_checkpoint(selected, seed=1)
     write_checkpoint(run / "best_val_acc.pt", seed=2)
-    torch.save({"config": torch.load(selected, weights_only=True)["config"]}, run / "last.pt")
+    save_config(TrainConfig.model_validate(torch.load(selected, weights_only=True)["config"]), run / "config.yaml")
     out = tmp_path / "served" / "model.onnx"
     result = runner.invoke(app, ["export", "--run", str(run), "--out", str(out), "--name", "scenes"])
     assert result.exit_code == 0, result.output
