@@ -1,0 +1,28 @@
+"""The hand-labelled real-world truth tables load through the CLI's benchmark names and are well-formed."""
+
+import pandas as pd
+import pytest
+
+from mavias.judging.cli import BENCHMARKS, TRUTH_DIR, load_truth
+
+REALWORLD = [name for name in BENCHMARKS if name.startswith("realworld-")]
+
+
+@pytest.mark.parametrize("name", REALWORLD)
+def test_truth_table_is_well_formed(name):
+    raw = pd.read_csv(TRUTH_DIR / f"{name}.csv", dtype=str, keep_default_na=False)
+    assert not raw.duplicated(["class", "tag"]).any()
+    assert (raw["tag"] == raw["tag"].str.strip().str.lower()).all() and (raw["tag"] != "").all()
+
+    truth, dataset = load_truth(None, name)
+    assert dataset == name and len(truth) == len(raw)
+    assert set(truth["source"]) == {"ground_truth"}
+    labels_per_class = truth.groupby("class")["relevant"].agg(set)
+    assert all(labels == {True, False} for labels in labels_per_class)
+
+
+def test_unseen_classes_are_new():
+    unseen = set(load_truth(None, "realworld-unseen")[0]["class"])
+    others = {c for name in REALWORLD if name != "realworld-unseen" for c in load_truth(None, name)[0]["class"]}
+    assert len(unseen) in (10, 11)
+    assert not unseen & others
