@@ -38,7 +38,7 @@ from mavias.encode.sentence import DEFAULT_MODEL
 from mavias.judging.base import JudgeStats
 from mavias.judging.wordnet import load_wordnet
 
-JUDGE_VERSION = "offline-v2"
+JUDGE_VERSION = "offline-v3"
 # Concrete categories: only senses in these lexicographer files can be kinds or parts of a visual class.
 PHYSICAL_LEXNAMES = frozenset(
     {"noun.Tops", "noun.animal", "noun.artifact", "noun.body", "noun.food", "noun.object", "noun.person",
@@ -184,7 +184,8 @@ class OfflineJudge:
             for a, level in all_ancestors.items()
             if level <= MAX_ANCESTOR_LEVELS and a.min_depth() >= MIN_ANCESTOR_DEPTH
         }
-        forms = {form for m in modifiers if self._is_descriptive_adjective(m) for form in self._adjective_forms(m)}
+        heads = frozenset(_names(synset))
+        forms = {form for m in modifiers if self._is_descriptive_adjective(m) for form in self._adjective_forms(m, heads)}
         names = {name, *_names(synset), *forms, *(f"{form} {head}" for form in forms for head in _names(synset))}
         concept = ClassConcept(
             name=name,
@@ -193,7 +194,8 @@ class OfflineJudge:
             kinds=frozenset({synset} if people or forms else {synset, *hyponyms}),
             excluded=frozenset(hyponyms if people or forms else ()),
             ancestors=ancestors,
-            defining_words=frozenset(self._defining_words(synset.definition())),
+            defining_words=frozenset(self._defining_words(synset.definition())
+                                     | self._having_modifiers(synset.definition(), [synset, *all_ancestors])),
             functions=frozenset(self._functions([synset, *ancestors])),
             part_wholes=frozenset(a for a in all_ancestors if a.min_depth() >= MIN_PART_WHOLE_DEPTH),
             forms=frozenset(forms),
@@ -206,10 +208,15 @@ class OfflineJudge:
             verbs=frozenset(self._verbs([synset, *named], {*concept.names, *ancestor_names})),
         )
 
-    def _adjective_forms(self, word: str) -> set[str]:
-        """The spellings of an adjective's main sense ("blond": "blonde"), one-word forms only."""
-        lemmas = self._wn.synsets(word, ADJ)[0].lemma_names()
-        return {word} | {lemma.lower() for lemma in lemmas if "_" not in lemma and "-" not in lemma}
+    def _adjective_forms(self, word: str, heads: frozenset[str]) -> set[str]:
+        """The spellings of an adjective's main sense ("blond": "blonde"), of its other senses and of the adjectives
+        similar to it that are about the class's noun ("flaxen: of hair color"; "grey": "hoary"), one-word forms only."""
+        senses = self._wn.synsets(word, ADJ)
+        about_head = [s for s in senses if _mentions(s.definition().lower(), heads)]
+        similar = [s for sense in {senses[0], *about_head} if sense.pos() == ADJ for s in sense.similar_tos()
+                   if _mentions(s.definition().lower(), heads)]
+        lemmas = {lemma for sense in {senses[0], *about_head, *similar} for lemma in sense.lemma_names()}
+        return {word} | {lemma.lower() for lemma in lemmas if "_" not in lemma}
 
     def _verbs(self, synsets: list[Synset], names: set[str]) -> set[str]:
         """Verbs of what the class does or is used for.
@@ -271,6 +278,21 @@ class OfflineJudge:
                 if word not in FUNCTION_WORDS:
                     words |= self._lemmas(word)
         return words
+
+    def _having_modifiers(self, gloss: str, heads: list[Synset]) -> set[str]:
+        """Things the class has, named by "-ed" modifiers before the gloss's head noun: "striped ... equines" -> stripe,
+        "bowed stringed instrument" -> bow, string; "a wheeled vehicle" -> wheel. Colours and sizes are never "-ed"."""
+        head_words = {name.split()[-1] for synset in heads for name in _names(synset)}
+        words = WORD.findall(gloss.lower().split(";")[0])
+        end = next((i for i, w in enumerate(words) if w in head_words or self._wn.morphy(w, NOUN) in head_words), 0)
+        found = set()
+        for word in words[:end]:
+            last = word.split("-")[-1]  # "heavy-bodied" -> "bodied"
+            stem = self._wn.morphy(last, VERB) if last.endswith("ed") else None
+            nouns = self._wn.synsets(stem, NOUN) if stem else []
+            if nouns and nouns[0].lexname() in PHYSICAL_LEXNAMES:
+                found |= {stem, last}
+        return found
 
     def _functions(self, wholes: list[Synset]) -> set[str]:
         """What the class and its parts are for ("wing: a movable organ for flying" -> "flying", "fly")."""

@@ -55,6 +55,20 @@ def test_an_adjective_class_keeps_its_spellings_and_shades(offline_judge):
     assert relevant(offline_judge, "blond hair", tags) == tags
 
 
+def test_adjectives_about_the_head_noun_are_spellings_of_the_class(offline_judge):
+    # "flaxen: of hair color" is similar to "blond"; "grey" has a sense "having grey or white hair" ("hoary")
+    assert relevant(offline_judge, "blond hair", {"flaxen hair", "fair hair", "black hair", "long hair"}) == {
+        "flaxen hair", "fair hair"
+    }  # fmt: skip
+    assert relevant(offline_judge, "gray hair", {"grey-haired", "hoary", "blond", "bald"}) == {"grey-haired", "hoary"}
+
+
+def test_things_named_by_participles_before_the_gloss_head(offline_judge):
+    # "any of several fleet black-and-white striped African equines"; "bowed stringed instrument"
+    assert relevant(offline_judge, "zebra", {"stripe", "striped", "black", "white", "africa"}) == {"stripe", "striped"}
+    assert relevant(offline_judge, "violin", {"bow", "string", "stage"}) == {"bow", "string"}
+
+
 def test_other_kinds_of_the_head_and_bias_proxies_are_not_the_class(offline_judge):
     # styles and other colours of hair stand for gender or age in CelebA-like data: never relevant
     proxies = {"long hair", "ponytail", "braid", "bun", "pigtail", "beard", "black hair", "gray hair", "woman", "girl"}
