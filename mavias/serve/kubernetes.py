@@ -151,7 +151,7 @@ def _explain(error: Any, target: InferenceServiceRef, retry_s: float) -> Inferen
         return InferenceServiceError(f"{where}: the Kubernetes API refused the credentials ({detail}); "
                                      "renew the kubeconfig's token or certificate")
     retried = f" (still after retrying for {retry_s:.0f} s)" if is_transient_kubernetes(error) else ""
-    return InferenceServiceError(f"{where}: the Kubernetes API answered {error.status} {detail}{retried}")
+    return InferenceServiceError(f"{where}: the Kubernetes API answered {error.status} ({detail}){retried}")
 
 
 def point_inference_service(target: InferenceServiceRef, storage_uri: str, *, retry_s: float = 60.0,
