@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from mavias.cli import app
 from mavias.pipeline import nightly
-from mavias.pipeline.nightly_config import NightlyConfig
+from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.pipeline.registry import ModelRegistry
 from mavias.pipeline.report import render_email
 from mavias.pipeline.storage import S3Settings
@@ -245,3 +245,15 @@ def test_cli_user_errors_are_one_line(kube_api, registry, cli, monkeypatch, tmp_
     assert message in result.output and "Traceback" not in result.output
     kube_api.control("clear-faults", {})
     assert kube_api.serves().endswith("/2025-01-02-0123abcd/")  # nothing changed
+
+
+def test_the_example_config_points_the_example_inference_service(tmp_path):
+    cfg = load_nightly_config(ROOT / "infra" / "nightly.example.yaml", environ={})
+    manifest = yaml.safe_load((ROOT / "infra" / "kserve" / "inferenceservice.yaml").read_text())
+    assert cfg.serving.inference_service == InferenceServiceRef(
+        namespace=manifest["metadata"]["namespace"], name=manifest["metadata"]["name"],
+        container=manifest["spec"]["predictor"]["containers"][0]["name"])
+    assert load_nightly_config(environ={}).serving.inference_service is None  # off by default
+    override = {"MAVIAS_NIGHTLY__SERVING__INFERENCE_SERVICE": "{namespace: ml, name: Scenes}"}
+    with pytest.raises(NightlyConfigError, match="serving.inference_service.name"):
+        load_nightly_config(ROOT / "infra" / "nightly.example.yaml", environ=override)
