@@ -97,16 +97,20 @@ def custom_objects_api(kubeconfig: str | Path | None = None) -> Any:
     from kubernetes import client, config
 
     path = str(kubeconfig or os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser())
-    try:
-        if any(Path(p).expanduser().is_file() for p in path.split(os.pathsep) if p):
+    if any(Path(p).expanduser().is_file() for p in path.split(os.pathsep) if p):
+        try:
             return client.CustomObjectsApi(config.new_client_from_config(config_file=path, persist_config=False))
-        configuration = client.Configuration()
+        except config.ConfigException as err:
+            raise InferenceServiceError(f"the kubeconfig {path} cannot be used ({err}); fix it or set KUBECONFIG "
+                                        "(or --kubeconfig) to another") from None
+    configuration = client.Configuration()
+    try:
         config.load_incluster_config(client_configuration=configuration)
-        return client.CustomObjectsApi(client.ApiClient(configuration))
     except config.ConfigException as err:
         raise InferenceServiceError(
             f"no Kubernetes configuration: no kubeconfig at {path} and not in a pod with a service account ({err}); "
             "set KUBECONFIG (or --kubeconfig) to a kubeconfig file") from None
+    return client.CustomObjectsApi(client.ApiClient(configuration))
 
 
 def is_transient_kubernetes(error: BaseException) -> bool:
@@ -115,7 +119,7 @@ def is_transient_kubernetes(error: BaseException) -> bool:
     from urllib3.exceptions import HTTPError
 
     if isinstance(error, ApiException):
-        return error.status in (409, 429) or (error.status or 0) >= 500 or error.status == 0
+        return error.status in (409, 429) or (error.status or 0) >= 500
     return isinstance(error, HTTPError) or is_transient(error)
 
 

@@ -233,6 +233,7 @@ def test_cli_rollback_keeps_the_rollback_when_pointing_fails(kube_api, registry,
     (["-i", "mavias-scenes"], None, "expected NAMESPACE/NAME"),
     ([], None, "pass --inference-service NAMESPACE/NAME"),
     (["-i", "mavias/mavias-scenes"], "no kubeconfig", "no Kubernetes configuration"),
+    (["-i", "mavias/mavias-scenes"], "empty kubeconfig", "cannot be used"),
 ])
 def test_cli_user_errors_are_one_line(kube_api, registry, cli, monkeypatch, tmp_path, args, setup, message):
     assert cli("promote", "v1").exit_code == 0
@@ -240,6 +241,9 @@ def test_cli_user_errors_are_one_line(kube_api, registry, cli, monkeypatch, tmp_
         kube_api.fail_next(403, count=1000)
     if setup == "no kubeconfig":
         monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    if setup == "empty kubeconfig":
+        (tmp_path / "empty").write_text("apiVersion: v1\nkind: Config\n")
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "empty"))
     result = cli("point", *args, "--retry-seconds", "0")
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
