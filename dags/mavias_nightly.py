@@ -14,7 +14,8 @@ Nightly open-set bias audit and MAVias retraining. Every task calls `mavias.pipe
 7. **package** (ONNX + verification + model card), 8. **publish** and **promote** when every gate passed,
 9. **report** by email and next to the models, whatever happened (a new attempt per rerun, never overwritten),
 10. **notify** sends the queued emails (kept for the next try or night when SMTP fails); **finish** fails the run
-if a task failed, saying when only the notification did.
+if a task failed, saying when only the notification did, or when the promoted version could not be pointed at by
+the configured KServe InferenceService (the promotion stands; the report gives the command to retry).
 
 Every task has an `execution_timeout` and the run a `dagrun_timeout` (see the `airflow` section of the config).
 
@@ -223,13 +224,17 @@ def mavias_nightly() -> None:
     def finish() -> None:
         """Fail the run when any task failed; the report has been sent (or queued) by then."""
         context = get_current_context()
-        failed = sorted(t for t, s in _task_states(context).items() if s in ("failed", "upstream_failed"))
+        states = _task_states(context)
+        failed = sorted(t for t, s in states.items() if s in ("failed", "upstream_failed"))
         if failed == ["notify"]:
             status = (context["ti"].xcom_pull(task_ids="report") or {}).get("status", "")
             raise AirflowFailException(f"the night's work is done ({status}) but its notification failed: the email "
                                        "is queued in the workspace outbox and is sent by the next night")
         if failed:
             raise AirflowFailException(f"task(s) failed: {', '.join(failed)}")
+        promoted = context["ti"].xcom_pull(task_ids="promote") if states.get("promote") == "success" else None
+        if serving := steps().serving_problem(promoted):  # the promotion stands; someone must point serving at it
+            raise AirflowFailException(serving)
 
     sensed = sense()
     preflight() >> sensed

@@ -1,7 +1,9 @@
-"""``mavias registry``: list versions, show production and history, promote, roll back, repair the pointer.
+"""``mavias registry``: list versions, show production and history, promote, roll back, repair the pointer, and
+point a KServe InferenceService at a version.
 
 S3 settings come from ``--config`` (YAML) and ``MAVIAS_S3_*`` environment variables; credentials from those or
-the standard AWS chain.
+the standard AWS chain. Kubernetes access from ``--kubeconfig``, ``$KUBECONFIG``, ~/.kube/config or the pod's
+service account.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from typing import Annotated
 
 import typer
 
-from mavias.pipeline.registry import ModelRegistry, PointerRecord, PromotionConflict, RegistryError
+from mavias.errors import UserError
+from mavias.pipeline.registry import ModelRegistry, PointerRecord, PromotionConflict, RegistryError, VersionNotFound
 from mavias.pipeline.storage import load_settings, make_s3_client
+from mavias.serve.kubernetes import CONTAINER, InferenceServiceError, InferenceServiceRef, point_inference_service
 
 app = typer.Typer(help="Model registry: immutable versions, atomic production pointer, history, rollback.")
 
@@ -25,6 +29,13 @@ ConfigOption = Annotated[
     typer.Option("--config", "-c", envvar="MAVIAS_CONFIG", exists=True, dir_okay=False, help="YAML with S3 settings."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the history as JSON.")]
+InferenceServiceOption = Annotated[str | None, typer.Option(
+    "--inference-service", "-i", envvar="MAVIAS_INFERENCE_SERVICE", metavar="NAMESPACE/NAME",
+    help="KServe InferenceService to point at the version (its predictor container's STORAGE_URI).")]
+ContainerOption = Annotated[str, typer.Option("--container", help="The InferenceService's predictor container.")]
+KubeconfigOption = Annotated[Path | None, typer.Option(
+    "--kubeconfig", envvar="KUBECONFIG", help="Default: ~/.kube/config, else the pod's service account.")]
+RetryOption = Annotated[float, typer.Option("--retry-seconds", min=0, help="How long to retry an unreachable API.")]
 
 
 def _registry(name: str, config: Path | None) -> ModelRegistry:
@@ -91,11 +102,59 @@ def promote(version: str, name: NameOption, config: ConfigOption = None) -> None
 
 
 @app.command()
-def rollback(name: NameOption, config: ConfigOption = None) -> None:
-    """Restore the version that was production before the current one."""
+def rollback(
+    name: NameOption,
+    config: ConfigOption = None,
+    inference_service: InferenceServiceOption = None,
+    container: ContainerOption = CONTAINER,
+    kubeconfig: KubeconfigOption = None,
+    retry_seconds: RetryOption = 30.0,
+) -> None:
+    """Restore the version that was production before the current one (and point --inference-service at it)."""
+    target = InferenceServiceRef.parse(inference_service, container) if inference_service else None
     with _exit_on_registry_error():
-        record = _registry(name, config).rollback()
+        registry = _registry(name, config)
+        record = registry.rollback()
     typer.echo(f"production: {record.version} (rolled back from {record.previous_version})")
+    if target is not None:
+        try:
+            _point(target, registry.version_uri(record.version), kubeconfig, retry_seconds)
+        except InferenceServiceError as err:
+            raise UserError(f"{err}. The registry is rolled back; to retry the serving side: "
+                            f"{target.point_command(name, record.version)}") from None
+
+
+@app.command()
+def point(
+    name: NameOption,
+    config: ConfigOption = None,
+    inference_service: InferenceServiceOption = None,
+    version: Annotated[str | None, typer.Option("--version", help="A published version (default: production).")] = None,
+    container: ContainerOption = CONTAINER,
+    kubeconfig: KubeconfigOption = None,
+    retry_seconds: RetryOption = 30.0,
+) -> None:
+    """Point a KServe InferenceService at a version's folder, so KServe rolls out a revision serving it."""
+    if inference_service is None:
+        raise UserError("which InferenceService? pass --inference-service NAMESPACE/NAME (or set "
+                        "MAVIAS_INFERENCE_SERVICE)")
+    target = InferenceServiceRef.parse(inference_service, container)
+    with _exit_on_registry_error():
+        registry = _registry(name, config)
+        if version is None:
+            production = registry.production()
+            if production is None:
+                raise UserError(f"model {name} has no production version yet; pass --version or promote one first")
+            version = production.version
+        elif version not in registry.versions():
+            raise VersionNotFound(f"{registry.version_uri(version)} is not a published version "
+                                  f"(see `mavias registry list --name {name}`)")
+    _point(target, registry.version_uri(version), kubeconfig, retry_seconds)
+
+
+def _point(target: InferenceServiceRef, uri: str, kubeconfig: Path | None, retry_s: float) -> None:
+    point_inference_service(target, uri, retry_s=retry_s, kubeconfig=kubeconfig)
+    typer.echo(f"InferenceService {target} now serves {uri}")
 
 
 @app.command()

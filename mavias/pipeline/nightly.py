@@ -87,6 +87,7 @@ from mavias.pipeline.storage import (
 )
 from mavias.pipeline.validation import CheckResult, ValidationResult, quarantine_partition, validate_manifest_file
 from mavias.relevance import RELEVANCE_COLUMNS
+from mavias.serve.kubernetes import point_inference_service
 from mavias.tagging import Tagger, TagsStore, tag_partition
 from mavias.tagging.run import TAGS_NAME, missing_shards
 from mavias.train.config import TrainConfig
@@ -642,7 +643,8 @@ def publish(cfg: NightlyConfig, packaged: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def promote(cfg: NightlyConfig, published: Mapping[str, Any], evaluated: Mapping[str, Any]) -> dict[str, Any]:
-    """Point production at the version, atomically, unless production changed since it was evaluated."""
+    """Point production at the version, atomically, unless production changed since it was evaluated; then point
+    the configured InferenceService at it (also on a rerun that finds it in production already)."""
     reg = registry(cfg)
     version = published["version"]
     try:
@@ -651,13 +653,37 @@ def promote(cfg: NightlyConfig, published: Mapping[str, Any], evaluated: Mapping
         return {"version": version, "promoted": False, "reason": f"not promoted: {err}", "uri": published["uri"]}
     if current is not None and current.version == version:
         return {"version": version, "promoted": False, "reason": f"{version} was already in production (rerun)",
-                "uri": published["uri"]}
+                "uri": published["uri"], "serving": point_serving(cfg, reg, version)}
     if reg.promote(version, evaluated["production_etag"]):
         log.info("model %s: %s is production", cfg.model_name, version)
         return {"version": version, "promoted": True, "previous": evaluated["production_version"], "reason": "",
-                "uri": published["uri"]}
+                "uri": published["uri"], "serving": point_serving(cfg, reg, version)}
     reason = "production changed after tonight's evaluation (a concurrent promotion or rollback won): not promoted"
     return {"version": version, "promoted": False, "reason": reason, "uri": published["uri"]}
+
+
+def point_serving(cfg: NightlyConfig, reg: ModelRegistry, version: str) -> dict[str, Any] | None:
+    """Point ``cfg.serving.inference_service`` (if any) at production ``version``. A failure is recorded in the
+    result's ``warning`` (with the command to retry), never raised: the promotion stands."""
+    target = cfg.serving.inference_service
+    if target is None:
+        return None
+    uri = reg.version_uri(version)
+    try:
+        point_inference_service(target, uri, retry_s=cfg.serving.retry_s)
+    except Exception as err:  # noqa: BLE001 - whatever the Kubernetes API does, the promotion must stand
+        warning = (f"serving NOT updated: production is {version}, but InferenceService {target} could not be "
+                   f"pointed at it and still serves the previous version: {err}. "
+                   f"Retry: {target.point_command(cfg.model_name, version)}")
+        log.error("%s", warning, exc_info=not isinstance(err, UserError))
+        return {"inference_service": str(target), "uri": uri, "pointed": False, "warning": warning}
+    return {"inference_service": str(target), "uri": uri, "pointed": True, "warning": ""}
+
+
+def serving_problem(promoted: Mapping[str, Any] | None) -> str | None:
+    """The warning of a promotion whose InferenceService was not pointed at it, else ``None``."""
+    serving = (promoted or {}).get("serving")
+    return serving["warning"] if serving and not serving["pointed"] else None
 
 
 def record_processed(cfg: NightlyConfig, dataset: Mapping[str, Any]) -> dict[str, Any]:
@@ -702,6 +728,8 @@ def _notes(results: Mapping[str, Any], trained: bool, decision: str, skip_promot
     promoted = results.get("promoted")
     if promoted and not promoted["promoted"]:
         notes.append(promoted["reason"])
+    if problem := serving_problem(promoted):
+        notes.append(problem)
     if results.get("published") and promoted is None and skip_promotion:
         notes.append("promotion skipped on request (skip_promotion); the version is published")
     return notes
@@ -778,6 +806,7 @@ def build_report_context(
         run_id=night,
         created=datetime.now(UTC),
         promoted=bool(promoted and promoted["promoted"]),
+        serving_updated=serving_problem(promoted) is None,
         production_version=production_version,
         model_uri=(results.get("published") or {}).get("uri"),
         notes=[*_notes(results, trained, decision, skip_promotion), *notes],
@@ -919,6 +948,7 @@ def report(
     delivery = deliver_notifications(cfg, smtp) if smtp is not None else Delivery()
     notified = name in delivery.sent
     status = ("promoted" if context.promoted else "not promoted") + (
+        "" if context.serving_updated else ", serving not updated") + (
         ", notification failed (queued)" if name in delivery.failed else "")
     key = f"{_reports_prefix(cfg)}{night}/{folder.name}/{html.name}"
     return {"html": str(html), "uri": s3_uri(cfg.s3, key), "uploaded": uploaded, "attempt": attempt,

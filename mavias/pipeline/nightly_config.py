@@ -27,6 +27,7 @@ from mavias.errors import UserError
 from mavias.pipeline.gates import DEFAULT_GATES_PATH
 from mavias.pipeline.storage import ENV_PREFIX as S3_ENV_PREFIX
 from mavias.pipeline.storage import S3Settings, check_name
+from mavias.serve.kubernetes import InferenceServiceRef
 from mavias.train.config import TrainConfig, load_config
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")
@@ -99,6 +100,14 @@ class ReportSection(_Section):
     latency_runs: int = Field(10, ge=1, description="timed runs per batch size of the ONNX latency check")
 
 
+class ServingSection(_Section):
+    inference_service: InferenceServiceRef | None = Field(
+        None, description="{namespace, name, container}: after each promotion, point this KServe InferenceService's "
+        "STORAGE_URI at the promoted version (null: serving follows the registry itself, `mavias serve --registry`)",
+    )
+    retry_s: float = Field(120.0, ge=0, description="how long an unreachable or conflicting Kubernetes API is retried")
+
+
 class AirflowSection(_Section):
     """Read by the DAG and the plugin only; the library never imports Airflow."""
 
@@ -128,6 +137,7 @@ class NightlyConfig(_Section):
     evaluation: EvaluationSection = EvaluationSection()
     gates: Path = DEFAULT_GATES_PATH
     report: ReportSection = ReportSection()
+    serving: ServingSection = ServingSection()
     airflow: AirflowSection = AirflowSection()
 
     @field_validator("model_name")

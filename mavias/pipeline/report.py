@@ -193,6 +193,7 @@ class ReportContext(BaseModel):
     created: datetime
     promoted: bool
     production_version: str | None  # production after this run
+    serving_updated: bool = True  # False: the configured InferenceService could not be pointed at production
     model_uri: str | None = None
     notes: list[str] = []  # e.g. why promotion did not happen although every gate passed
     gates: GateReport
@@ -464,6 +465,7 @@ def subject_line(context: ReportContext) -> str:
                f"(original outcome: {context.original_outcome.removeprefix('[mavias] ')})"
     failed = len(context.gates.failed)
     verdict = "promoted" if context.promoted else "NOT promoted" + (f" ({failed} gate(s) failed)" if failed else "")
+    verdict += "" if context.serving_updated else ", serving NOT updated"
     return f"[mavias] {context.model_name} {context.version}: {verdict}"
 
 

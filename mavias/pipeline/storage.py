@@ -167,9 +167,14 @@ def retry_transient(settings: S3Settings) -> Retrying:
     """Retries a whole step while the store is unreachable (botocore retries each request only briefly); after
     ``outage_retry_s`` the transient error is raised, for the caller to fail (and retry later), never to treat
     as bad data."""
+    return retrying(is_transient, settings.outage_retry_s)
+
+
+def retrying(is_retryable: Callable[[BaseException], bool], max_delay_s: float) -> Retrying:
+    """Retry with exponential backoff while ``is_retryable(error)``, for at most ``max_delay_s``; then reraise."""
     return Retrying(
-        retry=retry_if_exception(is_transient),
-        stop=stop_after_delay(settings.outage_retry_s),
+        retry=retry_if_exception(is_retryable),
+        stop=stop_after_delay(max_delay_s),
         wait=wait_exponential(multiplier=0.5, max=15),
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,

@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from mavias.serve.kubernetes import with_storage_uri
+from mavias.serve.kubernetes import GROUP, PLURAL, RBAC_VERBS, with_storage_uri
 
 ROOT = Path(__file__).resolve().parents[2]
 ISVC = ROOT / "infra" / "kserve" / "inferenceservice.yaml"
@@ -60,3 +60,21 @@ def test_promotion_points_the_inference_service_at_a_version():
     assert service["spec"]["predictor"]["containers"][0]["env"][0]["value"].endswith("0123abcd/")  # not mutated
     with pytest.raises(ValueError, match="version folder"):
         with_storage_uri(service, "s3://mavias/models/mavias-scenes/model.onnx")
+
+
+def test_rbac_lets_the_task_pods_point_the_inference_service():
+    role, binding = yaml.safe_load_all((ROOT / "infra" / "kserve" / "rbac.yaml").read_text())
+    for document in (role, binding):
+        validate(document)
+    service = yaml.safe_load(ISVC.read_text())
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == service["metadata"]["namespace"]
+    (rule,) = role["rules"]
+    assert (rule["apiGroups"], rule["resources"], sorted(rule["verbs"])) == (
+        [GROUP], [PLURAL], sorted(RBAC_VERBS.split(", ")))  # exactly what the pointing uses, and what its error says
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
+    account = values["workers"]["serviceAccount"]["name"]
+    assert yaml.safe_load(values["podTemplate"])["spec"]["serviceAccountName"] == account
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                    "namespace": service["metadata"]["namespace"]}]
