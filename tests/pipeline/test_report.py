@@ -18,10 +18,10 @@ from mavias.judging.evaluate import ClassChanges
 from mavias.pipeline.export import VerificationResult
 from mavias.pipeline.gates import GateReport, evaluate_gates
 from mavias.pipeline.report import (
+    CHANGED_TAGS_SHOWN,
     LOGIT_PLOT,
     TREND_PLOT,
     DiscoveryCounts,
-    CHANGED_TAGS_SHOWN,
     HistoryEntry,
     RelevanceChanges,
     ReportContext,
