@@ -35,7 +35,7 @@ def write_config(path: Path, **values: object) -> Path:
 
 
 def test_config_resolves_paths_and_applies_environment_overrides(tmp_path: Path) -> None:
-    path = write_config(tmp_path / "nightly.yaml", gates="gates.yaml")
+    path = write_config(tmp_path / "nightly.yaml", gates="gates.yaml", discovery={"review": "review.yaml"})
     environ = {
         "MAVIAS_NIGHTLY__EVALUATION__VERSION": "v7",
         "MAVIAS_NIGHTLY__REPORT__RECIPIENTS": "[a@example.com, b@example.com]",
@@ -44,6 +44,7 @@ def test_config_resolves_paths_and_applies_environment_overrides(tmp_path: Path)
     }
     cfg = load_nightly_config(path, environ)
     assert cfg.workspace == tmp_path / "ws" and cfg.gates == tmp_path / "gates.yaml"
+    assert cfg.discovery.review == tmp_path / "review.yaml"
     assert cfg.evaluation.version == "v7" and cfg.report.recipients == ["a@example.com", "b@example.com"]
     assert cfg.train.resolve().epochs == 3
     assert cfg.s3.endpoint_url == "http://127.0.0.1:9000"
