@@ -149,8 +149,8 @@ class RelevanceChanges(BaseModel):
     def review_hint(self) -> str:
         """The exact commands that correct a wrong decision for the next night."""
         if self.review:
-            return f"To correct a decision, edit {self.review} (move the tag between relevant and irrelevant under " \
-                   "its class); the next night applies it, and `mavias judge run --review` takes the same file."
+            return f"To correct a decision, edit {self.review} (put the tag under its class's relevant or irrelevant " \
+                   "list); the next night applies it, and `mavias judge run --review` takes the same file."
         return f"To correct a decision: mavias judge export-review {self.relevance} --out review.yaml, keep only the " \
                "tags you correct, and set discovery.review: review.yaml in the nightly config (or " \
                "MAVIAS_NIGHTLY__DISCOVERY__REVIEW); the next night applies it, and `mavias judge run --review " \

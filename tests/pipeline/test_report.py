@@ -337,6 +337,10 @@ def test_changed_relevance_decisions_are_listed_per_class_capped_with_the_review
     assert "bird: became relevant: beak; became irrelevant: perch, twig" in plain
     assert "edit /etc/mavias/review.yaml" in plain and "tag299" not in plain
 
+    crowded = _relevance_changes(**{f"class{i:02d}": ClassChanges([], [], ["new"], []) for i in range(40)})
+    text = visible_text(render_report(context.model_copy(update={"relevance_changes": crowded}), {}))
+    assert "class24" in text and "class25" not in text and "… and 15 more classes" in text
+
 
 @pytest.mark.parametrize(("changes", "line"), [
     (None, "Nothing was judged tonight"),
