@@ -134,7 +134,7 @@ def bias_drift(previous: Mapping[str, list[str]], current: Mapping[str, list[str
     return pd.DataFrame(rows, columns=["class", "new", "gone"])
 
 
-# --- relevance decisions against the previous night --------------------------------------------------------------------
+# --- relevance decisions against the previous night -------------------------------------------------------------
 class RelevanceChanges(BaseModel):
     """``nights/<night>/relevance_changes.json``: how tonight's relevance decisions differ from those of the previous
     night that recorded a relevance table (:func:`~mavias.judging.evaluate.decision_changes`)."""
@@ -150,11 +150,11 @@ class RelevanceChanges(BaseModel):
         """The exact commands that correct a wrong decision for the next night."""
         if self.review:
             return f"To correct a decision, edit {self.review} (put the tag under its class's relevant or irrelevant " \
-                   "list); the next night applies it, and `mavias judge run --review` takes the same file."
+                   "list); the next night that trains applies it, and `mavias judge run --review` takes the same file."
         return f"To correct a decision: mavias judge export-review {self.relevance} --out review.yaml, keep only the " \
                "tags you correct, and set discovery.review: review.yaml in the nightly config (or " \
-               "MAVIAS_NIGHTLY__DISCOVERY__REVIEW); the next night applies it, and `mavias judge run --review " \
-               "review.yaml` takes the same file."
+               "MAVIAS_NIGHTLY__DISCOVERY__REVIEW); the next night that trains applies it, and " \
+               "`mavias judge run --review review.yaml` takes the same file."
 
 
 def capped(tags: list[str], limit: int = CHANGED_TAGS_SHOWN) -> str:
@@ -528,7 +528,8 @@ def render_text(context: ReportContext) -> str:
 def _relevance_text(changes: RelevanceChanges | None) -> list[str]:
     if changes is None or changes.previous_night is None or not changes.classes:
         return []
-    lines = ["", f"Relevance decisions changed since night {changes.previous_night} ({len(changes.classes)} class(es)):"]
+    lines = ["", f"Relevance decisions changed since night {changes.previous_night} "
+                 f"({len(changes.classes)} class(es)):"]
     for name, change in changed_classes(changes)[:CHANGED_CLASSES_SHOWN]:
         lines.append(f"  {name}: became relevant: {capped(change.became_relevant)}; became irrelevant: "
                      f"{capped(change.became_irrelevant)}; new: {len(change.new_relevant)} relevant, "
