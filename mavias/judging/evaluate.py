@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pandas as pd
@@ -70,24 +71,56 @@ def _joined(predicted: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
     return joined
 
 
+def _flips(rows: pd.DataFrame, before: str, after: str) -> tuple[list[str], list[str]]:
+    """The sorted tags relevant in ``before`` but not in ``after``, then those irrelevant before and relevant after."""
+    lost = sorted(rows.loc[rows[before] & ~rows[after], "tag"])
+    gained = sorted(rows.loc[~rows[before] & rows[after], "tag"])
+    return lost, gained
+
+
 def decision_errors(predicted: pd.DataFrame, truth: pd.DataFrame) -> dict[str, ClassErrors]:
     """Per class with at least one wrong decision, the relevant tags missed and the irrelevant ones accepted."""
     joined = _joined(predicted, truth)
     errors = {}
     for name, rows in joined.groupby("class"):
-        missed = sorted(rows.loc[rows["relevant_truth"] & ~rows["relevant_pred"], "tag"])
-        accepted = sorted(rows.loc[~rows["relevant_truth"] & rows["relevant_pred"], "tag"])
+        missed, accepted = _flips(rows, "relevant_truth", "relevant_pred")
         if missed or accepted:
             errors[str(name)] = ClassErrors(missed, accepted)
     return errors
 
 
-def decision_changes(previous: pd.DataFrame, current: pd.DataFrame) -> dict[str, ClassErrors]:
-    """Per class whose decisions changed between two relevance tables (e.g. last night's and tonight's):
-    ``missed`` holds the tags now judged irrelevant that were relevant, ``accepted`` the tags now relevant.
-    Tags decided in only one of the tables are not changes."""
-    pairs = previous[["class", "tag"]].merge(current[["class", "tag"]])
-    return decision_errors(current.merge(pairs), previous.merge(pairs))
+@dataclass(frozen=True)
+class ClassChanges:
+    """How one class's decisions moved from one relevance table to the next (e.g. last night's to tonight's)."""
+
+    became_relevant: list[str]  # irrelevant before: no longer part of the bias embedding
+    became_irrelevant: list[str]  # relevant before: now treated as a potential bias
+    new_relevant: list[str]  # tags decided for the first time, relevant
+    new_irrelevant: list[str]  # tags decided for the first time, potential biases
+
+    @property
+    def tags(self) -> int:
+        """How many of the class's tags changed or are new."""
+        return sum(map(len, dataclasses.astuple(self)))
+
+
+def decision_changes(previous: pd.DataFrame, current: pd.DataFrame) -> dict[str, ClassChanges]:
+    """Per class whose decisions differ between two relevance tables: tags whose verdict flipped and tags decided
+    for the first time (a new class has only those). A tag that is no longer decided is not a change: its images
+    are gone, so it affects nothing."""
+    joined = validate_relevance(current).merge(
+        validate_relevance(previous), on=["class", "tag"], how="left", suffixes=("_now", "_before")
+    )
+    changes = {}
+    for name, rows in joined.groupby("class"):
+        first_seen = rows["relevant_before"].isna()
+        known, new = rows[~first_seen].astype({"relevant_before": bool}), rows[first_seen]
+        became_irrelevant, became_relevant = _flips(known, "relevant_before", "relevant_now")
+        change = ClassChanges(became_relevant, became_irrelevant, sorted(new.loc[new["relevant_now"], "tag"]),
+                              sorted(new.loc[~new["relevant_now"], "tag"]))
+        if change.tags:
+            changes[str(name)] = change
+    return changes
 
 
 def errors_table(errors: dict[str, ClassErrors], *, title: str = "wrong decisions per class") -> Table:

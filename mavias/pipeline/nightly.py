@@ -11,7 +11,8 @@ once. Heavy artifacts live in the workspace::
     training/<digest>/            dataset/, prepared.pt, reference/, mavias/ -- keyed by the data and the config,
                                   so a retried or repeated night resumes or reuses instead of retraining
     production/<version>/         production checkpoints fetched to compare the candidate with
-    nights/<night>/               validation/, eval/, package/<version>/, report/attempt-<n>/
+    nights/<night>/               validation/, eval/, package/<version>/, report/attempt-<n>/, relevance.parquet
+                                  (the night's decisions) and relevance_changes.json (against the previous night)
     outbox/                       notification emails not sent yet (sent by the next report or notify step)
     history.json                  headline numbers of every night (mirrored to the bucket)
 
@@ -48,6 +49,8 @@ from mavias.encode.base import TextEncoder
 from mavias.errors import UserError
 from mavias.evaluate.metrics import GROUP_TABLE_COLUMNS
 from mavias.evaluate.protocols import BIASED_TAG_COLUMNS
+from mavias.judging.evaluate import decision_changes
+from mavias.judging.review import apply_review, load_review
 from mavias.manifest import ManifestError, load_manifest, read_manifest_table
 from mavias.pipeline.export import VerificationResult, export_latency_benchmark, export_onnx, verify_onnx
 from mavias.pipeline.gates import GateReport, load_gate_config
@@ -58,6 +61,7 @@ from mavias.pipeline.registry import CorruptPointer, ModelRegistry, PointerRecor
 from mavias.pipeline.report import (
     DiscoveryCounts,
     HistoryEntry,
+    RelevanceChanges,
     ReportContext,
     append_history,
     biased_tag_count,
@@ -86,7 +90,7 @@ from mavias.pipeline.storage import (
     upload_file,
 )
 from mavias.pipeline.validation import CheckResult, ValidationResult, quarantine_partition, validate_manifest_file
-from mavias.relevance import RELEVANCE_COLUMNS
+from mavias.relevance import RELEVANCE_COLUMNS, load_relevance, save_relevance
 from mavias.serve.kubernetes import point_inference_service
 from mavias.tagging import Tagger, TagsStore, tag_partition
 from mavias.tagging.run import TAGS_NAME, missing_shards
@@ -107,6 +111,7 @@ CHECKPOINT_NAME = "model.pt"
 VERIFY_IMAGES = 256
 LATENCY_BUDGET_S = 3.0
 TRAIN_SPLITS = ("train", "val")
+RELEVANCE_NAME, RELEVANCE_CHANGES_NAME = "relevance.parquet", "relevance_changes.json"
 
 
 # -- workspace ------------------------------------------------------------------------------------------------------
@@ -369,12 +374,35 @@ def discover(
 
 
 def _discovered_tables(cfg: NightlyConfig, names: Iterable[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(tags, relevance) over the partitions, one decision per (class, tag)."""
+    """(tags, relevance) over the partitions, one decision per (class, tag), reviewed decisions winning."""
     ws = layout(cfg).discovery
     tags = pd.concat([pd.read_parquet(ws.tags / name / TAGS_NAME) for name in names], ignore_index=True)
-    relevance = pd.concat([pd.read_parquet(ws.partition(name) / "relevance.parquet") for name in names])
+    relevance = pd.concat([pd.read_parquet(ws.partition(name) / RELEVANCE_NAME) for name in names])
     relevance = relevance[RELEVANCE_COLUMNS].drop_duplicates(["class", "tag"]).reset_index(drop=True)
+    if cfg.discovery.review is not None:
+        relevance = apply_review(relevance, load_review(cfg.discovery.review))
     return tags.drop_duplicates(["sample_id", "tag"]), relevance
+
+
+def _previous_relevance(cfg: NightlyConfig, night: str) -> Path | None:
+    """The relevance table of the latest night before ``night`` that recorded one (a night that judged)."""
+    earlier = [path for path in (layout(cfg).root / "nights").glob(f"*/{RELEVANCE_NAME}") if path.parent.name < night]
+    return max(earlier, key=lambda path: path.parent.name, default=None)
+
+
+def record_relevance_changes(cfg: NightlyConfig, night: str, relevance: pd.DataFrame) -> Path:
+    """Save the night's relevance table and ``relevance_changes.json`` (:class:`RelevanceChanges`): its decisions
+    against the previous night that recorded a table. A rerun of the night compares with the same night again."""
+    folder = layout(cfg).night(night)
+    tonight = save_relevance(relevance, folder / RELEVANCE_NAME)
+    previous = _previous_relevance(cfg, night)
+    changes = RelevanceChanges(
+        night=night, previous_night=previous.parent.name if previous else None, relevance=str(tonight),
+        review=str(cfg.discovery.review) if cfg.discovery.review else None,
+        classes=decision_changes(load_relevance(previous), relevance) if previous else {},
+    )
+    log.info("relevance decisions: %d class(es) changed since night %s", len(changes.classes), changes.previous_night)
+    return write_json(folder / RELEVANCE_CHANGES_NAME, changes.model_dump(mode="json"))
 
 
 def _absolute(manifest_path: Path) -> pd.DataFrame:
@@ -429,6 +457,7 @@ def prepare_dataset(cfg: NightlyConfig, validated: Mapping[str, Any], *, full_re
     manifests = [pull(cfg, client, p) for p in partitions]
     manifest = accumulated_manifest(manifests, Path(validated["evaluation"]))
     tags, relevance = _discovered_tables(cfg, [*partitions, evaluation_partition(cfg)])
+    changes = record_relevance_changes(cfg, validated["night"], relevance)
     digest = dataset_digest(cfg, manifest, tags, relevance, salt=validated["night"] if full_retrain else "")
     out = layout(cfg).training(digest)
     if not (out / PREPARED_NAME).exists():
@@ -451,7 +480,7 @@ def prepare_dataset(cfg: NightlyConfig, validated: Mapping[str, Any], *, full_re
     sizes = json.loads((out / "dataset" / SIZES_NAME).read_text())
     log.info("dataset %s: %s from %d partition(s)", digest, sizes, len(partitions))
     return {"night": validated["night"], "digest": digest, "dir": str(out), "partitions": partitions,
-            "new": validated["valid"], "sizes": sizes}
+            "new": validated["valid"], "sizes": sizes, "relevance_changes": str(changes)}
 
 
 def train_reference_model(cfg: NightlyConfig, dataset: Mapping[str, Any]) -> dict[str, Any]:
@@ -779,6 +808,12 @@ def _production_version(cfg: NightlyConfig, client: BaseClient, notes: list[str]
     return production.version if production else None
 
 
+def _relevance_changes(results: Mapping[str, Any]) -> RelevanceChanges | None:
+    """Tonight's relevance changes, when the dataset step recorded them."""
+    path = (results.get("dataset") or {}).get("relevance_changes")
+    return RelevanceChanges.model_validate_json(Path(path).read_text()) if path else None
+
+
 def build_report_context(
     cfg: NightlyConfig,
     results: Mapping[str, Any],
@@ -819,6 +854,7 @@ def build_report_context(
         onnx_sha256=packaged.get("onnx_sha256"),
         latency=packaged.get("latency"),
         tuning=(results.get("candidate") or {}).get("tuning"),
+        relevance_changes=_relevance_changes(results),
         **tables,
     )
     return context, _history_entry(results, context) if has_candidate else None

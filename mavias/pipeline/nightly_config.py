@@ -33,7 +33,7 @@ from mavias.train.config import TrainConfig, load_config
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")
 CONFIG_ENV = "MAVIAS_NIGHTLY_CONFIG"
 OVERRIDE_PREFIX = "MAVIAS_NIGHTLY__"
-PATH_FIELDS = (("workspace",), ("gates",), ("train", "config"))
+PATH_FIELDS = (("workspace",), ("gates",), ("train", "config"), ("discovery", "review"))
 TAGGERS = ("manifest", "openclip")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -68,6 +68,9 @@ class DiscoverySection(_Section):
     judge: Literal["offline"] = "offline"
     num_shards: int = Field(4, ge=1, description="tagging shards per partition, one mapped task each")
     batch_size: int = Field(32, ge=1)
+    review: Path | None = Field(
+        None, description="reviewed decisions (YAML, `mavias judge export-review`) that override the judge's"
+    )
 
 
     @field_validator("tagger")

@@ -27,12 +27,15 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field
 
 from mavias.evaluate.metrics import MIN_SUPPORT, require_columns
+from mavias.judging.evaluate import ClassChanges
 from mavias.pipeline.export import VerificationResult
 from mavias.pipeline.gates import GateReport, GateResult
 from mavias.utils.atomic import atomic_path, write_json
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 TOP_K = 10
+CHANGED_TAGS_SHOWN = 12  # per list and class; the rest is counted ("… and N more")
+CHANGED_CLASSES_SHOWN = 25
 TREND_NIGHTS = 30
 HISTORY_SCHEMA = 1
 LOGIT_PLOT, TREND_PLOT = "logit_plot.png", "trend.png"
@@ -131,6 +134,44 @@ def bias_drift(previous: Mapping[str, list[str]], current: Mapping[str, list[str
     return pd.DataFrame(rows, columns=["class", "new", "gone"])
 
 
+# --- relevance decisions against the previous night -------------------------------------------------------------
+class RelevanceChanges(BaseModel):
+    """``nights/<night>/relevance_changes.json``: how tonight's relevance decisions differ from those of the previous
+    night that recorded a relevance table (:func:`~mavias.judging.evaluate.decision_changes`)."""
+
+    version: Literal[1] = 1
+    night: str
+    previous_night: str | None  # None: the first night with a relevance table, nothing to compare
+    relevance: str  # tonight's relevance table, to export for review
+    review: str | None = None  # the reviewed decisions applied tonight (discovery.review)
+    classes: dict[str, ClassChanges] = {}  # only classes with a changed or new decision
+
+    def review_hint(self) -> str:
+        """The exact commands that correct a wrong decision for the next night."""
+        if self.review:
+            return f"To correct a decision, edit {self.review} (put the tag under its class's relevant or irrelevant " \
+                   "list); the next night that trains applies it, and `mavias judge run --review` takes the same file."
+        return f"To correct a decision: mavias judge export-review {self.relevance} --out review.yaml, keep only the " \
+               "tags you correct, and set discovery.review: review.yaml in the nightly config (or " \
+               "MAVIAS_NIGHTLY__DISCOVERY__REVIEW); the next night that trains applies it, and " \
+               "`mavias judge run --review review.yaml` takes the same file."
+
+
+def capped(tags: list[str], limit: int = CHANGED_TAGS_SHOWN) -> str:
+    """The first ``limit`` tags, then how many more."""
+    more = f" … and {len(tags) - limit} more" if len(tags) > limit else ""
+    return ", ".join(tags[:limit]) + more or "–"
+
+
+def changed_classes(changes: RelevanceChanges) -> list[tuple[str, ClassChanges]]:
+    """Classes with flipped decisions first (they need a look), most changes first, then those with new tags only."""
+    def order(item: tuple[str, ClassChanges]) -> tuple[int, int, str]:
+        flips = len(item[1].became_relevant) + len(item[1].became_irrelevant)
+        return -flips, -item[1].tags, item[0]
+
+    return sorted(changes.classes.items(), key=order)
+
+
 # --- the logit plot input (paper, Fig. "logits" of UrbanCars training samples) ---------------------------------------
 def biased_tag_count(
     labels: pd.Series, irrelevant_tags: pd.Series, biased_tags: pd.DataFrame, *, cap: int = 3
@@ -211,6 +252,7 @@ class ReportContext(BaseModel):
     tuning: dict[str, Any] | None = None  # nightly.select_candidate()["tuning"]: trials and the chosen settings
     attempt: int = 1  # reports of one night are immutable: a rerun (cleared run) writes attempt 2, 3, ...
     original_outcome: str | None = None  # on a rerun: attempt 1's verdict (its email subject)
+    relevance_changes: RelevanceChanges | None = None  # None: nothing was judged tonight
 
 
 # --- view model ------------------------------------------------------------------------------------------------------
@@ -428,6 +470,7 @@ def _environment() -> jinja2.Environment:
     env.filters["pct"] = percent
     env.filters["pp"] = percentage_points
     env.filters["signed_colour"] = signed_colour
+    env.filters["capped"] = capped
     env.globals["symbols"] = SYMBOLS
     return env
 
@@ -452,6 +495,9 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         logit_plot=LOGIT_PLOT,
         trend_plot=TREND_PLOT,
         top_k=TOP_K,
+        relevance=context.relevance_changes,
+        changed_classes=changed_classes(context.relevance_changes) if context.relevance_changes else [],
+        classes_shown=CHANGED_CLASSES_SHOWN,
     )
 
 
@@ -475,9 +521,24 @@ def render_text(context: ReportContext) -> str:
     lines = [head.title, "", *head.reasons, "", "Gates:"]
     lines += [f"  [{g.status.upper():7}] {_gate_line(g)}" for g in context.gates.results]
     lines += ["", "Next steps:", *(f"  - {step}" for step in head.next_steps)]
+    lines += _relevance_text(context.relevance_changes)
     if context.model_uri:
         lines += ["", f"Model and full report: {context.model_uri}"]
     return "\n".join(lines) + "\n"
+
+
+def _relevance_text(changes: RelevanceChanges | None) -> list[str]:
+    if changes is None or changes.previous_night is None or not changes.classes:
+        return []
+    lines = ["", f"Relevance decisions changed since night {changes.previous_night} "
+                 f"({len(changes.classes)} class(es)):"]
+    for name, change in changed_classes(changes)[:CHANGED_CLASSES_SHOWN]:
+        lines.append(f"  {name}: became relevant: {capped(change.became_relevant)}; became irrelevant: "
+                     f"{capped(change.became_irrelevant)}; new: {len(change.new_relevant)} relevant, "
+                     f"{len(change.new_irrelevant)} irrelevant")
+    if len(changes.classes) > CHANGED_CLASSES_SHOWN:
+        lines.append(f"  … and {len(changes.classes) - CHANGED_CLASSES_SHOWN} more classes (see the HTML report)")
+    return [*lines, f"  {changes.review_hint()}"]
 
 
 @dataclass(frozen=True)

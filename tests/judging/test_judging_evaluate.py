@@ -48,13 +48,26 @@ def test_table_lists_classes_then_the_micro_average():
     assert list(rendered.columns[1].cells)[-1] == "50.0" and list(rendered.columns[2].cells)[-1] == "66.7"
 
 
-def test_decision_errors_and_changes_per_class():
+def test_decision_errors_per_class():
     truth = pd.DataFrame({"class": ["car"] * 3 + ["bird"], "tag": ["wheel", "road", "tire", "wing"],
                           "relevant": [True, False, True, True], "source": "ground_truth"})  # fmt: skip
     judged = truth.assign(relevant=[True, True, False, True], source="judge")
     errors = decision_errors(judged, truth)
     assert list(errors) == ["car"]
     assert errors["car"].missed == ["tire"] and errors["car"].accepted == ["road"]
-    tonight = pd.concat([judged, pd.DataFrame([{"class": "bird", "tag": "sky", "relevant": False, "source": "j"}])])
-    changes = decision_changes(truth, tonight)  # a tag new tonight is not a change
-    assert list(changes) == ["car"] and changes["car"].missed == ["tire"] and changes["car"].accepted == ["road"]
+
+
+def test_decision_changes_between_two_nights():
+    last_night = table([("car", "wheel", True), ("car", "road", False), ("car", "tire", True), ("car", "gone", True),
+                        ("bird", "wing", True), ("bird", "sky", False)])  # fmt: skip
+    tonight = table([("car", "wheel", True), ("car", "road", True), ("car", "tire", False), ("car", "grille", True),
+                     ("car", "rain", False), ("bird", "wing", True), ("bird", "sky", False),
+                     ("boat", "sail", True), ("boat", "sea", False)])  # fmt: skip
+    changes = decision_changes(last_night, tonight)
+    assert list(changes) == ["boat", "car"]  # bird is unchanged; "gone" is no longer decided, which is no change
+    car, boat = changes["car"], changes["boat"]
+    assert (car.became_relevant, car.became_irrelevant) == (["road"], ["tire"])
+    assert (car.new_relevant, car.new_irrelevant, car.tags) == (["grille"], ["rain"], 4)
+    assert (boat.became_relevant, boat.became_irrelevant, boat.new_relevant, boat.new_irrelevant) == (
+        [], [], ["sail"], ["sea"])  # a new class: every tag is first seen
+    assert decision_changes(tonight, tonight) == {}

@@ -257,8 +257,11 @@ def png_bytes(seed: str, size: int = 8) -> bytes:
     return buffer.getvalue()
 
 
-def partition_files(name: str, labels: Sequence[str], *, corrupt: int = 0) -> tuple[pd.DataFrame, dict[str, bytes]]:
-    """(manifest, {relative path: bytes}) of a partition; its first ``corrupt`` images are not images."""
+def partition_files(
+    name: str, labels: Sequence[str], *, corrupt: int = 0, tags: Sequence[list[str]] | None = None
+) -> tuple[pd.DataFrame, dict[str, bytes]]:
+    """(manifest, {relative path: bytes}) of a partition; its first ``corrupt`` images are not images; ``tags``
+    (one list per image) become the manifest's ``tags`` column."""
     seeds = [f"{name}/{i}" for i in range(len(labels))]
     files = {
         f"images/{i:04d}.png": (b"not an image: " + seed.encode()) if i < corrupt else png_bytes(seed)
@@ -272,6 +275,8 @@ def partition_files(name: str, labels: Sequence[str], *, corrupt: int = 0) -> tu
             "split": pd.Series(["train"] * len(labels), dtype=str),
         }
     )
+    if tags is not None:
+        manifest["tags"] = list(tags)
     return manifest, files
 
 
@@ -292,9 +297,10 @@ def seed_partition(
     *,
     corrupt: int = 0,
     manifest_format: str = "parquet",
+    tags: Sequence[list[str]] | None = None,
 ) -> pd.DataFrame:
     """Upload a partition to ``incoming/<partition>/``: images first, manifest last (as producers must)."""
-    manifest, files = partition_files(partition, labels, corrupt=corrupt)
+    manifest, files = partition_files(partition, labels, corrupt=corrupt, tags=tags)
     prefix = f"{settings.incoming_prefix}{partition}/"
     for relative, data in files.items():
         client.put_object(Bucket=settings.bucket, Key=prefix + relative, Body=data)

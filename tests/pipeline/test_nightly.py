@@ -3,6 +3,7 @@ loopback), the training decision, the accumulated data set, and two promotions r
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from mavias.pipeline import nightly
 from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.pipeline.registry import ModelRegistry
 from mavias.pipeline.storage import S3Settings, get_json
+from mavias.relevance import load_relevance
 from tests.pipeline.s3server import (  # noqa: F401 - fixtures
     moto_endpoint,
     s3_client,
@@ -33,7 +35,7 @@ def write_config(path: Path, **values: object) -> Path:
 
 
 def test_config_resolves_paths_and_applies_environment_overrides(tmp_path: Path) -> None:
-    path = write_config(tmp_path / "nightly.yaml", gates="gates.yaml")
+    path = write_config(tmp_path / "nightly.yaml", gates="gates.yaml", discovery={"review": "review.yaml"})
     environ = {
         "MAVIAS_NIGHTLY__EVALUATION__VERSION": "v7",
         "MAVIAS_NIGHTLY__REPORT__RECIPIENTS": "[a@example.com, b@example.com]",
@@ -42,6 +44,7 @@ def test_config_resolves_paths_and_applies_environment_overrides(tmp_path: Path)
     }
     cfg = load_nightly_config(path, environ)
     assert cfg.workspace == tmp_path / "ws" and cfg.gates == tmp_path / "gates.yaml"
+    assert cfg.discovery.review == tmp_path / "review.yaml"
     assert cfg.evaluation.version == "v7" and cfg.report.recipients == ["a@example.com", "b@example.com"]
     assert cfg.train.resolve().epochs == 3
     assert cfg.s3.endpoint_url == "http://127.0.0.1:9000"
@@ -135,3 +138,50 @@ def test_two_racing_promotions_exactly_one_wins(s3_client, s3_settings: S3Settin
     assert [r.version for r in registry.history()] == winners
     (loser,) = [r for r in results if not r["promoted"]]
     assert "concurrent" in loser["reason"]
+
+
+def _judge_night(cfg: NightlyConfig, when: datetime) -> dict:
+    """sense -> pull + validate -> discover (manifest tags, offline judge) -> prepare_dataset, as the DAG runs them."""
+    validated = nightly.pull_and_validate(cfg, nightly.sense(cfg, when))
+    nightly.discover(cfg, validated, None)
+    return {"validated": validated, "dataset": nightly.prepare_dataset(cfg, validated)}
+
+
+@pytest.mark.slow
+def test_the_report_lists_the_relevance_decisions_changed_since_the_previous_night(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    labels, tags = ["car"] * 3, [["wheel", "road"], ["road", "sky"], ["wheel"]]  # one class: the judge costs most
+    seed_partition(s3_client, s3_settings.model_copy(update={"incoming_prefix": "evaluation/"}), "v1", labels,
+                   tags=tags)
+    seed_partition(s3_client, s3_settings, "p1", labels, tags=tags)
+    cfg = NightlyConfig(model_name="m", s3=s3_settings, workspace=tmp_path / "ws", discovery={"num_shards": 1})
+    first = _judge_night(cfg, datetime(2025, 3, 1))
+    changes = json.loads(Path(first["dataset"]["relevance_changes"]).read_text())
+    assert (changes["previous_night"], changes["classes"]) == (None, {})
+
+    # The reviewer flips one of last night's decisions; a new partition brings a tag never seen before.
+    decided = load_relevance(changes["relevance"]).set_index(["class", "tag"])["relevant"]
+    flipped = bool(decided["car", "road"])
+    review = tmp_path / "review.yaml"
+    review.write_text(yaml.safe_dump({"version": 1, "decisions": {
+        "car": {"irrelevant" if flipped else "relevant": ["road"]}}}))
+    seed_partition(s3_client, s3_settings, "p2", ["car", "car"], tags=[["road", "traffic light"], ["wheel"]])
+    second_cfg = cfg.model_copy(update={"discovery": cfg.discovery.model_copy(update={"review": review})})
+    second = _judge_night(second_cfg, datetime(2025, 3, 2))
+    path = Path(second["dataset"]["relevance_changes"])
+    recorded = json.loads(path.read_text())
+    assert recorded["previous_night"] == "20250301T000000" and list(recorded["classes"]) == ["car"]
+    car = recorded["classes"]["car"]
+    assert car["became_irrelevant" if flipped else "became_relevant"] == ["road"]
+    assert car["new_relevant"] + car["new_irrelevant"] == ["traffic light"]
+    trained_on = load_relevance(Path(second["dataset"]["dir"]) / "dataset" / "relevance.parquet")
+    assert trained_on.set_index("tag").loc["road", ["relevant", "source"]].tolist() == [not flipped, "review"]
+    assert nightly.prepare_dataset(second_cfg, second["validated"])["relevance_changes"] == str(path)
+    assert json.loads(path.read_text()) == recorded  # a rerun of the night records the same changes
+
+    sensed = nightly.night_info(datetime(2025, 3, 2))
+    result = nightly.report(second_cfg, {"sensed": sensed, **second}, trained=False, decision="report only")
+    html = Path(result["html"]).read_text()
+    section = html[html.index("Relevance decisions changed"):html.index("Main-model logits")]
+    assert "road" in section and "traffic light" in section and f"edit {review}" in section

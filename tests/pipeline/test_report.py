@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import re
 import tempfile
 from datetime import UTC, date, datetime, timedelta
 from html.parser import HTMLParser
@@ -13,13 +14,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mavias.judging.evaluate import ClassChanges
 from mavias.pipeline.export import VerificationResult
 from mavias.pipeline.gates import GateReport, evaluate_gates
 from mavias.pipeline.report import (
+    CHANGED_TAGS_SHOWN,
     LOGIT_PLOT,
     TREND_PLOT,
     DiscoveryCounts,
     HistoryEntry,
+    RelevanceChanges,
     ReportContext,
     append_history,
     bias_drift,
@@ -303,3 +307,47 @@ def test_settings_search_lists_trials_and_marks_the_chosen_one(context):
     assert "MAVias settings search" in text and "0 (chosen)" in text and "1 (chosen)" not in text
     assert "0.710" in text and "0.640" in text and "4.2" in text
     assert "MAVias settings search" not in " ".join(parse(render_report(context)).text)
+
+
+def _relevance_changes(**classes: ClassChanges) -> RelevanceChanges:
+    return RelevanceChanges(night="20250615T020000", previous_night="20250614T020000",
+                            relevance="/ws/nights/20250615T020000/relevance.parquet", classes=classes)
+
+
+def visible_text(html: str) -> str:
+    parse(html)
+    return " ".join(re.sub(r"<[^>]+>", "", html).split())
+
+
+def test_changed_relevance_decisions_are_listed_per_class_capped_with_the_review_command(context):
+    many = [f"tag{i:03d}" for i in range(300)]
+    changes = _relevance_changes(
+        dog=ClassChanges([], [], ["paw"], many),  # only new tags
+        bird=ClassChanges(["beak"], ["perch", "twig"], [], []),  # flipped decisions: listed first
+    )
+    text = visible_text(render_report(context.model_copy(update={"relevance_changes": changes}), {}))
+    section = text[text.index("Relevance decisions changed"):]
+    assert section.index("bird") < section.index("dog")
+    assert "beak" in section and "2: perch, twig" in section and "1 relevant (paw), 300 irrelevant" in section
+    assert f"… and {300 - CHANGED_TAGS_SHOWN} more" in section and "tag299" not in section
+    assert "mavias judge export-review /ws/nights/20250615T020000/relevance.parquet --out review.yaml" in section
+    reviewed = changes.model_copy(update={"review": "/etc/mavias/review.yaml"})
+    plain = render_text(context.model_copy(update={"relevance_changes": reviewed}))
+    assert "Relevance decisions changed since night 20250614T020000 (2 class(es))" in plain
+    assert "bird: became relevant: beak; became irrelevant: perch, twig" in plain
+    assert "edit /etc/mavias/review.yaml" in plain and "tag299" not in plain
+
+    crowded = _relevance_changes(**{f"class{i:02d}": ClassChanges([], [], ["new"], []) for i in range(40)})
+    text = visible_text(render_report(context.model_copy(update={"relevance_changes": crowded}), {}))
+    assert "class24" in text and "class25" not in text and "… and 15 more classes" in text
+
+
+@pytest.mark.parametrize(("changes", "line"), [
+    (None, "Nothing was judged tonight"),
+    (_relevance_changes().model_copy(update={"previous_night": None}), "First night with a relevance table"),
+    (_relevance_changes(), "No relevance decision changed and no tag is new since night 20250614T020000"),
+])
+def test_relevance_section_says_why_it_has_nothing_to_list(context, changes, line):
+    night = context.model_copy(update={"relevance_changes": changes})
+    assert line in visible_text(render_report(night, {}))
+    assert "Relevance decisions changed since" not in render_text(night)
