@@ -1,6 +1,7 @@
 """Quality floors of the offline judge on the hand-labelled real-world ground truth (mavias/judging/truth).
 
-The development half was inspected while improving the judge; the held-out half only evaluated. The goal for both is
+The development half was inspected while improving the judge; the held-out half was evaluated during that work, and
+``realworld-unseen`` was written before the last change to the judge and never inspected. The goal for all three is
 the paper's GPT-4o level (precision >= 0.90, recall >= 0.75); the floors below guard what is reached today
 (BENCHMARKS.md, "Offline judge on real-world classes").
 """
@@ -12,6 +13,8 @@ from mavias.judging.cli import TRUTH_DIR
 from mavias.judging.evaluate import evaluate_relevance
 from mavias.relevance import load_relevance
 
+RECALL_FLOOR = {"realworld-dev": 0.70, "realworld-heldout": 0.70, "realworld-unseen": 0.58}
+
 
 def overall(judge, name):
     truth = load_relevance(TRUTH_DIR / f"{name}.csv")
@@ -19,13 +22,13 @@ def overall(judge, name):
     return evaluate_relevance(predicted, truth).overall
 
 
-@pytest.mark.parametrize("name", ["realworld-dev", "realworld-heldout"])
+@pytest.mark.parametrize("name", sorted(RECALL_FLOOR))
 def test_quality_floor(offline_judge, name):
     scores = overall(offline_judge, name)
-    assert scores.precision >= 0.90 and scores.recall >= 0.65
+    assert scores.precision >= 0.90 and scores.recall >= RECALL_FLOOR[name]
 
 
-@pytest.mark.xfail(strict=True, reason="recall on unseen classes is 0.71 (BENCHMARKS.md); the goal is 0.75")
-def test_goal_on_held_out_classes(offline_judge):
-    scores = overall(offline_judge, "realworld-heldout")
+@pytest.mark.xfail(strict=True, reason="recall on unseen classes is 0.60 (BENCHMARKS.md); the goal is 0.75")
+def test_goal_on_unseen_classes(offline_judge):
+    scores = overall(offline_judge, "realworld-unseen")
     assert scores.precision >= 0.90 and scores.recall >= 0.75
