@@ -67,7 +67,6 @@ DEMO_TRAINING = {  # the settings of `mavias bench core` (48 px small CNN): unde
     "backbone.width": 32,
     "optim.name": "sgd",
     "optim.lr": 0.05,
-    "selection": "val_tag_wg",
     "device": "auto",
 }
 

@@ -161,7 +161,7 @@ class ShapesConfig(BaseModel):
     n_classes: int = Field(10, ge=3, le=len(SHAPES))
     shortcut_fraction: float = Field(0.5, gt=0.0, le=1.0, description="share of classes that carry the shortcut")
     bias_align: float = Field(0.95, ge=0.0, le=1.0, description="P(attribute aligned) for shortcut classes, train/val")
-    n_train: int = Field(3000, ge=1)
+    n_train: int = Field(6000, ge=1)
     n_val: int = Field(1000, ge=1)
     n_test_per_cell: int = Field(5, ge=1, description="test images per (class, attribute value) cell")
     image_size: int = Field(32, ge=16, le=256)

@@ -98,7 +98,8 @@ from mavias.train.config import TrainConfig
 from mavias.train.inference import predict
 from mavias.train.prepare import PreparedData, prepare_image_data
 from mavias.train.trainer import load_main_model
-from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial, settings_params
+from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial
+from mavias.tune.search import settings_params
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.workflow import evaluate_checkpoint, load_reference, train_reference, write_run_evaluation
 

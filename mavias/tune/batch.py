@@ -18,13 +18,6 @@ from mavias.workflow import Reference, train_method
 BATCH_ATTR = "batch"
 
 
-def settings_params(cfg: TrainConfig) -> dict:
-    """A config's values of the searched settings (to warm-start a search with them)."""
-    m = cfg.mavias
-    return {"alpha": m.alpha, "lam": m.lam, "projection_lr_mult": m.projection_lr_mult, "lr": cfg.optim.lr,
-            "epochs": cfg.epochs}
-
-
 def plan_batch(study_dir: Path, base: TrainConfig, n_trials: int, *, batch: str,
                warm_start: dict | None = None) -> list[dict]:
     """Ask ``n_trials`` trials (the warm start first); a second call for the same ``batch`` returns the same jobs."""

@@ -25,7 +25,7 @@ def tune_command(
     config: Annotated[Path | None, typer.Option("--config", help="base YAML training config")] = None,
     preset: Annotated[str | None, typer.Option("--preset", help="base paper preset")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="base override, e.g. --set epochs=12")] = [],
-    warm_start: Annotated[Path | None, typer.Option("--warm-start", help="JSON of settings to try first (a previous best)")] = None,
+    warm_start: Annotated[Path | None, typer.Option("--warm-start", help="JSON of settings to try first (a previous best); default: the base settings")] = None,
     seed: Annotated[int, typer.Option(help="sampler seed")] = 0,
     tags: Tags = None,
     group_attrs: GroupAttrs = "",

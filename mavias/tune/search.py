@@ -55,6 +55,13 @@ def suggest_config(trial: optuna.Trial, base: TrainConfig) -> TrainConfig:
                                    "epochs": epochs})
 
 
+def settings_params(cfg: TrainConfig) -> dict:
+    """A config's values of the searched settings (to warm-start a search with them)."""
+    m = cfg.mavias
+    return {"alpha": m.alpha, "lam": m.lam, "projection_lr_mult": m.projection_lr_mult, "lr": cfg.optim.lr,
+            "epochs": cfg.epochs}
+
+
 def trial_dir(out_dir: Path, cfg: TrainConfig) -> Path:
     digest = hashlib.sha256(json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
     return out_dir / "trials" / digest
@@ -76,7 +83,13 @@ def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference, bas
             raise optuna.TrialPruned()
 
 
-def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True) -> optuna.Study:
+def startup_trials(trials: int) -> int:
+    """Random trials before TPE models the results: half the budget, at most Optuna's default of 10, so a small
+    budget still gets some guided trials."""
+    return max(2, min(10, trials // 2))
+
+
+def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_startup: int = 10) -> optuna.Study:
     """Create or reopen the study in ``out_dir``; with ``requeue_stale`` (one search process at a time) trials left
     RUNNING by a killed search are marked failed and queued again with the same settings."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -84,7 +97,7 @@ def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True) -> o
         study_name=STUDY_NAME,
         storage=f"sqlite:///{out_dir / STORAGE_FILE}",
         direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=seed),
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=2),
         load_if_exists=True,
     )
@@ -106,9 +119,9 @@ def tune(data: PreparedData, reference: Reference, base: TrainConfig, out_dir: s
          progress: bool = False) -> TuneResult:
     """Run (or resume) the search until ``trials`` trials have finished, then write ``best/`` and ``trials.csv``."""
     out_dir = Path(out_dir)
-    study = open_study(out_dir, seed)
-    if warm_start:
-        study.enqueue_trial(warm_start, skip_if_exists=True)
+    study = open_study(out_dir, seed, n_startup=startup_trials(trials))
+    # The starting settings go first, so the search never ends worse than them on its own criterion.
+    study.enqueue_trial(warm_start or settings_params(base), skip_if_exists=True)
     remaining = trials - finished_trials(study)
     if remaining > 0:
         study.optimize(lambda t: run_trial(t, data, reference, base, out_dir, progress), n_trials=remaining,

@@ -9,7 +9,8 @@ from mavias.encode import SentenceTransformerEncoder
 from mavias.relevance import load_relevance
 from mavias.train.config import TrainConfig
 from mavias.train.prepare import prepare_image_data
-from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial, settings_params
+from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial
+from mavias.tune.search import settings_params
 from mavias.workflow import train_reference
 
 BASE = TrainConfig.model_validate({"method": "mavias", "epochs": 2, "image_size": 16, "batch_size": 64,

@@ -58,6 +58,8 @@ def test_tune_two_trials_resumed_after_a_kill(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     trials = pd.read_csv(search / "trials.csv")
     assert (trials["state"] == "COMPLETE").sum() == 2
+    starting = trials.sort_values("number").iloc[0]  # the base settings are tried first
+    assert (starting["params_alpha"], starting["params_lam"], starting["params_epochs"]) == (0.01, 0.5, 4)
     cut_off = trials[(trials["state"] == "FAIL") & trials["params_alpha"].notna()]
     for _, failed in cut_off.iterrows():  # the trial the kill cut off was run again with the same settings
         same = trials[(trials["state"] == "COMPLETE") & (trials["params_alpha"] == failed["params_alpha"])]
@@ -71,3 +73,11 @@ def test_tune_two_trials_resumed_after_a_kill(tmp_path):
     assert "closed_set" in out
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["checkpoint"].endswith("best_val_robust.pt") and metrics["n_samples"] == 100
+
+
+def test_a_small_budget_still_gets_guided_trials(tmp_path):
+    from mavias.tune.search import open_study, startup_trials
+
+    assert [startup_trials(n) for n in (2, 6, 12, 40)] == [2, 3, 6, 10]
+    study = open_study(tmp_path, n_startup=startup_trials(6))
+    assert study.sampler._n_startup_trials == 3  # TPE models the results from the 4th trial on
