@@ -9,6 +9,7 @@ for reporting. ``shape-textures`` is held out: no default was chosen looking at 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 from optuna.trial import FixedTrial
+from pydantic import BaseModel
 
 from mavias.benchmarks.shapes import ShapesConfig, ShapeTexturesConfig, make_shapes
 from mavias.benchmarks.synthetic_scenes import (
@@ -63,7 +65,8 @@ class ImageBenchmark:
     """A built-in image benchmark as the core bench runs it."""
 
     name: str
-    make: Callable[[Path], Path]  # make(data_dir) -> manifest path
+    config: BaseModel  # the generator's settings
+    make: Callable[[Path, BaseModel], Path]  # make(data_dir, config) -> manifest path
     attrs: list[str]  # attr_* columns that, with the label, form the true groups
     base: dict  # training settings shared by every method
     true_shortcuts: Callable[[Path], dict[str, set[str]]]  # class -> its true shortcut tags (data_dir)
@@ -82,11 +85,11 @@ def _shape_shortcuts(data_dir: Path) -> dict[str, set[str]]:
 # Scenes are drawn at 64 px and trained at 48 px, shapes drawn at 32 px and trained at 24 px: the shapes stay
 # recognisable and an epoch costs about half as much, which is what lets every method run on 3 seeds in 40 minutes.
 IMAGE_BENCHMARKS: list[ImageBenchmark] = [
-    ImageBenchmark("synthetic-scenes", lambda d: make_synthetic_scenes(d, SyntheticScenesConfig()),
-                   [BG_ALIGNED, CO_ALIGNED], {**SMALL_CNN, "epochs": 12, "image_size": 48}, _scene_shortcuts),
-    ImageBenchmark("shape-colours", lambda d: make_shapes(d, ShapesConfig()), ["attr_bias_aligned"],
+    ImageBenchmark("synthetic-scenes", SyntheticScenesConfig(), make_synthetic_scenes, [BG_ALIGNED, CO_ALIGNED],
+                   {**SMALL_CNN, "epochs": 12, "image_size": 48}, _scene_shortcuts),
+    ImageBenchmark("shape-colours", ShapesConfig(), make_shapes, ["attr_bias_aligned"],
                    {**SMALL_CNN, "epochs": 12, "image_size": 24}, _shape_shortcuts),
-    ImageBenchmark("shape-textures", lambda d: make_shapes(d, ShapeTexturesConfig()), ["attr_bias_aligned"],
+    ImageBenchmark("shape-textures", ShapeTexturesConfig(), make_shapes, ["attr_bias_aligned"],
                    {**SMALL_CNN, "epochs": 12, "image_size": 24}, _shape_shortcuts, held_out=True),
 ]
 
@@ -112,10 +115,11 @@ def _config(base: dict, overrides: dict, seed: int, selection: str = DEFAULT_CRI
 
 # --- image benchmarks ---------------------------------------------------------------------------------------
 def prepare_benchmark(work: Path, bench: ImageBenchmark, encoder: str = MINILM) -> tuple[PreparedData, Path]:
-    data_dir = work / "data" / bench.name
+    settings = hashlib.sha256(bench.config.model_dump_json().encode()).hexdigest()[:8]
+    data_dir = work / "data" / f"{bench.name}-{settings}"  # a changed generator never reuses stale images
     manifest = data_dir / "manifest.parquet"
     if not manifest.exists():
-        bench.make(data_dir)
+        bench.make(data_dir, bench.config)
     text_encoder = encoder_from_spec(encoder)
     data = prepare_image_data(
         manifest,
