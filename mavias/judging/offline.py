@@ -212,10 +212,10 @@ class OfflineJudge:
         """The spellings of an adjective's main sense ("blond": "blonde"), of its other senses and of the adjectives
         similar to it that are about the class's noun ("flaxen: of hair color"; "grey": "hoary"), one-word forms only."""
         senses = self._wn.synsets(word, ADJ)
-        about_head = [s for s in senses if _mentions(s.definition().lower(), heads)]
-        similar = [s for sense in {senses[0], *about_head} if sense.pos() == ADJ for s in sense.similar_tos()
-                   if _mentions(s.definition().lower(), heads)]
-        lemmas = {lemma for sense in {senses[0], *about_head, *similar} for lemma in sense.lemma_names()}
+        chosen = {senses[0], *(s for s in senses if _mentions(s.definition().lower(), heads))}
+        similar = {s for sense in chosen if sense.pos() == ADJ for s in sense.similar_tos()
+                   if _mentions(s.definition().lower(), heads)}
+        lemmas = {lemma for sense in chosen | similar for lemma in sense.lemma_names()}
         return {word} | {lemma.lower() for lemma in lemmas if "_" not in lemma}
 
     def _verbs(self, synsets: list[Synset], names: set[str]) -> set[str]:

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from mavias.errors import UserError
-from mavias.pipeline.registry import ModelRegistry, PointerRecord, PromotionConflict, RegistryError, VersionNotFound
+from mavias.pipeline.registry import ModelRegistry, PointerRecord, PromotionConflict, RegistryError
 from mavias.pipeline.storage import load_settings, make_s3_client
 from mavias.serve.kubernetes import CONTAINER, InferenceServiceError, InferenceServiceRef, point_inference_service
 
@@ -146,9 +146,8 @@ def point(
             if production is None:
                 raise UserError(f"model {name} has no production version yet; pass --version or promote one first")
             version = production.version
-        elif version not in registry.versions():
-            raise VersionNotFound(f"{registry.version_uri(version)} is not a published version "
-                                  f"(see `mavias registry list --name {name}`)")
+        else:
+            registry.require_published(version)
     _point(target, registry.version_uri(version), kubeconfig, retry_seconds)
 
 

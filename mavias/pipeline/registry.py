@@ -159,9 +159,12 @@ class ModelRegistry:
         markers = (key for key in keys if key.count("/") == 1 and key.endswith(f"/{VERSION_MARKER}"))
         return sorted(key.removesuffix(f"/{VERSION_MARKER}") for key in markers)
 
-    def _is_published(self, version: str) -> bool:
+    def require_published(self, version: str) -> None:
+        """Raise :class:`VersionNotFound` unless ``version`` was published (its marker written last)."""
         marker = f"{self.prefix}{_check_name('version', version)}/{VERSION_MARKER}"
-        return get_json(self.client, self.settings, marker) is not None
+        if get_json(self.client, self.settings, marker) is None:
+            raise VersionNotFound(f"{self.version_uri(version)} is not a published version "
+                                  f"(see `mavias registry list --name {self.name}`)")
 
     def publish_version(self, local_dir: str | Path, version: str) -> str:
         """Upload every file of ``local_dir`` as ``version``; raise :class:`VersionExists` rather than overwrite."""
@@ -289,8 +292,7 @@ class ModelRegistry:
         Returns False, writing nothing, when another promotion or rollback got there first; the caller's
         decision was based on a production that is no longer current.
         """
-        if not self._is_published(version):
-            raise VersionNotFound(f"{self.version_uri(version)} is not a published version")
+        self.require_published(version)
         history, etag = self._read_pointer()
         if etag != expected_current:
             return False

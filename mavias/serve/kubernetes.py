@@ -68,15 +68,19 @@ class InferenceServiceRef(BaseModel):
         return f"mavias registry point --name {model_name} --inference-service {self}{container} --version {version}"
 
 
+def _predictor_container(service: dict[str, Any], container: str) -> dict[str, Any] | None:
+    """The predictor container named ``container`` (the object itself, so a caller may change it), if any."""
+    return next((c for c in service["spec"]["predictor"].get("containers", []) if c.get("name") == container), None)
+
+
 def with_storage_uri(service: dict[str, Any], storage_uri: str, container: str = CONTAINER) -> dict[str, Any]:
     """A copy of the InferenceService whose predictor container ``container`` has ``STORAGE_URI=storage_uri``."""
     if not storage_uri.startswith("s3://") or not storage_uri.endswith("/"):
         raise ValueError(f"{storage_uri!r}: expected a registry version folder, s3://BUCKET/models/NAME/VERSION/")
     updated = copy.deepcopy(service)
-    containers = updated["spec"]["predictor"].get("containers", [])
-    target = next((c for c in containers if c.get("name") == container), None)
+    target = _predictor_container(updated, container)
     if target is None:
-        names = ", ".join(repr(c.get("name")) for c in containers) or "none"
+        names = ", ".join(repr(c.get("name")) for c in updated["spec"]["predictor"].get("containers", [])) or "none"
         raise InferenceServiceError(f"InferenceService {service['metadata']['namespace']}/{service['metadata']['name']} "
                                     f"has no predictor container {container!r} (it has {names}); pass --container")
     env = [e for e in target.get("env", []) if e.get("name") != "STORAGE_URI"]
@@ -86,8 +90,7 @@ def with_storage_uri(service: dict[str, Any], storage_uri: str, container: str =
 
 def storage_uri_of(service: dict[str, Any], container: str = CONTAINER) -> str | None:
     """The ``STORAGE_URI`` the predictor container ``container`` serves, if set."""
-    containers = service["spec"]["predictor"].get("containers", [])
-    env = next((c.get("env", []) for c in containers if c.get("name") == container), [])
+    env = (_predictor_container(service, container) or {}).get("env", [])
     return next((e.get("value") for e in env if e.get("name") == "STORAGE_URI"), None)
 
 
