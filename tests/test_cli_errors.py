@@ -97,3 +97,21 @@ def test_debug_shows_the_traceback(files):
 def test_bad_yaml_in_reviewed_decisions(files):
     fails_cleanly("judge", "run", "--classes", "car", "--vocabulary", files / "notes.txt", "--no-cache",
                   "--review", files / "bad.yaml", expect="bad.yaml are not valid YAML")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        ("{bad", "cannot read it as JSON"),
+        ("[0.01]", "expected a JSON object of settings"),
+        ('{"alfa": 0.01}', "unknown setting(s) alfa"),
+        ('{"alpha": 5}', "alpha = 5 is outside the searched range [0.001, 0.1]"),
+        ('{"epochs": 100}', "epochs = 100 is outside the searched range"),
+    ],
+)
+def test_a_bad_warm_start_for_the_search(files, content, expect):
+    (files / "warm.json").write_text(content)
+    fails_cleanly("tune", "--manifest", files / "manifest.csv", "--relevance", files / "truth.csv",
+                  "--reference", files, "--out", files / "search", "--warm-start", files / "warm.json",
+                  expect=expect)  # fmt: skip
+    assert not (files / "search").exists()  # refused before any data is prepared

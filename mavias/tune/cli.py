@@ -33,13 +33,13 @@ def tune_command(
 ) -> None:
     """Search alpha, lambda, projection lr multiplier, lr and epochs (Optuna TPE, median pruning), selecting by
     the bias-unaware validation criterion only."""
-    from mavias.tune.search import tune
+    from mavias.tune.search import load_warm_start, tune
     from mavias.workflow import load_reference
 
     base = load_config(config, preset=preset, overrides={**_overrides(set_), "method": "mavias"})
+    start = None if warm_start is None else load_warm_start(warm_start, base)
     data = _prepare(manifest, relevance, tags, workspace, base, group_attrs, out)
     ref = load_reference(reference, data)
-    start = None if warm_start is None else json.loads(warm_start.read_text())
     result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=start, seed=seed, progress=True)
     console.print(f"best ({base.selection} {result.best_value:.4f}): {json.dumps(result.best_params)}")
     if result.selection_fallback:

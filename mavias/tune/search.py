@@ -16,6 +16,7 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
+from mavias.errors import UserError
 from mavias.train.config import TrainConfig
 from mavias.train.prepare import PreparedData
 from mavias.utils.atomic import atomic_path, write_json
@@ -42,17 +43,45 @@ class TuneResult:
     selection_fallback: str | None
 
 
+def search_ranges(base: TrainConfig) -> dict[str, tuple[float, float]]:
+    """The searched settings and their (low, high) bounds around ``base``."""
+    return {"alpha": ALPHA_RANGE, "lam": LAM_RANGE, "projection_lr_mult": PROJECTION_LR_MULT_RANGE,
+            "lr": (base.optim.lr * LR_FACTOR_RANGE[0], base.optim.lr * LR_FACTOR_RANGE[1]),
+            "epochs": (max(1, base.epochs // 2), base.epochs)}
+
+
 def suggest_config(trial: optuna.Trial, base: TrainConfig) -> TrainConfig:
     """The trial's MAVias config: alpha, lambda, projection lr multiplier, learning rate and epochs."""
+    ranges = search_ranges(base)
     mavias = base.mavias.model_copy(update={
-        "alpha": trial.suggest_float("alpha", *ALPHA_RANGE, log=True),
-        "lam": trial.suggest_float("lam", *LAM_RANGE),
-        "projection_lr_mult": trial.suggest_float("projection_lr_mult", *PROJECTION_LR_MULT_RANGE, log=True),
+        "alpha": trial.suggest_float("alpha", *ranges["alpha"], log=True),
+        "lam": trial.suggest_float("lam", *ranges["lam"]),
+        "projection_lr_mult": trial.suggest_float("projection_lr_mult", *ranges["projection_lr_mult"], log=True),
     })
-    lr = trial.suggest_float("lr", base.optim.lr * LR_FACTOR_RANGE[0], base.optim.lr * LR_FACTOR_RANGE[1], log=True)
-    epochs = trial.suggest_int("epochs", max(1, base.epochs // 2), base.epochs)
+    lr = trial.suggest_float("lr", *ranges["lr"], log=True)
+    epochs = trial.suggest_int("epochs", *map(int, ranges["epochs"]))
     return base.model_copy(update={"method": "mavias", "mavias": mavias, "optim": base.optim.model_copy(update={"lr": lr}),
                                    "epochs": epochs})
+
+
+def load_warm_start(path: Path, base: TrainConfig) -> dict:
+    """The settings of ``path`` (JSON, e.g. a previous search's ``best/tune.json`` ``params``), checked against the
+    search ranges; a :class:`UserError` saying what to fix otherwise."""
+    ranges = search_ranges(base)
+    try:
+        params = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"--warm-start {path}: cannot read it as JSON ({err}); give a JSON object such as "
+                        '{"alpha": 0.01, "lam": 0.5}') from None
+    if not isinstance(params, dict) or not params:
+        raise UserError(f"--warm-start {path}: expected a JSON object of settings ({', '.join(ranges)})")
+    if unknown := sorted(set(params) - set(ranges)):
+        raise UserError(f"--warm-start {path}: unknown setting(s) {', '.join(unknown)}; searched: {', '.join(ranges)}")
+    for name, value in params.items():
+        low, high = ranges[name]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+            raise UserError(f"--warm-start {path}: {name} = {value!r} is outside the searched range [{low:g}, {high:g}]")
+    return params
 
 
 def settings_params(cfg: TrainConfig) -> dict:
