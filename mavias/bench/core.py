@@ -152,11 +152,13 @@ def _image_metrics(data: PreparedData, bench: ImageBenchmark, checkpoint: Path, 
 
 
 def _outcomes(method: str, seed: int, chosen: dict, run: TrainResult, metrics_of: Callable[[Path], dict]) -> list[MethodOutcome]:
-    out = []
+    out, by_epoch = [], {}  # criteria that chose the same epoch chose the same weights: test them once
     for criterion in CRITERIA:
         best = run.best[criterion]
-        out.append(MethodOutcome(method, seed, criterion, chosen, best["score"],
-                                 metrics_of(run.checkpoint(criterion)), best["epoch"], best.get("fallback")))
+        if best["epoch"] not in by_epoch:
+            by_epoch[best["epoch"]] = metrics_of(run.checkpoint(criterion))
+        out.append(MethodOutcome(method, seed, criterion, chosen, best["score"], by_epoch[best["epoch"]],
+                                 best["epoch"], best.get("fallback")))
     return out
 
 

@@ -118,16 +118,25 @@ def startup_trials(trials: int) -> int:
     return max(2, min(10, trials // 2))
 
 
-def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_startup: int = 10) -> optuna.Study:
+def pruning_warmup(epochs: int) -> int:
+    """Epochs a trial always trains before the pruner may stop it: the first half. Settings that debias start
+    slower (a faster projection layer takes the shortcut away from the main model first), and pruning on early
+    epochs stopped exactly those."""
+    return max(1, epochs // 2)
+
+
+def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_startup: int = 10,
+               prune_after: int = 2) -> optuna.Study:
     """Create or reopen the study in ``out_dir``; with ``requeue_stale`` (one search process at a time) trials left
-    RUNNING by a killed search are marked failed and queued again with the same settings."""
+    RUNNING by a killed search are marked failed and queued again with the same settings. A trial below the median
+    of the finished ones may be pruned only after ``prune_after`` epochs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     study = optuna.create_study(
         study_name=STUDY_NAME,
         storage=f"sqlite:///{out_dir / STORAGE_FILE}",
         direction="maximize",
         sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=2),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
         load_if_exists=True,
     )
     if requeue_stale:
@@ -148,7 +157,7 @@ def tune(data: PreparedData, reference: Reference, base: TrainConfig, out_dir: s
          progress: bool = False) -> TuneResult:
     """Run (or resume) the search until ``trials`` trials have finished, then write ``best/`` and ``trials.csv``."""
     out_dir = Path(out_dir)
-    study = open_study(out_dir, seed, n_startup=startup_trials(trials))
+    study = open_study(out_dir, seed, n_startup=startup_trials(trials), prune_after=pruning_warmup(base.epochs))
     # The starting settings go first, so the search never ends worse than them on its own criterion.
     study.enqueue_trial(warm_start or settings_params(base), skip_if_exists=True)
     remaining = trials - finished_trials(study)

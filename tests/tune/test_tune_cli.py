@@ -81,3 +81,21 @@ def test_a_small_budget_still_gets_guided_trials(tmp_path):
     assert [startup_trials(n) for n in (2, 6, 12, 40)] == [2, 3, 6, 10]
     study = open_study(tmp_path, n_startup=startup_trials(6))
     assert study.sampler._n_startup_trials == 3  # TPE models the results from the 4th trial on
+
+
+def test_a_slow_starting_trial_is_not_pruned_in_the_first_half(tmp_path):
+    from mavias.tune.search import open_study, pruning_warmup
+
+    epochs = 12
+    study = open_study(tmp_path, prune_after=pruning_warmup(epochs))
+    for _ in range(2):  # two finished trials that learned fast
+        fast = study.ask()
+        for step in range(1, epochs + 1):
+            fast.report(0.9, step)
+        study.tell(fast, 0.9)
+    slow = study.ask()
+    verdicts = []
+    for step in range(1, epochs + 1):
+        slow.report(0.5, step)
+        verdicts.append(bool(slow.should_prune()))
+    assert verdicts == [False] * 5 + [True] * 7  # judged after each epoch: stoppable once 6 are done
