@@ -317,6 +317,7 @@ def floors(summary: list[dict], criterion: str = DEFAULT_CRITERION) -> dict:
     margins = {"mavias_minus_erm_wg": mavias_wg - wg[("ERM", criterion)],
                **{f"mavias_minus_{m.lower()}_wg": mavias_wg - wg[(m, criterion)] for m in BIAS_UNAWARE_BASELINES},
                "oracle_minus_mavias_avg": oracle_avg - mavias_avg}
+    margins = {k: round(v, 9) for k, v in margins.items()}  # 0.86 - 0.83 is 3 points, not 3.0000000000000027
     met = {"mavias wg >= erm + 10 points": margins["mavias_minus_erm_wg"] >= 0.10,
            "mavias wg >= every bias-unaware baseline": all(
                margins[f"mavias_minus_{m.lower()}_wg"] >= 0 for m in BIAS_UNAWARE_BASELINES),
