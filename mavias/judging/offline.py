@@ -44,6 +44,7 @@ PHYSICAL_LEXNAMES = frozenset(
     {"noun.Tops", "noun.animal", "noun.artifact", "noun.body", "noun.food", "noun.object", "noun.person",
      "noun.plant", "noun.substance"}
 )  # fmt: skip
+LIVING_LEXNAMES = frozenset({"noun.animal", "noun.plant"})  # strict taxonomies: every ancestor is a name of the class
 MAX_ANCESTOR_LEVELS = 8  # hypernyms up to this far above the class may still name it ("animal" of "zebra")
 MIN_ANCESTOR_DEPTH = 4  # but never the abstract top of the hierarchy ("entity", "object", "whole")
 CLOSE_ANCESTOR_LEVELS = (
@@ -80,6 +81,7 @@ class ClassConcept:
     ancestor_names: frozenset[str] = frozenset()  # names of ancestors that still name the class ("instrument")
     verbs: frozenset[str] = frozenset()  # what the class does or is used for ("wade" of "wader", "drive" a vehicle)
     forms: frozenset[str] = frozenset()  # spellings of a defining modifier ("blond", "blonde" of "blond hair")
+    taxa: frozenset[Synset] = frozenset()  # taxonomic ancestors of a living thing ("aquatic bird", "animal")
 
 
 def normalize_tag(tag: str) -> str:
@@ -121,6 +123,19 @@ def _common_concrete_sense(senses: list[Synset]) -> Synset:
 def _mentions(text: str, names: frozenset[str]) -> bool:
     """Whether ``text`` names one of ``names`` as a word (singular or plural)."""
     return any(re.search(rf"\b{re.escape(name)}(?:s|es)?\b", text) for name in names)
+
+
+def _taxa(synset: Synset, ancestors: dict[Synset, int]) -> frozenset[Synset]:
+    """For an animal or plant, its ancestors in the same taxonomy and the kingdom above them ("animal").
+
+    Biological classification is a strict is-a: a pelican is an aquatic bird, a bird and an animal however far up.
+    Artifacts are classified by use as well ("container" above "car"), so they get no such shortcut.
+    """
+    if synset.lexname() not in LIVING_LEXNAMES:
+        return frozenset()
+    taxa = {a for a in ancestors if a.lexname() == synset.lexname()}
+    kingdoms = {h for a in {synset, *taxa} for h in _hypernyms(a) if h.lexname() == "noun.Tops"}
+    return frozenset(taxa | kingdoms)
 
 
 def _is_member_or_substance_of(synset: Synset, whole: Synset) -> bool:
@@ -179,10 +194,11 @@ class OfflineJudge:
         hyponyms = set(_distances(synset, _hyponyms, max_levels=100))
         people = synset == self._wn.synset("person.n.01") or synset.lexname() == "noun.person"
         all_ancestors = _distances(synset, _hypernyms, max_levels=100)
+        taxa = _taxa(synset, all_ancestors)
         ancestors = {
             a: level
             for a, level in all_ancestors.items()
-            if level <= MAX_ANCESTOR_LEVELS and a.min_depth() >= MIN_ANCESTOR_DEPTH
+            if a in taxa or (level <= MAX_ANCESTOR_LEVELS and a.min_depth() >= MIN_ANCESTOR_DEPTH)
         }
         heads = frozenset(_names(synset))
         forms = {form for m in modifiers if self._is_descriptive_adjective(m) for form in self._adjective_forms(m, heads)}
@@ -199,6 +215,7 @@ class OfflineJudge:
             functions=frozenset(self._functions([synset, *ancestors])),
             part_wholes=frozenset(a for a in all_ancestors if a.min_depth() >= MIN_PART_WHOLE_DEPTH),
             forms=frozenset(forms),
+            taxa=taxa,
         )
         named = [a for a in ancestors if self._is_name_of_class(concept, a)]
         ancestor_names = {n for a in named for n in _names(a)}
@@ -366,8 +383,8 @@ class OfflineJudge:
         return self._is_part(concept, text, sense)
 
     def _is_name_of_class(self, concept: ClassConcept, ancestor: Synset) -> bool:
-        """A close ancestor always; a far one only when MiniLM finds its name close to the class's."""
-        if concept.ancestors[ancestor] <= CLOSE_ANCESTOR_LEVELS:
+        """A close or taxonomic ancestor always; a far one only when MiniLM finds its name close to the class's."""
+        if concept.ancestors[ancestor] <= CLOSE_ANCESTOR_LEVELS or ancestor in concept.taxa:
             return True
         return self._similarity_between(_names(ancestor), sorted(concept.names)) >= self._ancestor_similarity
 

@@ -35,6 +35,15 @@ def test_an_ancestor_name_names_the_class(offline_judge):
     }  # fmt: skip
 
 
+def test_every_taxonomic_ancestor_of_a_living_thing_names_it(offline_judge):
+    # pelican > pelecaniform seabird > seabird > aquatic bird > bird > ... > animal (nine levels above chimpanzee);
+    # the kingdom is the last name: "organism" and "living thing" are not classifications of the animal
+    assert relevant(offline_judge, "pelican", {"aquatic bird", "animal", "organism", "pond"}) == {"aquatic bird", "animal"}
+    assert relevant(offline_judge, "chimpanzee", {"animal", "mammal", "living thing"}) == {"animal", "mammal"}
+    # artifacts are classified by use too: a car is a "container" in WordNet, never named so
+    assert relevant(offline_judge, "car", {"container", "instrumentality", "vehicle"}) == {"vehicle"}
+
+
 @pytest.mark.parametrize(
     ("class_name", "relevant_tags", "irrelevant_tags"),
     [
