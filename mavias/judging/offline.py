@@ -45,6 +45,7 @@ PHYSICAL_LEXNAMES = frozenset(
      "noun.plant", "noun.substance"}
 )  # fmt: skip
 LIVING_LEXNAMES = frozenset({"noun.animal", "noun.plant"})  # strict taxonomies: every ancestor is a name of the class
+ANIMATE_LEXNAMES = frozenset({"noun.animal", "noun.body"})  # animals and their body parts
 MAX_ANCESTOR_LEVELS = 8  # hypernyms up to this far above the class may still name it ("animal" of "zebra")
 MIN_ANCESTOR_DEPTH = 4  # but never the abstract top of the hierarchy ("entity", "object", "whole")
 CLOSE_ANCESTOR_LEVELS = (
@@ -336,7 +337,8 @@ class OfflineJudge:
         if self._is_verb_of(concept, text):
             return True
         return any(
-            (self._is_plausible_sense(text, sense) or self._is_direct_part_named(concept, text, sense))
+            (self._is_plausible_sense(text, sense) or self._is_direct_part_named(concept, text, sense)
+             or self._is_body_word_of_living_class(concept, text, sense))
             and self._relates(concept, text, sense)
             for sense in self._physical_senses(text)
         )
@@ -455,6 +457,16 @@ class OfflineJudge:
         ancestor every instance shares ("bridge" and "peg" of a stringed instrument, "coat" of a mammal)."""
         wholes = {concept.synset, *concept.part_wholes}
         return _names(sense)[0] == text and any(whole in wholes for whole in sense.part_holonyms())
+
+    def _is_body_word_of_living_class(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
+        """For an animal, a rare animal or body sense of the tag is plausible when the tag is used in it at least as
+        often as in any sense naming another kind of thing: "bill" of a bird (its other physical senses are
+        unattested) and "foot" of a vertebrate, but not "dock" (a tail's bone; a pier far more often) nor "hand" of
+        a dog. Rare artifact senses stay out ("wing" as a car's fender); the sense must still be a part or kind."""
+        if sense.lexname() not in ANIMATE_LEXNAMES or concept.synset.lexname() not in LIVING_LEXNAMES:
+            return False
+        others = [s for s in self._physical_senses(text) if s.lexname() not in ANIMATE_LEXNAMES]
+        return self._count([sense], text) >= max((self._count([s], text) for s in others), default=0)
 
     @staticmethod
     def _count(senses: list[Synset], text: str) -> int:

@@ -29,6 +29,13 @@ def test_a_rare_sense_counts_when_it_is_a_part_of_the_class(offline_judge):
     assert relevant(offline_judge, "car", {"wing", "fender"}) == {"fender"}
 
 
+def test_a_rare_body_sense_counts_for_an_animal_unless_the_word_mostly_names_a_thing(offline_judge):
+    # "bill" is the beak (its other physical senses are unattested), "foot" the animal foot; "dock" is a tail's bone
+    # but mostly a pier, "hand" a forelimb of apes but mostly a person's hand
+    assert relevant(offline_judge, "heron", {"bill", "foot", "crest", "dock"}) == {"bill", "foot", "crest"}
+    assert relevant(offline_judge, "golden retriever", {"hand", "paw"}) == {"paw"}
+
+
 def test_an_ancestor_name_names_the_class(offline_judge):
     assert relevant(offline_judge, "violin", {"instrument", "musical instrument", "device"}) == {
         "instrument", "musical instrument"
