@@ -59,6 +59,11 @@ DEFINING_MARKERS = re.compile(
 )
 PHRASE_END = re.compile(r"[;,:()]|\b(?:for|in|on|at|near|from|to|used|that|which|where|when|usually|especially)\b")
 WORD = re.compile(r"[a-z][a-z-]*")
+GENUS_STOPS = frozenset(
+    "for in on at of near from to by with having has that which who whose where when used usually especially "
+    "consisting made characterized suitable".split()
+)  # words that end the genus phrase of a gloss ("a vehicle | carrying ...", "a bus | used to ...")
+WHOLE_OF = re.compile(r"\b(?:of|in|on) (?:a |an |the )?")  # "covering on top | of a motor vehicle"
 FUNCTION = re.compile(r"\bfor ([a-z]{2,}ing)\b")  # "a movable organ for flying"
 FUNCTION_WORDS = frozenset(
     "a an the and or nor but of is are was be been by as its it this these that not no into through over under "
@@ -162,6 +167,7 @@ class OfflineJudge:
         self._vectors: dict[str, np.ndarray] = {}
         self._concepts: dict[str, ClassConcept] = {}
         self._all_verbs: list[Synset] | None = None
+        self._broader_cache: dict[Synset, list[Synset]] = {}
         self.stats = JudgeStats()
 
     @property
@@ -194,7 +200,7 @@ class OfflineJudge:
             return ClassConcept(name, None, frozenset({name}), frozenset(), frozenset(), {}, frozenset(), frozenset())
         hyponyms = set(_distances(synset, _hyponyms, max_levels=100))
         people = synset == self._wn.synset("person.n.01") or synset.lexname() == "noun.person"
-        all_ancestors = _distances(synset, _hypernyms, max_levels=100)
+        all_ancestors = _distances(synset, self._broader, max_levels=100)
         taxa = _taxa(synset, all_ancestors)
         ancestors = {
             a: level
@@ -225,6 +231,50 @@ class OfflineJudge:
             ancestor_names=frozenset(ancestor_names),
             verbs=frozenset(self._verbs([synset, *named], {*concept.names, *ancestor_names})),
         )
+
+    def _broader(self, synset: Synset) -> list[Synset]:
+        """Hypernyms, and the kinds WordNet's glosses file the synset under where its hypernym links do not.
+
+        The genus of its own gloss ("bus: a vehicle carrying many passengers", though linked only to "public
+        transport"), and the whole its parts are defined on ("roof: protective covering on top of a motor vehicle",
+        a part of bus, car and truck) when that whole subsumes the part's other wholes: a bus is a motor vehicle.
+        """
+        if synset not in self._broader_cache:
+            genera = {self._genus(synset.definition(), synset.lexname())} | self._part_genera(synset)
+            genera = {g for g in genera - {None, synset, *_hypernyms(synset)} if synset not in g.closure(_hypernyms)}
+            self._broader_cache[synset] = [*_hypernyms(synset), *genera]
+        return self._broader_cache[synset]
+
+    def _part_genera(self, synset: Synset) -> set[Synset]:
+        genera = set()
+        for part in synset.part_meronyms():
+            others = [whole for whole in part.part_holonyms() if whole != synset]
+            gloss = part.definition().lower().split(";")[0]
+            for match in WHOLE_OF.finditer(gloss):
+                genus = self._genus(gloss[match.end() :], synset.lexname())
+                if others and all(genus in whole.closure(_hypernyms) for whole in others):
+                    genera.add(genus)
+        return genera
+
+    def _genus(self, gloss: str, lexname: str) -> Synset | None:
+        """The head noun of a gloss's first phrase, as its longest WordNet compound, in the category ``lexname``:
+        "any of various large trucks that carry firemen" -> truck; "grey or white wading bird with" -> wading bird."""
+        words = [w for w in WORD.findall(re.sub(r"^(?:any|one|either|each) of (?:various |several |many )?", "",
+                                                gloss.lower().split(";")[0]))]
+        head = None
+        for i, word in enumerate(words):
+            if word in GENUS_STOPS or (head is not None and not self._wn.morphy(word, NOUN)):
+                break
+            if word not in FUNCTION_WORDS and self._wn.morphy(word, NOUN):
+                head = i
+        for size in (3, 2, 1):
+            if head is None or head + 1 < size:
+                continue
+            senses = self._wn.synsets("_".join(words[head + 1 - size : head + 1]), NOUN)
+            senses = [s for s in senses if s.lexname() == lexname and lexname in PHYSICAL_LEXNAMES]
+            if senses:
+                return senses[0]
+        return None
 
     def _adjective_forms(self, word: str, heads: frozenset[str]) -> set[str]:
         """The spellings of an adjective's main sense ("blond": "blonde"), of its other senses and of the adjectives

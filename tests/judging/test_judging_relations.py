@@ -36,6 +36,23 @@ def test_a_rare_body_sense_counts_for_an_animal_unless_the_word_mostly_names_a_t
     assert relevant(offline_judge, "golden retriever", {"hand", "paw"}) == {"paw"}
 
 
+def test_gloss_genera_are_extra_hypernyms(offline_judge):
+    wn = offline_judge._wn
+    broader = {s.name() for s in offline_judge._broader(wn.synset("bus.n.01"))}
+    # linked only to "public transport"; its gloss: "a vehicle carrying many passengers"; its roof: "protective
+    # covering on top of a motor vehicle", a part of car and truck too, both motor vehicles
+    assert broader == {"public_transport.n.01", "vehicle.n.01", "motor_vehicle.n.01"}
+    # a stabilizer bar is "a bar attached to ... a car" and a part of trucks: naming one sibling proves nothing
+    assert "car.n.01" not in {s.name() for s in offline_judge._broader(wn.synset("truck.n.01"))}
+
+
+def test_a_class_inherits_names_parts_and_actions_through_a_gloss_genus(offline_judge):
+    tags = {"vehicle", "motor vehicle", "wheel", "headlight", "windshield", "drive", "container", "school", "child"}
+    assert relevant(offline_judge, "school bus", tags) == {
+        "vehicle", "motor vehicle", "wheel", "headlight", "windshield", "drive"
+    }  # fmt: skip
+
+
 def test_an_ancestor_name_names_the_class(offline_judge):
     assert relevant(offline_judge, "violin", {"instrument", "musical instrument", "device"}) == {
         "instrument", "musical instrument"
