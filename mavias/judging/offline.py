@@ -46,6 +46,7 @@ PHYSICAL_LEXNAMES = frozenset(
 )  # fmt: skip
 LIVING_LEXNAMES = frozenset({"noun.animal", "noun.plant"})  # strict taxonomies: every ancestor is a name of the class
 ANIMATE_LEXNAMES = frozenset({"noun.animal", "noun.body"})  # animals and their body parts
+ATTRIBUTE_LEVELS = 2  # "red" -> "chromatic colour" -> "colour"; above that "visual property", "property"
 MAX_ANCESTOR_LEVELS = 8  # hypernyms up to this far above the class may still name it ("animal" of "zebra")
 MIN_ANCESTOR_DEPTH = 4  # but never the abstract top of the hierarchy ("entity", "object", "whole")
 CLOSE_ANCESTOR_LEVELS = (
@@ -87,6 +88,8 @@ class ClassConcept:
     ancestor_names: frozenset[str] = frozenset()  # names of ancestors that still name the class ("instrument")
     verbs: frozenset[str] = frozenset()  # what the class does or is used for ("wade" of "wader", "drive" a vehicle)
     forms: frozenset[str] = frozenset()  # spellings of a defining modifier ("blond", "blonde" of "blond hair")
+    heads: frozenset[str] = frozenset()  # names of the class's noun ("hair" of "red hair")
+    attributes: frozenset[str] = frozenset()  # what a defining modifier is a value of ("colour" for "red")
     taxa: frozenset[Synset] = frozenset()  # taxonomic ancestors of a living thing ("aquatic bird", "animal")
 
 
@@ -222,6 +225,8 @@ class OfflineJudge:
             functions=frozenset(self._functions([synset, *ancestors])),
             part_wholes=frozenset(a for a in all_ancestors if a.min_depth() >= MIN_PART_WHOLE_DEPTH),
             forms=frozenset(forms),
+            heads=heads,
+            attributes=frozenset(self._attributes(modifiers) if forms else ()),
             taxa=taxa,
         )
         named = [a for a in ancestors if self._is_name_of_class(concept, a)]
@@ -278,13 +283,25 @@ class OfflineJudge:
 
     def _adjective_forms(self, word: str, heads: frozenset[str]) -> set[str]:
         """The spellings of an adjective's main sense ("blond": "blonde"), of its other senses and of the adjectives
-        similar to it that are about the class's noun ("flaxen: of hair color"; "grey": "hoary"), one-word forms only."""
+        similar to it that are about the class's noun ("flaxen: of hair color"; "grey": "hoary"), and the shades of
+        its cluster about that noun named by the main sense ("auburn: (of hair) colored a moderate reddish-brown",
+        "reddish" being a spelling of "red"), one-word forms only."""
         senses = self._wn.synsets(word, ADJ)
         chosen = {senses[0], *(s for s in senses if _mentions(s.definition().lower(), heads))}
         similar = {s for sense in chosen if sense.pos() == ADJ for s in sense.similar_tos()
                    if _mentions(s.definition().lower(), heads)}
-        lemmas = {lemma for sense in chosen | similar for lemma in sense.lemma_names()}
+        main = {lemma.lower() for lemma in senses[0].lemma_names()}
+        cluster = {s for sense in chosen for head in (sense.similar_tos() if sense.pos() != ADJ else [sense])
+                   for s in head.similar_tos()}
+        shades = {s for s in cluster
+                  if _mentions(s.definition().lower(), heads) and main & set(re.split(r"[^a-z]+", s.definition().lower()))}
+        lemmas = {lemma for sense in chosen | similar | shades for lemma in sense.lemma_names()}
         return {word} | {lemma.lower() for lemma in lemmas if "_" not in lemma}
+
+    def _attributes(self, modifiers: list[str]) -> set[str]:
+        """What the modifiers are values of: "red" is a chromatic colour, a colour ("color", "colour")."""
+        values = [s for m in modifiers for s in self._wn.synsets(m, NOUN) if s.lexname() == "noun.attribute"]
+        return {n for v in values for a in _distances(v, _hypernyms, ATTRIBUTE_LEVELS) for n in _names(a)}
 
     def _verbs(self, synsets: list[Synset], names: set[str]) -> set[str]:
         """Verbs of what the class does or is used for.
@@ -380,6 +397,8 @@ class OfflineJudge:
             return False
         if concept.forms and self._lemmas(text.split()[-1]) & concept.forms:
             return True  # "platinum blonde" is a shade of the class's "blond"
+        if self._describes_the_class(concept, text):
+            return True
         if concept.forms and self._names_another_kind(concept, text):
             return False
         if text in concept.ancestor_names or self._lemmas(text) & concept.defining_words or text in concept.functions:
@@ -392,6 +411,27 @@ class OfflineJudge:
             and self._relates(concept, text, sense)
             for sense in self._physical_senses(text)
         )
+
+    def _describes_the_class(self, concept: ClassConcept, text: str) -> bool:
+        """A word for someone or something that has the class, or for the property the class's modifier sets.
+
+        "redhead: someone who has red hair", "bespectacled: wearing ... eyeglasses" (a person or an adjective whose
+        gloss gives the class as what it has; objects that have it, such as a car "with four wheels", are wholes,
+        not the class); "red-haired" (having <form> <noun>); "hair colour" for "red hair" (red is a colour).
+        """
+        words = text.split()
+        if concept.forms and len(words) == 2 and words[0] in concept.heads and words[1] in concept.attributes:
+            return True
+        compound = re.fullmatch(r"([a-z]+)-([a-z]+)", text)
+        if compound and compound[1] in concept.forms and compound[2].endswith("d"):
+            stems = {compound[2][:-2], compound[2][:-1]}
+            return bool({self._wn.morphy(stem, NOUN) for stem in stems} & concept.heads)
+        owned = [name for name in concept.names if not concept.forms or any(f in name.split() for f in concept.forms)]
+        owned = [name for name in owned if " " in name or name not in concept.forms]
+        senses = [s for pos in (NOUN, ADJ) for s in self._wn.synsets(_lemma_key(text), pos)
+                  if _names(s)[0] == text and (s.pos() != NOUN or s.lexname() == "noun.person")]
+        return any(re.search(rf"\b(?:with|having|has|have|wearing|wears)\b.*\b{re.escape(name)}(?:s|es)?\b",
+                             s.definition().lower().split(";")[0]) for s in senses for name in owned)
 
     def _names_another_kind(self, concept: ClassConcept, text: str) -> bool:
         """For "blond hair": "long hair", "black hair" name other kinds of hair; "platinum blonde" names the class."""

@@ -96,6 +96,21 @@ def test_adjectives_about_the_head_noun_are_spellings_of_the_class(offline_judge
     assert relevant(offline_judge, "gray hair", {"grey-haired", "hoary", "blond", "bald"}) == {"grey-haired", "hoary"}
 
 
+def test_shades_of_the_adjective_cluster_named_by_the_class_colour(offline_judge):
+    # "auburn: (of hair) colored a moderate reddish-brown" sits in red's cluster and "reddish" spells "red"
+    assert relevant(offline_judge, "red hair", {"auburn", "auburn hair", "brown hair", "blond"}) == {"auburn", "auburn hair"}
+
+
+def test_words_for_having_the_class_and_for_its_modifier_s_attribute(offline_judge):
+    # "redhead: someone who has red hair"; "bespectacled: wearing ... eyeglasses"; "red-haired" has red hair;
+    # red is a colour, so "hair colour" names the class's property; "long-haired" has another kind of hair
+    tags = {"redhead", "red-haired", "hair colour", "hair color", "long-haired", "eye color", "hairdresser"}
+    assert relevant(offline_judge, "red hair", tags) == {"redhead", "red-haired", "hair colour", "hair color"}
+    assert relevant(offline_judge, "eyeglasses", {"bespectacled", "optician"}) == {"bespectacled"}
+    # a whole that has the class is no word for the class: "car: a motor vehicle with four wheels"
+    assert relevant(offline_judge, "wheel", {"car", "spoke"}) == {"spoke"}
+
+
 def test_things_named_by_participles_before_the_gloss_head(offline_judge):
     # "any of several fleet black-and-white striped African equines"; "bowed stringed instrument"
     assert relevant(offline_judge, "zebra", {"stripe", "striped", "black", "white", "africa"}) == {"stripe", "striped"}
