@@ -306,8 +306,9 @@ class OfflineJudge:
     def _verbs(self, synsets: list[Synset], names: set[str]) -> set[str]:
         """Verbs of what the class does or is used for.
 
-        Verbs derived from a name of the class ("wader" -> "wade", "bicycle" -> "bicycle") and verbs whose
-        definition names the class or an ancestor that names it ("drive: operate or control a vehicle").
+        Verbs derived from a name of the class ("wader" -> "wade", "bicycle" -> "bicycle"), verbs whose
+        definition names the class or an ancestor that names it ("drive: operate or control a vehicle") or whose
+        usage example has it as the subject ("The birds perched"), and participles before a gloss's head.
         """
         derived = {
             related.name().lower()
@@ -319,11 +320,26 @@ class OfflineJudge:
         mentioned = {
             lemma.lower()
             for verb in self._verb_synsets()
-            if _mentions(verb.definition(), frozenset(names))
+            if _mentions(verb.definition(), frozenset(names)) or self._is_subject_in_examples(verb, names)
             for lemma in verb.lemma_names()
             if "_" not in lemma
         }
-        return derived | mentioned
+        participles = {
+            verb
+            for synset in synsets
+            for word in self._before_head(synset.definition(), self._broader(synset))
+            if word.endswith("ing") and (verb := self._wn.morphy(word.split("-")[-1], VERB))
+        }  # "wading and swimming and diving birds" (aquatic bird)
+        return derived | mentioned | participles
+
+    def _is_subject_in_examples(self, verb: Synset, names: set[str]) -> bool:
+        """Whether a usage example has a name of the class doing this verb: "The birds perched high in the tree"."""
+        subjects = "|".join(re.escape(name) for name in sorted(names))
+        for example in verb.examples():
+            for match in re.finditer(rf"\b(?:{subjects})(?:s|es)?\s+(?:[a-z]+ly\s+)?([a-z]+)", example.lower()):
+                if self._wn.morphy(match[1], VERB) in verb.lemma_names():
+                    return True
+        return False
 
     def _verb_synsets(self) -> list[Synset]:
         if self._all_verbs is None:
@@ -367,17 +383,21 @@ class OfflineJudge:
     def _having_modifiers(self, gloss: str, heads: list[Synset]) -> set[str]:
         """Things the class has, named by "-ed" modifiers before the gloss's head noun: "striped ... equines" -> stripe,
         "bowed stringed instrument" -> bow, string; "a wheeled vehicle" -> wheel. Colours and sizes are never "-ed"."""
-        head_words = {name.split()[-1] for synset in heads for name in _names(synset)}
-        words = WORD.findall(gloss.lower().split(";")[0])
-        end = next((i for i, w in enumerate(words) if w in head_words or self._wn.morphy(w, NOUN) in head_words), 0)
         found = set()
-        for word in words[:end]:
+        for word in self._before_head(gloss, heads):
             last = word.split("-")[-1]  # "heavy-bodied" -> "bodied"
             stem = self._wn.morphy(last, VERB) if last.endswith("ed") else None
             nouns = self._wn.synsets(stem, NOUN) if stem else []
             if nouns and nouns[0].lexname() in PHYSICAL_LEXNAMES:
                 found |= {stem, last}
         return found
+
+    def _before_head(self, gloss: str, heads: list[Synset]) -> list[str]:
+        """The words of a gloss's first clause before its head noun, a name of one of ``heads``."""
+        head_words = {name.split()[-1] for synset in heads for name in _names(synset)}
+        words = WORD.findall(gloss.lower().split(";")[0])
+        end = next((i for i, w in enumerate(words) if w in head_words or self._wn.morphy(w, NOUN) in head_words), 0)
+        return words[:end]
 
     def _functions(self, wholes: list[Synset]) -> set[str]:
         """What the class and its parts are for ("wing: a movable organ for flying" -> "flying", "fly")."""
@@ -448,8 +468,8 @@ class OfflineJudge:
         verb = self._wn.morphy(text, VERB)
         if verb is None or verb not in concept.verbs:
             return False
-        if text.endswith("ing"):
-            return True
+        if text.endswith("ing") or (text.endswith("ed") and verb != text):
+            return True  # a gerund or a participle ("perched") is the action, not a thing
         nouns = [sense for sense in self._wn.synsets(_lemma_key(text), NOUN) if not sense.instance_hypernyms()]
         if nouns and nouns[0].lexname() in {*PHYSICAL_LEXNAMES, "noun.location"}:
             return False  # mainly a thing or a place ("dock", "park")

@@ -77,6 +77,10 @@ def test_every_taxonomic_ancestor_of_a_living_thing_names_it(offline_judge):
         ("fire truck", {"drive", "driving"}, {"park", "street"}),
         # mainly a colour, a thing or a place, not an action of a car
         ("car", {"drive"}, {"pink", "dock", "park"}),
+        # a usage example with the class as the subject: "The birds perched high in the tree"
+        ("heron", {"perched"}, {"branch", "nest"}),
+        # participles before the head of an ancestor's gloss: "wading and swimming and diving birds"
+        ("swan", {"swim", "swimming"}, {"lake", "boat"}),
     ],
 )
 def test_verbs_of_the_class(offline_judge, class_name, relevant_tags, irrelevant_tags):
