@@ -492,7 +492,14 @@ class OfflineJudge:
             return True
         if sense in concept.ancestors:
             return self._is_name_of_class(concept, sense)
-        return self._is_part(concept, text, sense)
+        return self._is_young_of(concept, sense) or self._is_part(concept, text, sense)
+
+    def _is_young_of(self, concept: ClassConcept, sense: Synset) -> bool:
+        """A young animal of the class or of an ancestor that names it: "kitten: young domestic cat" for a tabby,
+        "puppy" for a retriever. Every member of the class was one; a sibling kind ("labrador") is no stage of it."""
+        if self._wn.synset("young.n.01") not in sense.closure(_hypernyms):
+            return False
+        return any(p == concept.synset or set(_names(p)) & concept.ancestor_names for p in self._broader(sense))
 
     def _is_name_of_class(self, concept: ClassConcept, ancestor: Synset) -> bool:
         """A close or taxonomic ancestor always; a far one only when MiniLM finds its name close to the class's."""

@@ -53,6 +53,12 @@ def test_a_class_inherits_names_parts_and_actions_through_a_gloss_genus(offline_
     }  # fmt: skip
 
 
+def test_the_young_of_the_class_or_of_an_ancestor_naming_it(offline_judge):
+    # "kitten: young domestic cat" (filed under "young mammal"); a labrador is a sibling kind, not a stage
+    assert relevant(offline_judge, "tabby cat", {"kitten", "siamese cat", "cub"}) == {"kitten"}
+    assert relevant(offline_judge, "golden retriever", {"puppy", "labrador retriever", "kitten"}) == {"puppy"}
+
+
 def test_an_ancestor_name_names_the_class(offline_judge):
     assert relevant(offline_judge, "violin", {"instrument", "musical instrument", "device"}) == {
         "instrument", "musical instrument"
