@@ -65,6 +65,7 @@ GENUS_STOPS = frozenset(
     "consisting made characterized suitable".split()
 )  # words that end the genus phrase of a gloss ("a vehicle | carrying ...", "a bus | used to ...")
 WHOLE_OF = re.compile(r"\b(?:of|in|on) (?:a |an |the )?")  # "covering on top | of a motor vehicle"
+PRODUCT = re.compile(r"\bcapable of (?:producing|making) ([a-z]+)")  # "capable of producing music"
 FUNCTION = re.compile(r"\bfor ([a-z]{2,}ing)\b")  # "a movable organ for flying"
 FUNCTION_WORDS = frozenset(
     "a an the and or nor but of is are was be been by as its it this these that not no into through over under "
@@ -230,9 +231,10 @@ class OfflineJudge:
             taxa=taxa,
         )
         named = [a for a in ancestors if self._is_name_of_class(concept, a)]
-        ancestor_names = {n for a in named for n in _names(a)}
+        ancestor_names = {variant for a in named for n in _names(a) for variant in self._spellings(n)}
         return replace(
             concept,
+            functions=concept.functions | self._products(ancestor_names),
             ancestor_names=frozenset(ancestor_names),
             verbs=frozenset(self._verbs([synset, *named], {*concept.names, *ancestor_names})),
         )
@@ -297,6 +299,21 @@ class OfflineJudge:
                   if _mentions(s.definition().lower(), heads) and main & set(re.split(r"[^a-z]+", s.definition().lower()))}
         lemmas = {lemma for sense in chosen | similar | shades for lemma in sense.lemma_names()}
         return {word} | {lemma.lower() for lemma in lemmas if "_" not in lemma}
+
+    def _spellings(self, name: str) -> set[str]:
+        """A name, and the same with a relational adjective as its noun: "aquatic bird" is a "water bird"."""
+        *modifiers, head = name.split()
+        if len(modifiers) != 1 or not (senses := self._wn.synsets(modifiers[0], ADJ)):
+            return {name}
+        nouns = {p.name().replace("_", " ") for lemma in senses[0].lemmas() for p in lemma.pertainyms()}
+        return {name, *(f"{noun} {head}" for noun in nouns)}
+
+    def _products(self, names: set[str]) -> set[str]:
+        """What a relational adjective in a name says the class is capable of producing: "musical instrument"
+        (musical: "characterized by or capable of producing music") -> "music"."""
+        modifiers = {name.split()[0] for name in names if " " in name}
+        glosses = [self._wn.synsets(m, ADJ)[0].definition() for m in modifiers if self._wn.synsets(m, ADJ)]
+        return {match[1] for gloss in glosses for match in PRODUCT.finditer(gloss.lower())}
 
     def _attributes(self, modifiers: list[str]) -> set[str]:
         """What the modifiers are values of: "red" is a chromatic colour, a colour ("color", "colour")."""

@@ -59,6 +59,13 @@ def test_the_young_of_the_class_or_of_an_ancestor_naming_it(offline_judge):
     assert relevant(offline_judge, "golden retriever", {"puppy", "labrador retriever", "kitten"}) == {"puppy"}
 
 
+def test_a_relational_adjective_in_an_ancestor_name(offline_judge):
+    # "aquatic" pertains to water: an aquatic bird is a "water bird"; "water" alone is the background
+    assert relevant(offline_judge, "heron", {"water bird", "water", "land bird"}) == {"water bird"}
+    # "musical: characterized by or capable of producing music": a musical instrument is for music
+    assert relevant(offline_judge, "violin", {"music", "musician", "concert"}) == {"music"}
+
+
 def test_an_ancestor_name_names_the_class(offline_judge):
     assert relevant(offline_judge, "violin", {"instrument", "musical instrument", "device"}) == {
         "instrument", "musical instrument"
