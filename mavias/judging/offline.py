@@ -443,7 +443,7 @@ class OfflineJudge:
         if self._is_verb_of(concept, text):
             return True
         return any(
-            (self._is_plausible_sense(text, sense) or self._is_direct_part_named(concept, text, sense)
+            (self._is_plausible_sense(text, sense) or self._is_named_part(concept, text, sense)
              or self._is_body_word_of_living_class(concept, text, sense))
             and self._relates(concept, text, sense)
             for sense in self._physical_senses(text)
@@ -585,12 +585,23 @@ class OfflineJudge:
             return False
         return self._count([sense], text) > 0 or self._count(senses, text) == 0
 
-    @staticmethod
-    def _is_direct_part_named(concept: ClassConcept, text: str, sense: Synset) -> bool:
+    def _is_named_part(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
         """A rare sense the tag is the main name of, made plausible by being a part of the class or of an
-        ancestor every instance shares ("bridge" and "peg" of a stringed instrument, "coat" of a mammal)."""
+        ancestor every instance shares ("bridge" and "peg" of a stringed instrument, "coat" of a mammal), or a
+        part of such a part used at least as often as the tag's other senses ("rim" of a vehicle's wheel, not
+        "dock", a tail's bone but mostly a pier)."""
+        if _names(sense)[0] != text:
+            return False
         wholes = {concept.synset, *concept.part_wholes}
-        return _names(sense)[0] == text and any(whole in wholes for whole in sense.part_holonyms())
+        if wholes & set(sense.part_holonyms()):
+            return True
+        return bool(wholes & _distances(sense, Synset.part_holonyms, 2).keys()) and self._is_most_used(text, sense)
+
+    def _is_most_used(self, text: str, sense: Synset, other_kinds: frozenset[str] = frozenset()) -> bool:
+        """Whether the tag is used in ``sense`` at least as often as in any other physical sense outside the
+        categories ``other_kinds`` (WordNet's sense-tagged counts)."""
+        others = [s for s in self._physical_senses(text) if s != sense and s.lexname() not in other_kinds]
+        return self._count([sense], text) >= max((self._count([s], text) for s in others), default=0)
 
     def _is_body_word_of_living_class(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
         """For an animal, a rare animal or body sense of the tag is plausible when the tag is used in it at least as
@@ -599,8 +610,7 @@ class OfflineJudge:
         a dog. Rare artifact senses stay out ("wing" as a car's fender); the sense must still be a part or kind."""
         if sense.lexname() not in ANIMATE_LEXNAMES or concept.synset.lexname() not in LIVING_LEXNAMES:
             return False
-        others = [s for s in self._physical_senses(text) if s.lexname() not in ANIMATE_LEXNAMES]
-        return self._count([sense], text) >= max((self._count([s], text) for s in others), default=0)
+        return self._is_most_used(text, sense, other_kinds=ANIMATE_LEXNAMES)
 
     @staticmethod
     def _count(senses: list[Synset], text: str) -> int:

@@ -27,6 +27,8 @@ def test_a_rare_sense_counts_when_it_is_a_part_of_the_class(offline_judge):
     # "peg" and "bridge" of a stringed instrument; the car's "wing" (a fender) is not named "wing" first
     assert relevant(offline_judge, "violin", {"peg", "bridge", "case", "chair"}) == {"peg", "bridge"}
     assert relevant(offline_judge, "car", {"wing", "fender"}) == {"fender"}
+    # a part of a part when the tag is used so at least as often: the rim of a vehicle's wheel
+    assert relevant(offline_judge, "bicycle", {"rim", "basket"}) == {"rim"}
 
 
 def test_a_rare_body_sense_counts_for_an_animal_unless_the_word_mostly_names_a_thing(offline_judge):
