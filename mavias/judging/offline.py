@@ -4,19 +4,29 @@ Similarity to the class name alone ranks *context* high (for "boat": sea 0.65 ag
 exactly the shortcut MAVias must expose, so embeddings never decide relevance on their own here. A tag is relevant to
 a class when WordNet says it
 
-- names the class or one of its kinds (hyponyms), or an ancestor that still names it ("bird" -> "vertebrate");
-  proper names are never the class ("heron" is the bird, not Heron of Alexandria);
+- names the class or one of its kinds (hyponyms), or an ancestor that still names it ("bird" -> "vertebrate"; for an
+  animal or plant every taxonomic ancestor up to its kingdom, "animal"), or the young of either ("kitten");
+  proper names are never the class ("heron" is the bird, not Heron of Alexandria). Ancestors include the genus of
+  a gloss where WordNet's links miss it ("bus: a vehicle carrying many passengers" is filed under "public
+  transport"; its roof is "covering on top of a motor vehicle", so a bus is a motor vehicle with its parts);
 - is a part of the class or of any ancestor specific enough that every instance has its parts, through a short
   chain of parts ("eye" -> "face" -> "head" -> "animal" <- ... <- "zebra"), or is the general name of such a part
   ("door" for "car door"), or a member or substance of the class ("tree" of "forest"); a body part whose
   definition names such an ancestor ("fur: dense coat of fine silky hairs on mammals");
 - or appears in a defining phrase of the class's gloss ("... characterized by feathers ...", "... made of snow"),
-  or names a function of the class or of its parts ("wing: a movable organ for flying"), or an action: a verb
-  derived from a name of the class ("wader" -> "wade") or whose definition names it ("drive: operate a vehicle").
+  or names a function of the class or of its parts ("wing: a movable organ for flying", "musical instrument":
+  music), or an action: a verb derived from a name of the class ("wader" -> "wade"), whose definition names it
+  ("drive: operate a vehicle"), whose usage example has it as the subject ("The birds perched"), or a participle
+  before a gloss's head ("wading and swimming and diving birds");
+- or is a word for having the class ("redhead: someone who has red hair", "bespectacled", "red-haired").
 
 A class "<adjective> <noun>" ("blond hair") is that noun with its defining property: the adjective's spellings
-("blonde") and shades named after it ("platinum blonde") are relevant, other kinds of the noun ("black hair",
-"long hair", "ponytail", "beard") are not, since they are not the class and for people often proxy gender or age.
+("blonde"), shades named after it ("platinum blonde") or by it ("auburn: (of hair) ... reddish-brown") and the
+property it sets ("hair colour") are relevant, other kinds of the noun ("black hair", "long hair", "ponytail",
+"beard") are not, since they are not the class and for people often proxy gender or age.
+
+A rare sense of a tag counts only with evidence: a part of the class (or of its part) that the tag mostly names,
+or for an animal a body sense the tag is used in as often as in any other ("bill" of a bird, not "dock", a pier).
 
 Everything else (background, scene, weather, lighting, colours, other objects) is irrelevant by default, following
 the paper's rules (supplement, "System Prompt"; REFERENCE.md "LLM step"). For people classes, kinds of person
@@ -38,7 +48,7 @@ from mavias.encode.sentence import DEFAULT_MODEL
 from mavias.judging.base import JudgeStats
 from mavias.judging.wordnet import load_wordnet
 
-JUDGE_VERSION = "offline-v3"
+JUDGE_VERSION = "offline-v4"
 # Concrete categories: only senses in these lexicographer files can be kinds or parts of a visual class.
 PHYSICAL_LEXNAMES = frozenset(
     {"noun.Tops", "noun.animal", "noun.artifact", "noun.body", "noun.food", "noun.object", "noun.person",
