@@ -74,6 +74,7 @@ GENUS_STOPS = frozenset(
     "for in on at of near from to by with having has that which who whose where when used usually especially "
     "consisting made characterized suitable".split()
 )  # words that end the genus phrase of a gloss ("a vehicle | carrying ...", "a bus | used to ...")
+GENUS_PREAMBLE = re.compile(r"^(?:any|one|either|each) of (?:various |several |many )?")  # "any of various trucks"
 WHOLE_OF = re.compile(r"\b(?:of|in|on) (?:a |an |the )?")  # "covering on top | of a motor vehicle"
 PRODUCT = re.compile(r"\bcapable of (?:producing|making) ([a-z]+)")  # "capable of producing music"
 FUNCTION = re.compile(r"\bfor ([a-z]{2,}ing)\b")  # "a movable organ for flying"
@@ -276,8 +277,7 @@ class OfflineJudge:
     def _genus(self, gloss: str, lexname: str) -> Synset | None:
         """The head noun of a gloss's first phrase, as its longest WordNet compound, in the category ``lexname``:
         "any of various large trucks that carry firemen" -> truck; "grey or white wading bird with" -> wading bird."""
-        words = [w for w in WORD.findall(re.sub(r"^(?:any|one|either|each) of (?:various |several |many )?", "",
-                                                gloss.lower().split(";")[0]))]
+        words = WORD.findall(GENUS_PREAMBLE.sub("", gloss.lower().split(";")[0]))
         head = None
         for i, word in enumerate(words):
             if word in GENUS_STOPS or (head is not None and not self._wn.morphy(word, NOUN)):
@@ -344,10 +344,12 @@ class OfflineJudge:
             for related in lemma.derivationally_related_forms()
             if related.synset().pos() == VERB
         }
+        subjects = "|".join(re.escape(name) for name in sorted(names))
+        subject = re.compile(rf"\b(?:{subjects})(?:s|es)?\s+(?:[a-z]+ly\s+)?([a-z]+)")  # "the birds (quickly) perched"
         mentioned = {
             lemma.lower()
             for verb in self._verb_synsets()
-            if _mentions(verb.definition(), frozenset(names)) or self._is_subject_in_examples(verb, names)
+            if _mentions(verb.definition(), frozenset(names)) or self._is_subject_in_examples(verb, subject)
             for lemma in verb.lemma_names()
             if "_" not in lemma
         }
@@ -359,14 +361,10 @@ class OfflineJudge:
         }  # "wading and swimming and diving birds" (aquatic bird)
         return derived | mentioned | participles
 
-    def _is_subject_in_examples(self, verb: Synset, names: set[str]) -> bool:
+    def _is_subject_in_examples(self, verb: Synset, subject: re.Pattern) -> bool:
         """Whether a usage example has a name of the class doing this verb: "The birds perched high in the tree"."""
-        subjects = "|".join(re.escape(name) for name in sorted(names))
-        for example in verb.examples():
-            for match in re.finditer(rf"\b(?:{subjects})(?:s|es)?\s+(?:[a-z]+ly\s+)?([a-z]+)", example.lower()):
-                if self._wn.morphy(match[1], VERB) in verb.lemma_names():
-                    return True
-        return False
+        return any(self._wn.morphy(match[1], VERB) in verb.lemma_names()
+                   for example in verb.examples() for match in subject.finditer(example.lower()))
 
     def _verb_synsets(self) -> list[Synset]:
         if self._all_verbs is None:
