@@ -31,7 +31,7 @@ from mavias.relevance import load_relevance, save_relevance
 
 JUDGE_KINDS = ("offline", "llm")
 TRUTH_DIR = Path(__file__).parent / "truth"
-BENCHMARKS = ("synthetic-scenes", "realworld-dev", "realworld-heldout", "realworld-unseen")
+BENCHMARKS = ("synthetic-scenes", "realworld-dev", "realworld-heldout", "realworld-unseen", "realworld-blind")
 
 JudgeKind = Annotated[str, typer.Option("--judge", help="offline (WordNet + MiniLM, no network) or llm")]
 BaseUrl = Annotated[

@@ -4,19 +4,29 @@ Similarity to the class name alone ranks *context* high (for "boat": sea 0.65 ag
 exactly the shortcut MAVias must expose, so embeddings never decide relevance on their own here. A tag is relevant to
 a class when WordNet says it
 
-- names the class or one of its kinds (hyponyms), or an ancestor that still names it ("bird" -> "vertebrate");
-  proper names are never the class ("heron" is the bird, not Heron of Alexandria);
+- names the class or one of its kinds (hyponyms), or an ancestor that still names it ("bird" -> "vertebrate"; for an
+  animal or plant every taxonomic ancestor up to its kingdom, "animal"), or the young of either ("kitten");
+  proper names are never the class ("heron" is the bird, not Heron of Alexandria). Ancestors include the genus of
+  a gloss where WordNet's links miss it ("bus: a vehicle carrying many passengers" is filed under "public
+  transport"; its roof is "covering on top of a motor vehicle", so a bus is a motor vehicle with its parts);
 - is a part of the class or of any ancestor specific enough that every instance has its parts, through a short
   chain of parts ("eye" -> "face" -> "head" -> "animal" <- ... <- "zebra"), or is the general name of such a part
   ("door" for "car door"), or a member or substance of the class ("tree" of "forest"); a body part whose
   definition names such an ancestor ("fur: dense coat of fine silky hairs on mammals");
 - or appears in a defining phrase of the class's gloss ("... characterized by feathers ...", "... made of snow"),
-  or names a function of the class or of its parts ("wing: a movable organ for flying"), or an action: a verb
-  derived from a name of the class ("wader" -> "wade") or whose definition names it ("drive: operate a vehicle").
+  or names a function of the class or of its parts ("wing: a movable organ for flying", "musical instrument":
+  music), or an action: a verb derived from a name of the class ("wader" -> "wade"), whose definition names it
+  ("drive: operate a vehicle"), whose usage example has it as the subject ("The birds perched"), or a participle
+  before a gloss's head ("wading and swimming and diving birds");
+- or is a word for having the class ("redhead: someone who has red hair", "bespectacled", "red-haired").
 
 A class "<adjective> <noun>" ("blond hair") is that noun with its defining property: the adjective's spellings
-("blonde") and shades named after it ("platinum blonde") are relevant, other kinds of the noun ("black hair",
-"long hair", "ponytail", "beard") are not, since they are not the class and for people often proxy gender or age.
+("blonde"), shades named after it ("platinum blonde") or by it ("auburn: (of hair) ... reddish-brown") and the
+property it sets ("hair colour") are relevant, other kinds of the noun ("black hair", "long hair", "ponytail",
+"beard") are not, since they are not the class and for people often proxy gender or age.
+
+A rare sense of a tag counts only with evidence: a part of the class (or of its part) that the tag mostly names,
+or for an animal a body sense the tag is used in as often as in any other ("bill" of a bird, not "dock", a pier).
 
 Everything else (background, scene, weather, lighting, colours, other objects) is irrelevant by default, following
 the paper's rules (supplement, "System Prompt"; REFERENCE.md "LLM step"). For people classes, kinds of person
@@ -38,12 +48,15 @@ from mavias.encode.sentence import DEFAULT_MODEL
 from mavias.judging.base import JudgeStats
 from mavias.judging.wordnet import load_wordnet
 
-JUDGE_VERSION = "offline-v3"
+JUDGE_VERSION = "offline-v4"
 # Concrete categories: only senses in these lexicographer files can be kinds or parts of a visual class.
 PHYSICAL_LEXNAMES = frozenset(
     {"noun.Tops", "noun.animal", "noun.artifact", "noun.body", "noun.food", "noun.object", "noun.person",
      "noun.plant", "noun.substance"}
 )  # fmt: skip
+LIVING_LEXNAMES = frozenset({"noun.animal", "noun.plant"})  # strict taxonomies: every ancestor is a name of the class
+ANIMATE_LEXNAMES = frozenset({"noun.animal", "noun.body"})  # animals and their body parts
+ATTRIBUTE_LEVELS = 2  # "red" -> "chromatic colour" -> "colour"; above that "visual property", "property"
 MAX_ANCESTOR_LEVELS = 8  # hypernyms up to this far above the class may still name it ("animal" of "zebra")
 MIN_ANCESTOR_DEPTH = 4  # but never the abstract top of the hierarchy ("entity", "object", "whole")
 CLOSE_ANCESTOR_LEVELS = (
@@ -57,6 +70,13 @@ DEFINING_MARKERS = re.compile(
 )
 PHRASE_END = re.compile(r"[;,:()]|\b(?:for|in|on|at|near|from|to|used|that|which|where|when|usually|especially)\b")
 WORD = re.compile(r"[a-z][a-z-]*")
+GENUS_STOPS = frozenset(
+    "for in on at of near from to by with having has that which who whose where when used usually especially "
+    "consisting made characterized suitable".split()
+)  # words that end the genus phrase of a gloss ("a vehicle | carrying ...", "a bus | used to ...")
+GENUS_PREAMBLE = re.compile(r"^(?:any|one|either|each) of (?:various |several |many )?")  # "any of various trucks"
+WHOLE_OF = re.compile(r"\b(?:of|in|on) (?:a |an |the )?")  # "covering on top | of a motor vehicle"
+PRODUCT = re.compile(r"\bcapable of (?:producing|making) ([a-z]+)")  # "capable of producing music"
 FUNCTION = re.compile(r"\bfor ([a-z]{2,}ing)\b")  # "a movable organ for flying"
 FUNCTION_WORDS = frozenset(
     "a an the and or nor but of is are was be been by as its it this these that not no into through over under "
@@ -80,6 +100,9 @@ class ClassConcept:
     ancestor_names: frozenset[str] = frozenset()  # names of ancestors that still name the class ("instrument")
     verbs: frozenset[str] = frozenset()  # what the class does or is used for ("wade" of "wader", "drive" a vehicle)
     forms: frozenset[str] = frozenset()  # spellings of a defining modifier ("blond", "blonde" of "blond hair")
+    heads: frozenset[str] = frozenset()  # names of the class's noun ("hair" of "red hair")
+    attributes: frozenset[str] = frozenset()  # what a defining modifier is a value of ("colour" for "red")
+    taxa: frozenset[Synset] = frozenset()  # taxonomic ancestors of a living thing ("aquatic bird", "animal")
 
 
 def normalize_tag(tag: str) -> str:
@@ -123,6 +146,19 @@ def _mentions(text: str, names: frozenset[str]) -> bool:
     return any(re.search(rf"\b{re.escape(name)}(?:s|es)?\b", text) for name in names)
 
 
+def _taxa(synset: Synset, ancestors: dict[Synset, int]) -> frozenset[Synset]:
+    """For an animal or plant, its ancestors in the same taxonomy and the kingdom above them ("animal").
+
+    Biological classification is a strict is-a: a pelican is an aquatic bird, a bird and an animal however far up.
+    Artifacts are classified by use as well ("container" above "car"), so they get no such shortcut.
+    """
+    if synset.lexname() not in LIVING_LEXNAMES:
+        return frozenset()
+    taxa = {a for a in ancestors if a.lexname() == synset.lexname()}
+    kingdoms = {h for a in {synset, *taxa} for h in _hypernyms(a) if h.lexname() == "noun.Tops"}
+    return frozenset(taxa | kingdoms)
+
+
 def _is_member_or_substance_of(synset: Synset, whole: Synset) -> bool:
     """A tree of a forest, snow of a snowman; direct links only, since chains of them climb into taxonomic genera."""
     return whole in synset.member_holonyms() or whole in synset.substance_holonyms()
@@ -146,6 +182,7 @@ class OfflineJudge:
         self._vectors: dict[str, np.ndarray] = {}
         self._concepts: dict[str, ClassConcept] = {}
         self._all_verbs: list[Synset] | None = None
+        self._broader_cache: dict[Synset, list[Synset]] = {}
         self.stats = JudgeStats()
 
     @property
@@ -178,11 +215,12 @@ class OfflineJudge:
             return ClassConcept(name, None, frozenset({name}), frozenset(), frozenset(), {}, frozenset(), frozenset())
         hyponyms = set(_distances(synset, _hyponyms, max_levels=100))
         people = synset == self._wn.synset("person.n.01") or synset.lexname() == "noun.person"
-        all_ancestors = _distances(synset, _hypernyms, max_levels=100)
+        all_ancestors = _distances(synset, self._broader, max_levels=100)
+        taxa = _taxa(synset, all_ancestors)
         ancestors = {
             a: level
             for a, level in all_ancestors.items()
-            if level <= MAX_ANCESTOR_LEVELS and a.min_depth() >= MIN_ANCESTOR_DEPTH
+            if a in taxa or (level <= MAX_ANCESTOR_LEVELS and a.min_depth() >= MIN_ANCESTOR_DEPTH)
         }
         heads = frozenset(_names(synset))
         forms = {form for m in modifiers if self._is_descriptive_adjective(m) for form in self._adjective_forms(m, heads)}
@@ -199,30 +237,105 @@ class OfflineJudge:
             functions=frozenset(self._functions([synset, *ancestors])),
             part_wholes=frozenset(a for a in all_ancestors if a.min_depth() >= MIN_PART_WHOLE_DEPTH),
             forms=frozenset(forms),
+            heads=heads,
+            attributes=frozenset(self._attributes(modifiers) if forms else ()),
+            taxa=taxa,
         )
         named = [a for a in ancestors if self._is_name_of_class(concept, a)]
-        ancestor_names = {n for a in named for n in _names(a)}
+        ancestor_names = {variant for a in named for n in _names(a) for variant in self._spellings(n)}
         return replace(
             concept,
+            functions=concept.functions | self._products(ancestor_names),
             ancestor_names=frozenset(ancestor_names),
             verbs=frozenset(self._verbs([synset, *named], {*concept.names, *ancestor_names})),
         )
 
+    def _broader(self, synset: Synset) -> list[Synset]:
+        """Hypernyms, and the kinds WordNet's glosses file the synset under where its hypernym links do not.
+
+        The genus of its own gloss ("bus: a vehicle carrying many passengers", though linked only to "public
+        transport"), and the whole its parts are defined on ("roof: protective covering on top of a motor vehicle",
+        a part of bus, car and truck) when that whole subsumes the part's other wholes: a bus is a motor vehicle.
+        """
+        if synset not in self._broader_cache:
+            genera = {self._genus(synset.definition(), synset.lexname())} | self._part_genera(synset)
+            genera = {g for g in genera - {None, synset, *_hypernyms(synset)} if synset not in g.closure(_hypernyms)}
+            self._broader_cache[synset] = [*_hypernyms(synset), *genera]
+        return self._broader_cache[synset]
+
+    def _part_genera(self, synset: Synset) -> set[Synset]:
+        genera = set()
+        for part in synset.part_meronyms():
+            others = [whole for whole in part.part_holonyms() if whole != synset]
+            gloss = part.definition().lower().split(";")[0]
+            for match in WHOLE_OF.finditer(gloss):
+                genus = self._genus(gloss[match.end() :], synset.lexname())
+                if others and all(genus in whole.closure(_hypernyms) for whole in others):
+                    genera.add(genus)
+        return genera
+
+    def _genus(self, gloss: str, lexname: str) -> Synset | None:
+        """The head noun of a gloss's first phrase, as its longest WordNet compound, in the category ``lexname``:
+        "any of various large trucks that carry firemen" -> truck; "grey or white wading bird with" -> wading bird."""
+        words = WORD.findall(GENUS_PREAMBLE.sub("", gloss.lower().split(";")[0]))
+        head = None
+        for i, word in enumerate(words):
+            if word in GENUS_STOPS or (head is not None and not self._wn.morphy(word, NOUN)):
+                break
+            if word not in FUNCTION_WORDS and self._wn.morphy(word, NOUN):
+                head = i
+        for size in (3, 2, 1):
+            if head is None or head + 1 < size:
+                continue
+            senses = self._wn.synsets("_".join(words[head + 1 - size : head + 1]), NOUN)
+            senses = [s for s in senses if s.lexname() == lexname and lexname in PHYSICAL_LEXNAMES]
+            if senses:
+                return senses[0]
+        return None
+
     def _adjective_forms(self, word: str, heads: frozenset[str]) -> set[str]:
         """The spellings of an adjective's main sense ("blond": "blonde"), of its other senses and of the adjectives
-        similar to it that are about the class's noun ("flaxen: of hair color"; "grey": "hoary"), one-word forms only."""
+        similar to it that are about the class's noun ("flaxen: of hair color"; "grey": "hoary"), and the shades of
+        its cluster about that noun named by the main sense ("auburn: (of hair) colored a moderate reddish-brown",
+        "reddish" being a spelling of "red"), one-word forms only."""
         senses = self._wn.synsets(word, ADJ)
         chosen = {senses[0], *(s for s in senses if _mentions(s.definition().lower(), heads))}
         similar = {s for sense in chosen if sense.pos() == ADJ for s in sense.similar_tos()
                    if _mentions(s.definition().lower(), heads)}
-        lemmas = {lemma for sense in chosen | similar for lemma in sense.lemma_names()}
+        main = {lemma.lower() for lemma in senses[0].lemma_names()}
+        cluster = {s for sense in chosen for head in (sense.similar_tos() if sense.pos() != ADJ else [sense])
+                   for s in head.similar_tos()}
+        shades = {s for s in cluster
+                  if _mentions(s.definition().lower(), heads) and main & set(re.split(r"[^a-z]+", s.definition().lower()))}
+        lemmas = {lemma for sense in chosen | similar | shades for lemma in sense.lemma_names()}
         return {word} | {lemma.lower() for lemma in lemmas if "_" not in lemma}
+
+    def _spellings(self, name: str) -> set[str]:
+        """A name, and the same with a relational adjective as its noun: "aquatic bird" is a "water bird"."""
+        *modifiers, head = name.split()
+        if len(modifiers) != 1 or not (senses := self._wn.synsets(modifiers[0], ADJ)):
+            return {name}
+        nouns = {p.name().replace("_", " ") for lemma in senses[0].lemmas() for p in lemma.pertainyms()}
+        return {name, *(f"{noun} {head}" for noun in nouns)}
+
+    def _products(self, names: set[str]) -> set[str]:
+        """What a relational adjective in a name says the class is capable of producing: "musical instrument"
+        (musical: "characterized by or capable of producing music") -> "music"."""
+        modifiers = {name.split()[0] for name in names if " " in name}
+        glosses = [self._wn.synsets(m, ADJ)[0].definition() for m in modifiers if self._wn.synsets(m, ADJ)]
+        return {match[1] for gloss in glosses for match in PRODUCT.finditer(gloss.lower())}
+
+    def _attributes(self, modifiers: list[str]) -> set[str]:
+        """What the modifiers are values of: "red" is a chromatic colour, a colour ("color", "colour")."""
+        values = [s for m in modifiers for s in self._wn.synsets(m, NOUN) if s.lexname() == "noun.attribute"]
+        return {n for v in values for a in _distances(v, _hypernyms, ATTRIBUTE_LEVELS) for n in _names(a)}
 
     def _verbs(self, synsets: list[Synset], names: set[str]) -> set[str]:
         """Verbs of what the class does or is used for.
 
-        Verbs derived from a name of the class ("wader" -> "wade", "bicycle" -> "bicycle") and verbs whose
-        definition names the class or an ancestor that names it ("drive: operate or control a vehicle").
+        Verbs derived from a name of the class ("wader" -> "wade", "bicycle" -> "bicycle"), verbs whose
+        definition names the class or an ancestor that names it ("drive: operate or control a vehicle") or whose
+        usage example has it as the subject ("The birds perched"), and participles before a gloss's head.
         """
         derived = {
             related.name().lower()
@@ -231,14 +344,27 @@ class OfflineJudge:
             for related in lemma.derivationally_related_forms()
             if related.synset().pos() == VERB
         }
+        subjects = "|".join(re.escape(name) for name in sorted(names))
+        subject = re.compile(rf"\b(?:{subjects})(?:s|es)?\s+(?:[a-z]+ly\s+)?([a-z]+)")  # "the birds (quickly) perched"
         mentioned = {
             lemma.lower()
             for verb in self._verb_synsets()
-            if _mentions(verb.definition(), frozenset(names))
+            if _mentions(verb.definition(), frozenset(names)) or self._is_subject_in_examples(verb, subject)
             for lemma in verb.lemma_names()
             if "_" not in lemma
         }
-        return derived | mentioned
+        participles = {
+            verb
+            for synset in synsets
+            for word in self._before_head(synset.definition(), self._broader(synset))
+            if word.endswith("ing") and (verb := self._wn.morphy(word.split("-")[-1], VERB))
+        }  # "wading and swimming and diving birds" (aquatic bird)
+        return derived | mentioned | participles
+
+    def _is_subject_in_examples(self, verb: Synset, subject: re.Pattern) -> bool:
+        """Whether a usage example has a name of the class doing this verb: "The birds perched high in the tree"."""
+        return any(self._wn.morphy(match[1], VERB) in verb.lemma_names()
+                   for example in verb.examples() for match in subject.finditer(example.lower()))
 
     def _verb_synsets(self) -> list[Synset]:
         if self._all_verbs is None:
@@ -282,17 +408,21 @@ class OfflineJudge:
     def _having_modifiers(self, gloss: str, heads: list[Synset]) -> set[str]:
         """Things the class has, named by "-ed" modifiers before the gloss's head noun: "striped ... equines" -> stripe,
         "bowed stringed instrument" -> bow, string; "a wheeled vehicle" -> wheel. Colours and sizes are never "-ed"."""
-        head_words = {name.split()[-1] for synset in heads for name in _names(synset)}
-        words = WORD.findall(gloss.lower().split(";")[0])
-        end = next((i for i, w in enumerate(words) if w in head_words or self._wn.morphy(w, NOUN) in head_words), 0)
         found = set()
-        for word in words[:end]:
+        for word in self._before_head(gloss, heads):
             last = word.split("-")[-1]  # "heavy-bodied" -> "bodied"
             stem = self._wn.morphy(last, VERB) if last.endswith("ed") else None
             nouns = self._wn.synsets(stem, NOUN) if stem else []
             if nouns and nouns[0].lexname() in PHYSICAL_LEXNAMES:
                 found |= {stem, last}
         return found
+
+    def _before_head(self, gloss: str, heads: list[Synset]) -> list[str]:
+        """The words of a gloss's first clause before its head noun, a name of one of ``heads``."""
+        head_words = {name.split()[-1] for synset in heads for name in _names(synset)}
+        words = WORD.findall(gloss.lower().split(";")[0])
+        end = next((i for i, w in enumerate(words) if w in head_words or self._wn.morphy(w, NOUN) in head_words), 0)
+        return words[:end]
 
     def _functions(self, wholes: list[Synset]) -> set[str]:
         """What the class and its parts are for ("wing: a movable organ for flying" -> "flying", "fly")."""
@@ -312,6 +442,8 @@ class OfflineJudge:
             return False
         if concept.forms and self._lemmas(text.split()[-1]) & concept.forms:
             return True  # "platinum blonde" is a shade of the class's "blond"
+        if self._describes_the_class(concept, text):
+            return True
         if concept.forms and self._names_another_kind(concept, text):
             return False
         if text in concept.ancestor_names or self._lemmas(text) & concept.defining_words or text in concept.functions:
@@ -319,10 +451,32 @@ class OfflineJudge:
         if self._is_verb_of(concept, text):
             return True
         return any(
-            (self._is_plausible_sense(text, sense) or self._is_direct_part_named(concept, text, sense))
+            (self._is_plausible_sense(text, sense) or self._is_named_part(concept, text, sense)
+             or self._is_body_word_of_living_class(concept, text, sense))
             and self._relates(concept, text, sense)
             for sense in self._physical_senses(text)
         )
+
+    def _describes_the_class(self, concept: ClassConcept, text: str) -> bool:
+        """A word for someone or something that has the class, or for the property the class's modifier sets.
+
+        "redhead: someone who has red hair", "bespectacled: wearing ... eyeglasses" (a person or an adjective whose
+        gloss gives the class as what it has; objects that have it, such as a car "with four wheels", are wholes,
+        not the class); "red-haired" (having <form> <noun>); "hair colour" for "red hair" (red is a colour).
+        """
+        words = text.split()
+        if concept.forms and len(words) == 2 and words[0] in concept.heads and words[1] in concept.attributes:
+            return True
+        compound = re.fullmatch(r"([a-z]+)-([a-z]+)", text)
+        if compound and compound[1] in concept.forms and compound[2].endswith("d"):
+            stems = {compound[2][:-2], compound[2][:-1]}
+            return bool({self._wn.morphy(stem, NOUN) for stem in stems} & concept.heads)
+        owned = [name for name in concept.names if not concept.forms or any(f in name.split() for f in concept.forms)]
+        owned = [name for name in owned if " " in name or name not in concept.forms]
+        senses = [s for pos in (NOUN, ADJ) for s in self._wn.synsets(_lemma_key(text), pos)
+                  if _names(s)[0] == text and (s.pos() != NOUN or s.lexname() == "noun.person")]
+        return any(re.search(rf"\b(?:with|having|has|have|wearing|wears)\b.*\b{re.escape(name)}(?:s|es)?\b",
+                             s.definition().lower().split(";")[0]) for s in senses for name in owned)
 
     def _names_another_kind(self, concept: ClassConcept, text: str) -> bool:
         """For "blond hair": "long hair", "black hair" name other kinds of hair; "platinum blonde" names the class."""
@@ -339,8 +493,8 @@ class OfflineJudge:
         verb = self._wn.morphy(text, VERB)
         if verb is None or verb not in concept.verbs:
             return False
-        if text.endswith("ing"):
-            return True
+        if text.endswith("ing") or (text.endswith("ed") and verb != text):
+            return True  # a gerund or a participle ("perched") is the action, not a thing
         nouns = [sense for sense in self._wn.synsets(_lemma_key(text), NOUN) if not sense.instance_hypernyms()]
         if nouns and nouns[0].lexname() in {*PHYSICAL_LEXNAMES, "noun.location"}:
             return False  # mainly a thing or a place ("dock", "park")
@@ -363,11 +517,18 @@ class OfflineJudge:
             return True
         if sense in concept.ancestors:
             return self._is_name_of_class(concept, sense)
-        return self._is_part(concept, text, sense)
+        return self._is_young_of(concept, sense) or self._is_part(concept, text, sense)
+
+    def _is_young_of(self, concept: ClassConcept, sense: Synset) -> bool:
+        """A young animal of the class or of an ancestor that names it: "kitten: young domestic cat" for a tabby,
+        "puppy" for a retriever. Every member of the class was one; a sibling kind ("labrador") is no stage of it."""
+        if self._wn.synset("young.n.01") not in sense.closure(_hypernyms):
+            return False
+        return any(p == concept.synset or set(_names(p)) & concept.ancestor_names for p in self._broader(sense))
 
     def _is_name_of_class(self, concept: ClassConcept, ancestor: Synset) -> bool:
-        """A close ancestor always; a far one only when MiniLM finds its name close to the class's."""
-        if concept.ancestors[ancestor] <= CLOSE_ANCESTOR_LEVELS:
+        """A close or taxonomic ancestor always; a far one only when MiniLM finds its name close to the class's."""
+        if concept.ancestors[ancestor] <= CLOSE_ANCESTOR_LEVELS or ancestor in concept.taxa:
             return True
         return self._similarity_between(_names(ancestor), sorted(concept.names)) >= self._ancestor_similarity
 
@@ -432,12 +593,32 @@ class OfflineJudge:
             return False
         return self._count([sense], text) > 0 or self._count(senses, text) == 0
 
-    @staticmethod
-    def _is_direct_part_named(concept: ClassConcept, text: str, sense: Synset) -> bool:
+    def _is_named_part(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
         """A rare sense the tag is the main name of, made plausible by being a part of the class or of an
-        ancestor every instance shares ("bridge" and "peg" of a stringed instrument, "coat" of a mammal)."""
+        ancestor every instance shares ("bridge" and "peg" of a stringed instrument, "coat" of a mammal), or a
+        part of such a part used at least as often as the tag's other senses ("rim" of a vehicle's wheel, not
+        "dock", a tail's bone but mostly a pier)."""
+        if _names(sense)[0] != text:
+            return False
         wholes = {concept.synset, *concept.part_wholes}
-        return _names(sense)[0] == text and any(whole in wholes for whole in sense.part_holonyms())
+        if wholes & set(sense.part_holonyms()):
+            return True
+        return bool(wholes & _distances(sense, Synset.part_holonyms, 2).keys()) and self._is_most_used(text, sense)
+
+    def _is_most_used(self, text: str, sense: Synset, other_kinds: frozenset[str] = frozenset()) -> bool:
+        """Whether the tag is used in ``sense`` at least as often as in any other physical sense outside the
+        categories ``other_kinds`` (WordNet's sense-tagged counts)."""
+        others = [s for s in self._physical_senses(text) if s != sense and s.lexname() not in other_kinds]
+        return self._count([sense], text) >= max((self._count([s], text) for s in others), default=0)
+
+    def _is_body_word_of_living_class(self, concept: ClassConcept, text: str, sense: Synset) -> bool:
+        """For an animal, a rare animal or body sense of the tag is plausible when the tag is used in it at least as
+        often as in any sense naming another kind of thing: "bill" of a bird (its other physical senses are
+        unattested) and "foot" of a vertebrate, but not "dock" (a tail's bone; a pier far more often) nor "hand" of
+        a dog. Rare artifact senses stay out ("wing" as a car's fender); the sense must still be a part or kind."""
+        if sense.lexname() not in ANIMATE_LEXNAMES or concept.synset.lexname() not in LIVING_LEXNAMES:
+            return False
+        return self._is_most_used(text, sense, other_kinds=ANIMATE_LEXNAMES)
 
     @staticmethod
     def _count(senses: list[Synset], text: str) -> int:
