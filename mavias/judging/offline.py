@@ -322,7 +322,7 @@ class OfflineJudge:
         """What a relational adjective in a name says the class is capable of producing: "musical instrument"
         (musical: "characterized by or capable of producing music") -> "music"."""
         modifiers = {name.split()[0] for name in names if " " in name}
-        glosses = [self._wn.synsets(m, ADJ)[0].definition() for m in modifiers if self._wn.synsets(m, ADJ)]
+        glosses = [senses[0].definition() for m in modifiers if (senses := self._wn.synsets(m, ADJ))]
         return {match[1] for gloss in glosses for match in PRODUCT.finditer(gloss.lower())}
 
     def _attributes(self, modifiers: list[str]) -> set[str]:
