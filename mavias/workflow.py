@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mavias.evaluate.metrics import MIN_SUPPORT, group_key
-from mavias.evaluate.metrics import accuracy
+from mavias.evaluate.metrics import MIN_SUPPORT, accuracy, group_key
 from mavias.evaluate.protocols import (
     celeba_metrics,
     evaluation_report,
@@ -29,7 +28,7 @@ from mavias.train.config import TrainConfig
 from mavias.train.data import SplitData
 from mavias.train.inference import predict
 from mavias.train.prepare import PreparedData
-from mavias.train.trainer import Trainer, TrainResult, load_main_model
+from mavias.train.trainer import Trainer, TrainResult, epoch_path, load_main_model
 from mavias.utils.atomic import atomic_path, write_json
 
 BG_ALIGNED, CO_ALIGNED = "attr_bg_aligned", "attr_coobj_aligned"
@@ -60,9 +59,11 @@ def tag_groups(split: SplitData, biased: pd.DataFrame, classes: list[str]) -> pd
 
 
 def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *, tag_min_support: int = MIN_SUPPORT,
-                    progress: bool = True) -> Reference:
+                    progress: bool = True, keep_epochs: bool = False) -> Reference:
+    """The ERM reference; with ``keep_epochs`` its training also serves as the ERM baseline (`erm_baseline`)."""
     cfg = cfg.model_copy(update={"method": "erm", "selection": "val_acc"})
-    run = Trainer(cfg, data["train"], data["val"], data.classes, out_dir, progress=progress).fit()
+    run = Trainer(cfg, data["train"], data["val"], data.classes, out_dir, progress=progress,
+                  keep_epochs=keep_epochs).fit()
     checkpoint = run.checkpoint("val_acc")
     model, _, _ = load_main_model(checkpoint)
     val_pred = predict(model, data["val"])
@@ -88,6 +89,15 @@ def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, refe
     val_groups = None if reference is None else reference.val_groups
     trainer = Trainer(cfg, data["train"], data["val"], data.classes, out_dir, val_groups=val_groups, progress=progress)
     return trainer.fit(stop_after=stop_after)
+
+
+def erm_baseline(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference) -> TrainResult:
+    """The ERM baseline, selected under the reference's tag groups. The reference trains ERM with the same settings
+    and seed, so where it kept its epochs they are selected again instead of repeating the training."""
+    trainer = Trainer(cfg, data["train"], data["val"], data.classes, out_dir, val_groups=reference.val_groups,
+                      progress=False)
+    source = Path(reference.checkpoint).parent
+    return trainer.reselect(source) if epoch_path(source, cfg.epochs).exists() else trainer.fit()
 
 
 def training_proportions(data: PreparedData, attrs: list[str]) -> dict[str, float]:

@@ -4,7 +4,8 @@ Image benchmarks (synthetic-scenes, shape-colours, shape-textures): ERM, JTT, Lf
 their papers' settings), the GroupDRO oracle (true groups) and MAVias with hyperparameters from ``mavias tune``
 (seed 0, validation criterion only). Every run is reported under two checkpoints: the default bias-unaware criterion
 (``val_robust``) and the paper's validation accuracy (``val_acc``). The test split is read once per selected model,
-for reporting. ``shape-textures`` is held out: no default was chosen looking at its results.
+for reporting. ``shape-textures`` is held out: no default was chosen looking at its results. The ERM baseline is
+the ERM reference's own training (same settings and seed), selected again under the reference's tag groups.
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ from mavias.benchmarks.two_moons import TwoMoons3DConfig, make_two_moons_3d
 from mavias.discover import Workspace
 from mavias.encode.cli import encoder_from_spec
 from mavias.evaluate.metrics import group_key
-from mavias.evaluate.protocols import PAPER, ROBUST, biased_tag_recovery, evaluation_report, find_biased_tags
+from mavias.evaluate.protocols import (
+    PAPER,
+    ROBUST,
+    biased_tag_recovery,
+    evaluation_report,
+    find_biased_tags,
+)
 from mavias.relevance import load_relevance
 from mavias.train.config import MINILM, TrainConfig
 from mavias.train.data import attach_groups, feature_split
@@ -43,7 +50,15 @@ from mavias.train.prepare import PreparedData, prepare_image_data
 from mavias.train.trainer import Trainer, TrainResult, load_main_model
 from mavias.tune.search import suggest_config, trial_dir, tune
 from mavias.utils.atomic import write_json
-from mavias.workflow import BG_ALIGNED, CO_ALIGNED, Reference, evaluate_checkpoint, train_method, train_reference
+from mavias.workflow import (
+    BG_ALIGNED,
+    CO_ALIGNED,
+    Reference,
+    erm_baseline,
+    evaluate_checkpoint,
+    train_method,
+    train_reference,
+)
 
 CRITERIA = ("val_robust", "val_acc")
 DEFAULT_CRITERION = "val_robust"
@@ -186,15 +201,16 @@ def run_image_benchmark(work: Path, bench: ImageBenchmark, seeds: int, trials: i
     for seed in range(seeds):
         seed_dir = root / f"seed{seed}"
         reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
-                                    seed_dir / "reference", progress=False)
+                                    seed_dir / "reference", progress=False, keep_epochs=True)
         tags_quality[seed] = biased_tag_quality(data, reference, truth)
 
         def metrics_of(checkpoint: Path, run_seconds: float = 0.0) -> dict:
             return _image_metrics(data, bench, checkpoint, reference, run_seconds)
 
         for method, overrides in {**BIAS_UNAWARE_BASELINES, ORACLE: ORACLE_CONFIG}.items():
-            run = train_method(data, _config(base, overrides, seed), seed_dir / overrides["method"], reference,
-                               progress=False)
+            cfg, out = _config(base, overrides, seed), seed_dir / overrides["method"]
+            run = (erm_baseline(data, cfg, out, reference) if method == "ERM"
+                   else train_method(data, cfg, out, reference, progress=False))
             outcomes += _outcomes(method, seed, overrides, run,
                                   lambda c, r=run: metrics_of(c, r.seconds_per_epoch))
         mavias_base = _config(base, {"method": "mavias"}, seed)

@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
-
 from torch.utils.tensorboard import SummaryWriter
 
 from mavias.errors import UserError
@@ -102,6 +101,7 @@ class Trainer:
         *,
         val_groups: pd.Series | None = None,
         progress: bool = True,
+        keep_epochs: bool = False,
     ):
         self.cfg = cfg
         self.train_split = train
@@ -110,6 +110,7 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.val_groups = None if val_groups is None else np.asarray(val_groups)
         self.progress = progress
+        self.keep_epochs = keep_epochs  # keep every epoch's main model, so another criterion can reselect later
         self.device = resolve_device(cfg.device)
         seed_everything(cfg.seed)
         self.model: MainModel = build_main_model(cfg.backbone, train.in_channels, len(classes)).to(self.device)
@@ -209,13 +210,16 @@ class Trainer:
     def checkpoint_path(self, criterion: str) -> Path:
         return self.out_dir / f"best_{criterion}.pt"
 
-    def _save_best(self, criterion: str, score: float, val_acc: float) -> None:
-        with atomic_path(self.checkpoint_path(criterion)) as tmp:
+    def _save_model(self, path: Path, score: float) -> None:
+        with atomic_path(path) as tmp:
             torch.save(
                 {"model": self.model.state_dict(), "epoch": self.epoch, "score": score, "classes": self.classes,
                  "config": self.cfg.model_dump(mode="json")},
                 tmp,
             )
+
+    def _save_best(self, criterion: str, score: float, val_acc: float) -> None:
+        self._save_model(self.checkpoint_path(criterion), score)
         self.best[criterion] = {"epoch": self.epoch, "score": score, "val_acc": val_acc}
 
     # --- loop ----------------------------------------------------------------------------------------------
@@ -288,14 +292,45 @@ class Trainer:
                 self.scheduler.step()
             row.update(self._validate())
             row.update({"epoch": self.epoch, "seconds": seconds, "lr": self.optimizer.param_groups[0]["lr"]})
-            self.history.append(row)
-            for criterion in CRITERIA:
-                if criterion in row and _selection_key(row[criterion], row["val_acc"]) > self._best_key(criterion):
-                    self._save_best(criterion, row[criterion], row["val_acc"])
-            self.save_checkpoint()
-            self._log(writer, row)
+            if self.keep_epochs:
+                self._save_model(epoch_path(self.out_dir, self.epoch), row["val_acc"])
+            self._record(row, writer)
             run_epochs += 1
         writer.close()
+        return self._finish()
+
+    def reselect(self, source: str | Path) -> TrainResult:
+        """Select this run's checkpoints from the kept epochs of ``source``, a finished run of the same training
+        settings (``keep_epochs``), under this trainer's validation groups: what training again would select."""
+        source = Path(source)
+        state = torch.load(source / "last.pt", map_location=self.device, weights_only=True)
+        ignored = {"selection"}  # the only setting that does not change the training
+        if {k: v for k, v in state["config"].items() if k not in ignored} != \
+                {k: v for k, v in self.cfg.model_dump(mode="json").items() if k not in ignored}:
+            raise ValueError(f"{source} was trained with other settings than this run; train this run instead")
+        if state["epoch"] < self.cfg.epochs or not epoch_path(source, state["epoch"]).exists():
+            raise ValueError(f"{source} is unfinished or kept no epochs (Trainer keep_epochs=True); train this run instead")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        save_config(self.cfg, self.out_dir / "config.yaml")
+        self.history, self.best = [], {}
+        writer = SummaryWriter(str(self.out_dir / "tensorboard"))
+        for trained in state["history"]:
+            self.epoch = trained["epoch"]
+            kept = torch.load(epoch_path(source, self.epoch), map_location=self.device, weights_only=True)
+            self.model.load_state_dict(kept["model"])
+            self._record({**trained, **self._validate()}, writer)
+        writer.close()
+        return self._finish()
+
+    def _record(self, row: dict, writer: SummaryWriter) -> None:
+        self.history.append(row)
+        for criterion in CRITERIA:
+            if criterion in row and _selection_key(row[criterion], row["val_acc"]) > self._best_key(criterion):
+                self._save_best(criterion, row[criterion], row["val_acc"])
+        self.save_checkpoint()
+        self._log(writer, row)
+
+    def _finish(self) -> TrainResult:
         if self.epoch >= self.cfg.epochs:
             self._fall_back_where_uninformative()
             self.save_checkpoint()
@@ -312,6 +347,11 @@ class Trainer:
         for key, value in row.items():
             if key != "epoch":
                 writer.add_scalar(key, value, row["epoch"])
+
+
+def epoch_path(run: Path, epoch: int) -> Path:
+    """The main model after ``epoch`` in a run trained with ``keep_epochs``."""
+    return Path(run) / "epochs" / f"epoch_{epoch:03d}.pt"
 
 
 def step_thirds_milestones(epochs: int) -> list[int]:
