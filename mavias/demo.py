@@ -48,6 +48,7 @@ from mavias.pipeline.storage import (
     upload_file,
 )
 from mavias.serve.try_it import show_round_trip
+from mavias.utils.console import make_console
 from mavias.utils.servers import free_port, stop_process, wait_until_answering
 
 DAG_ID = "mavias_nightly"
@@ -314,7 +315,7 @@ def run_demo(
     console: Console | None = None,
 ) -> DemoResult:
     """Run the demo in ``workdir`` (created; a previous demo's data is reused, its S3 and Airflow state is not)."""
-    console = console or Console()
+    console = console or make_console()
     workdir = Path(workdir).resolve()
     started = time.perf_counter()
     timings: dict[str, float] = {}
@@ -410,7 +411,7 @@ def task_table(result: DemoResult) -> Table:
 
 
 def print_summary(result: DemoResult, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     console.print(task_table(result))
     console.print(counts_table(result))
     for run in result.nights:
@@ -443,7 +444,7 @@ def demo_command(
     epochs: Annotated[int, typer.Option(help="training epochs of both models, each night")] = DEMO_TRAINING["epochs"],
 ) -> None:
     """Two nights of the nightly DAG on this machine, offline: local S3 and SMTP servers, `airflow dags test`."""
-    console = Console()
+    console = make_console()
     result = run_demo(workdir, n_train=n_train, n_val=n_val, n_test_per_cell=n_test_per_cell, epochs=epochs,
                       console=console)
     print_summary(result, console)

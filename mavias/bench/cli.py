@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from mavias.bench.pipeline import pipeline_command
+from mavias.utils.console import make_console
 
 app = typer.Typer(help="Benchmarks (speed and quality), recorded in BENCHMARKS.md.", no_args_is_help=True)
 app.command("pipeline")(pipeline_command)
-console = Console()
+console = make_console()
 
 
 def _pm(value: dict | None, scale: float = 100.0) -> str:

@@ -22,6 +22,7 @@ from mavias.demo import DemoResult, print_summary, run_demo
 from mavias.pipeline.export import export_latency_benchmark
 from mavias.train.trainer import load_main_model
 from mavias.utils.atomic import write_json
+from mavias.utils.console import make_console
 
 
 def benchmarked_checkpoint(result: DemoResult) -> Path:
@@ -73,7 +74,7 @@ def run_pipeline_bench(
     **demo_options: Any,
 ) -> dict[str, Any]:
     """Run the demo in ``work`` and measure it; the results as a dict (also written to ``json_path``)."""
-    console = console or Console()
+    console = console or make_console()
     result = run_demo(work, console=console, **demo_options)
     latency = measure_latency(benchmarked_checkpoint(result), runs=runs, threads=threads or os.cpu_count() or 1)
     report = {

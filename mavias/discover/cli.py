@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from mavias.discover.run import discover_partition, resolve_manifest
 from mavias.encode.cli import EncodeMode, EncoderKind, EncoderModel, make_encoder
@@ -33,6 +32,7 @@ from mavias.tagging.cli import (
 )
 from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED, TAG_THRESHOLD, TAG_TOP_K
 from mavias.tagging.run import DEFAULT_NUM_SHARDS
+from mavias.utils.console import make_console
 
 LlmModel = Annotated[str, typer.Option("--llm-model", envvar="MAVIAS_LLM_MODEL", help="LLM model name (--judge llm)")]
 
@@ -103,7 +103,7 @@ def discover(
     summary = asdict(counts)
     per_class = summary.pop("llm_requests_per_class")
     summary |= {f"llm requests: {cls}": n for cls, n in per_class.items()}
-    Console().print(counts_table(f"discovery of {partition}", summary))
+    make_console().print(counts_table(f"discovery of {partition}", summary))
 
 
 if __name__ == "__main__":

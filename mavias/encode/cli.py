@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from mavias.encode.base import TextEncoder
 from mavias.encode.samples import encode_samples, save_sample_embeddings
@@ -20,6 +19,7 @@ from mavias.tagging.base import read_tags, tag_lists
 from mavias.tagging.cli import AllowDownload, Device, Pretrained, WeightsDir, counts_table
 from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.train.config import parse_encoder
+from mavias.utils.console import make_console
 
 ENCODER_KINDS = ("sentence", "openclip")
 
@@ -103,7 +103,7 @@ def encode(
     token_limit = getattr(text_encoder, "token_limit", None)  # OpenCLIP encoders count context-window overflows
     if token_limit is not None:
         counts |= {f"token limit: {k}": v for k, v in asdict(token_limit).items()}
-    Console().print(counts_table(f"encoding with {text_encoder.encoder_id}", counts))
+    make_console().print(counts_table(f"encoding with {text_encoder.encoder_id}", counts))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from typing import Annotated
 
 import pandas as pd
 import typer
-from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -28,6 +27,7 @@ from mavias.judging.evaluate import (
 from mavias.judging.review import apply_review, export_review, load_review
 from mavias.manifest import load_manifest
 from mavias.relevance import load_relevance, save_relevance
+from mavias.utils.console import make_console
 
 JUDGE_KINDS = ("offline", "llm")
 TRUTH_DIR = Path(__file__).parent / "truth"
@@ -56,7 +56,7 @@ Reasoning = Annotated[
 Samples = Annotated[int, typer.Option(help="LLM answers per batch, majority vote (self-consistency)", min=1)]
 
 app = typer.Typer(help=__doc__, no_args_is_help=True)
-console = Console()
+console = make_console()
 
 
 @contextmanager

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import pandas as pd
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from mavias.manifest import load_manifest
@@ -23,6 +22,7 @@ from mavias.tagging.run import (
     parse_shard,
     tag_partition,
 )
+from mavias.utils.console import make_console
 
 TAGGER_KINDS = ("auto", "openclip", "manifest")
 
@@ -147,7 +147,7 @@ def tag(
         batch_size=batch_size,
         num_workers=workers,
     )
-    console = Console()
+    console = make_console()
     console.print(counts_table(f"tagging {manifest}", asdict(counts)))
     missing = missing_shards(out, n)
     if missing:

@@ -9,7 +9,6 @@ from typing import Annotated
 import pandas as pd
 import typer
 import yaml
-from rich.console import Console
 from rich.table import Table
 
 from mavias.discover import Workspace as DiscoveryWorkspace
@@ -19,8 +18,9 @@ from mavias.relevance import load_relevance
 from mavias.train.config import TrainConfig, load_config, preset_names
 from mavias.train.model import weights_file
 from mavias.train.prepare import PreparedData, prepare_image_data
+from mavias.utils.console import make_console
 
-console = Console()
+console = make_console()
 
 Manifest = Annotated[Path, typer.Option("--manifest", help="dataset manifest (.parquet or .csv)", exists=True)]
 Relevance = Annotated[Path, typer.Option("--relevance", help="relevance table (class, tag, relevant, source)", exists=True)]

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from mavias.train.cli import GroupAttrs, Manifest, Relevance, Tags, Workspace, _overrides, _prepare
 from mavias.train.config import load_config
+from mavias.utils.console import make_console
 
-console = Console()
+console = make_console()
 
 
 def tune_command(
