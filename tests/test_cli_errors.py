@@ -115,3 +115,8 @@ def test_a_bad_warm_start_for_the_search(files, content, expect):
                   "--reference", files, "--out", files / "search", "--warm-start", files / "warm.json",
                   expect=expect)  # fmt: skip
     assert not (files / "search").exists()  # refused before any data is prepared
+
+
+def test_an_unknown_benchmark_for_the_criteria_analysis(tmp_path):
+    fails_cleanly("bench", "criteria", "--benchmark", "nope", "--work", tmp_path,
+                  expect="use --benchmark synthetic-scenes or shape-colours or shape-textures")

@@ -1,4 +1,4 @@
-"""`mavias bench core|discovery|pipeline|data`."""
+"""`mavias bench core|criteria|discovery|pipeline|data|serve`."""
 
 from __future__ import annotations
 
@@ -60,6 +60,31 @@ def core(
     if "two_moons_3d" in report:
         print_core_table("two-moons-3d (test, %)", report["two_moons_3d"]["summary"], MOONS_COLUMNS)
         console.print(f"two-moons figure: {report['two_moons_3d']['figure']}")
+    console.print(f"wall time {report['wall_seconds']:.0f} s")
+
+
+@app.command("criteria")
+def criteria(
+    benchmark: Annotated[str, typer.Option(help="the image benchmark to analyse")] = "shape-colours",
+    seed: Annotated[int, typer.Option(help="training seed of every run")] = 0,
+    work: Annotated[Path, typer.Option(help="working folder; bench core's by default, so its data and reference are "
+                                            "reused")] = Path("runs/bench-core"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results (every checkpoint) as JSON")] = None,
+) -> None:
+    """How well each selection criterion ranks checkpoints by test worst-group accuracy (analysis, 8 runs)."""
+    from mavias.bench.criteria import run_criteria_bench
+
+    report = run_criteria_bench(work, benchmark=benchmark, seed=seed, json_path=json_out)
+    label = "held out" if report["held_out"] else "seen while choosing defaults"
+    table = Table(title=f"{benchmark} seed {seed} ({label}): {report['checkpoints']} checkpoints")
+    for column in ("criterion", "Spearman with test WG", "picks among MAVias runs", "epoch", "test WG", "test balanced"):
+        table.add_column(column, justify="left" if column.startswith(("criterion", "picks")) else "right")
+    for pick in report["picks"]:
+        table.add_row(pick["criterion"], f"{report['spearman'][pick['criterion']]:.2f}", pick["run"], str(pick["epoch"]),
+                      f"{100 * pick['test_wg']:.1f}", f"{100 * pick['test_balanced']:.1f}")
+    console.print(table)
+    console.print("validation images each pooled criterion reads: "
+                  + ", ".join(f"{name} {count}" for name, count in report["pooled_images"].items()))
     console.print(f"wall time {report['wall_seconds']:.0f} s")
 
 

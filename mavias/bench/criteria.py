@@ -1,0 +1,142 @@
+"""`mavias bench criteria`: how well each checkpoint-selection criterion ranks checkpoints by test worst-group accuracy.
+
+ERM, SD and six MAVias settings are trained on one benchmark and seed with every epoch kept. Each kept checkpoint is
+scored by each criterion on the validation split and by its test worst-group accuracy: analysis only, the product
+never selects on test. Reported: the Spearman correlation of each criterion with test WG over all checkpoints, and
+the MAVias setting and epoch each criterion would pick. Besides the product's two criteria, three that pool the
+likely bias-conflicting validation images across classes, and the true validation worst group for comparison.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from mavias.bench.core import IMAGE_BENCHMARKS, _config, prepare_benchmark
+from mavias.errors import UserError
+from mavias.evaluate.metrics import group_key
+from mavias.train.config import MINILM
+from mavias.train.inference import predict
+from mavias.train.selection import robust_selection_score
+from mavias.train.trainer import Trainer, epoch_path, load_main_model
+from mavias.utils.atomic import write_json
+from mavias.workflow import Reference, train_reference
+
+MAVIAS_SETTINGS = [  # (alpha, lambda, projection lr multiplier, lr): the base settings first
+    (0.01, 0.5, 1.0, 0.05), (0.01, 0.4, 10.0, 0.05), (0.05, 0.5, 3.0, 0.05), (0.003, 0.7, 10.0, 0.05),
+    (0.1, 0.3, 5.0, 0.05), (0.01, 0.5, 1.0, 0.02),
+]
+CRITERIA = ("val_acc", "val_robust", "reference errors", "pooled unbiased-tag groups", "union of both",
+            "true val WG (oracle)")
+
+
+def settings(base: dict) -> dict[str, dict]:
+    """Name -> config overrides of the compared runs."""
+    runs = {"ERM": {"method": "erm"}, "SD": {"method": "sd"}}
+    for alpha, lam, mult, lr in MAVIAS_SETTINGS:
+        runs[f"MAVias α {alpha} λ {lam} g×{mult:g} lr {lr}"] = {
+            "method": "mavias", "mavias": {"alpha": alpha, "lam": lam, "projection_lr_mult": mult},
+            "optim": {**base["optim"], "lr": lr}}
+    return runs
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What the criteria read besides a checkpoint's correctness: labels, the reference's tag groups and errors."""
+
+    labels: np.ndarray
+    tag_groups: np.ndarray  # "<class>|biased" / "<class>|unbiased" from the ERM reference's B'
+    reference_correct: np.ndarray
+    true_groups: np.ndarray  # (class, bias attribute): the oracle's groups, for comparison only
+
+    def pools(self) -> dict[str, np.ndarray]:
+        """The likely bias-conflicting images each pooled criterion reads."""
+        errors = ~self.reference_correct
+        with_biased = {g.split("|")[0] for g in self.tag_groups if g.endswith("|biased")}
+        unbiased = np.array([g.endswith("|unbiased") and g.split("|")[0] in with_biased for g in self.tag_groups])
+        return {"reference errors": errors, "pooled unbiased-tag groups": unbiased, "union of both": errors | unbiased}
+
+
+def _worst_group(correct: np.ndarray, groups: np.ndarray) -> float:
+    return float(pd.Series(correct).groupby(groups).mean().min())
+
+
+def criterion_scores(correct: np.ndarray, val: Validation) -> dict[str, float]:
+    """Every criterion of one checkpoint from its validation correctness."""
+    correct = np.asarray(correct, dtype=float)
+    balanced = float(pd.Series(correct).groupby(val.labels).mean().mean())
+
+    def pooled(mask: np.ndarray) -> float:
+        return 0.5 * balanced + 0.5 * (float(correct[mask].mean()) if mask.any() else balanced)
+
+    return {"val_acc": float(correct.mean()),
+            "val_robust": robust_selection_score(correct, val.labels, val.tag_groups),
+            **{name: pooled(mask) for name, mask in val.pools().items()},
+            "true val WG (oracle)": _worst_group(correct, val.true_groups)}
+
+
+def analyse(checkpoints: pd.DataFrame) -> dict:
+    """Spearman of each criterion with test WG, and each criterion's pick among the MAVias checkpoints."""
+    spearman = {c: float(spearmanr(checkpoints[c], checkpoints["test_wg"]).statistic) for c in CRITERIA}
+    mavias = checkpoints[checkpoints["run"].str.startswith("MAVias")]
+    picks = []
+    for criterion in CRITERIA:
+        best = mavias.loc[mavias[criterion].idxmax()]
+        picks.append({"criterion": criterion, "run": best["run"], "epoch": int(best["epoch"]),
+                      "test_wg": float(best["test_wg"]), "test_balanced": float(best["test_balanced"])})
+    return {"spearman": spearman, "picks": picks}
+
+
+def _folder_name(run: str) -> str:
+    """An ASCII folder name: "MAVias α 0.01 λ 0.4 g×10 lr 0.05" -> "mavias-a0.01-l0.4-g10-lr0.05"."""
+    ascii_name = run.replace("α ", "a").replace("λ ", "l").replace("g×", "g").replace("lr ", "lr")
+    return re.sub(r"[^a-z0-9.]+", "-", ascii_name.lower())
+
+
+def _true_groups(split, attrs: list[str]) -> np.ndarray:
+    return group_key(split.frame.assign(label=split.labels.numpy()), ["label", *attrs]).to_numpy()
+
+
+def _correct(checkpoint: Path, split) -> np.ndarray:
+    model, _, _ = load_main_model(checkpoint)
+    return predict(model, split)["correct"].to_numpy()
+
+
+def run_criteria_bench(work: Path, *, benchmark: str = "shape-colours", seed: int = 0,
+                       json_path: Path | None = None) -> dict:
+    start = time.perf_counter()
+    bench = next((b for b in IMAGE_BENCHMARKS if b.name == benchmark), None)
+    if bench is None:
+        raise UserError(f"unknown benchmark {benchmark!r}; use --benchmark "
+                        f"{' or '.join(b.name for b in IMAGE_BENCHMARKS)}")
+    data, _ = prepare_benchmark(work, bench)
+    base = {**bench.base, "encoder": MINILM}
+    reference: Reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
+                                           work / bench.name / f"seed{seed}" / "reference", progress=False)
+    val = Validation(data["val"].labels.numpy(), np.asarray(reference.val_groups, dtype=str),
+                     _correct(reference.checkpoint, data["val"]), _true_groups(data["val"], bench.attrs))
+    test_groups = _true_groups(data["test"], bench.attrs)
+    rows = []
+    for name, overrides in settings(base).items():
+        out = work / "criteria" / f"{bench.name}-seed{seed}" / _folder_name(name)
+        run = Trainer(_config(base, overrides, seed), data["train"], data["val"], data.classes, out,
+                      val_groups=reference.val_groups, progress=False, keep_epochs=True).fit()
+        for epoch in run.history["epoch"]:
+            checkpoint = epoch_path(out, int(epoch))
+            test_correct = _correct(checkpoint, data["test"])
+            rows.append({"run": name, "epoch": int(epoch), **criterion_scores(_correct(checkpoint, data["val"]), val),
+                         "test_wg": _worst_group(test_correct, test_groups),
+                         "test_balanced": float(pd.Series(test_correct).groupby(test_groups).mean().mean())})
+    checkpoints = pd.DataFrame(rows)
+    report = {"benchmark": bench.name, "seed": seed, "held_out": bench.held_out, "checkpoints": len(checkpoints),
+              "pooled_images": {name: int(mask.sum()) for name, mask in val.pools().items()},
+              **analyse(checkpoints), "rows": rows, "wall_seconds": time.perf_counter() - start}
+    if json_path is not None:
+        write_json(json_path, report)
+    return report
