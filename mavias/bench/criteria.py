@@ -21,8 +21,9 @@ from scipy.stats import spearmanr
 from mavias.bench.core import IMAGE_BENCHMARKS, _config, prepare_benchmark
 from mavias.errors import UserError
 from mavias.evaluate.metrics import group_key
-from mavias.train.config import MINILM
+from mavias.train.config import MINILM, TrainConfig
 from mavias.train.inference import predict
+from mavias.train.prepare import PreparedData
 from mavias.train.selection import robust_selection_score
 from mavias.train.trainer import Trainer, epoch_path, load_main_model
 from mavias.utils.atomic import write_json
@@ -63,14 +64,14 @@ class Validation:
         return {"reference errors": errors, "pooled unbiased-tag groups": unbiased, "union of both": errors | unbiased}
 
 
-def _worst_group(correct: np.ndarray, groups: np.ndarray) -> float:
-    return float(pd.Series(correct).groupby(groups).mean().min())
+def _group_accuracies(correct: np.ndarray, groups: np.ndarray) -> pd.Series:
+    return pd.Series(correct, dtype=float).groupby(groups).mean()
 
 
 def criterion_scores(correct: np.ndarray, val: Validation) -> dict[str, float]:
     """Every criterion of one checkpoint from its validation correctness."""
     correct = np.asarray(correct, dtype=float)
-    balanced = float(pd.Series(correct).groupby(val.labels).mean().mean())
+    balanced = float(_group_accuracies(correct, val.labels).mean())
 
     def pooled(mask: np.ndarray) -> float:
         return 0.5 * balanced + 0.5 * (float(correct[mask].mean()) if mask.any() else balanced)
@@ -78,7 +79,7 @@ def criterion_scores(correct: np.ndarray, val: Validation) -> dict[str, float]:
     return {"val_acc": float(correct.mean()),
             "val_robust": robust_selection_score(correct, val.labels, val.tag_groups),
             **{name: pooled(mask) for name, mask in val.pools().items()},
-            "true val WG (oracle)": _worst_group(correct, val.true_groups)}
+            "true val WG (oracle)": float(_group_accuracies(correct, val.true_groups).min())}
 
 
 def analyse(checkpoints: pd.DataFrame) -> dict:
@@ -103,6 +104,16 @@ def _true_groups(split, attrs: list[str]) -> np.ndarray:
     return group_key(split.frame.assign(label=split.labels.numpy()), ["label", *attrs]).to_numpy()
 
 
+def _kept_epochs(data: PreparedData, cfg: TrainConfig, out: Path, reference: Reference) -> Path:
+    """The folder holding every epoch of ``cfg``'s training. ERM is the reference's own training (same settings and
+    seed): its kept epochs are read where it kept them instead of training it again."""
+    source = Path(reference.checkpoint).parent
+    if cfg.method == "erm" and epoch_path(source, cfg.epochs).exists():
+        return source
+    Trainer(cfg, data["train"], data["val"], data.classes, out, progress=False, keep_epochs=True).fit()
+    return out
+
+
 def _correct(checkpoint: Path, split) -> np.ndarray:
     model, _, _ = load_main_model(checkpoint)
     return predict(model, split)["correct"].to_numpy()
@@ -117,22 +128,20 @@ def run_criteria_bench(work: Path, *, benchmark: str = "shape-colours", seed: in
                         f"{' or '.join(b.name for b in IMAGE_BENCHMARKS)}")
     data, _ = prepare_benchmark(work, bench)
     base = {**bench.base, "encoder": MINILM}
-    reference: Reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
-                                           work / bench.name / f"seed{seed}" / "reference", progress=False)
+    reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
+                                work / bench.name / f"seed{seed}" / "reference", progress=False, keep_epochs=True)
     val = Validation(data["val"].labels.numpy(), np.asarray(reference.val_groups, dtype=str),
                      _correct(reference.checkpoint, data["val"]), _true_groups(data["val"], bench.attrs))
     test_groups = _true_groups(data["test"], bench.attrs)
     rows = []
     for name, overrides in settings(base).items():
-        out = work / "criteria" / f"{bench.name}-seed{seed}" / _folder_name(name)
-        run = Trainer(_config(base, overrides, seed), data["train"], data["val"], data.classes, out,
-                      val_groups=reference.val_groups, progress=False, keep_epochs=True).fit()
-        for epoch in run.history["epoch"]:
-            checkpoint = epoch_path(out, int(epoch))
-            test_correct = _correct(checkpoint, data["test"])
-            rows.append({"run": name, "epoch": int(epoch), **criterion_scores(_correct(checkpoint, data["val"]), val),
-                         "test_wg": _worst_group(test_correct, test_groups),
-                         "test_balanced": float(pd.Series(test_correct).groupby(test_groups).mean().mean())})
+        cfg = _config(base, overrides, seed)
+        kept = _kept_epochs(data, cfg, work / "criteria" / f"{bench.name}-seed{seed}" / _folder_name(name), reference)
+        for epoch in range(1, cfg.epochs + 1):
+            checkpoint = epoch_path(kept, epoch)
+            test_groups_acc = _group_accuracies(_correct(checkpoint, data["test"]), test_groups)
+            rows.append({"run": name, "epoch": epoch, **criterion_scores(_correct(checkpoint, data["val"]), val),
+                         "test_wg": float(test_groups_acc.min()), "test_balanced": float(test_groups_acc.mean())})
     checkpoints = pd.DataFrame(rows)
     report = {"benchmark": bench.name, "seed": seed, "held_out": bench.held_out, "checkpoints": len(checkpoints),
               "pooled_images": {name: int(mask.sum()) for name, mask in val.pools().items()},
