@@ -51,6 +51,11 @@ class Reference:
                          run: TrainResult | None = None) -> Reference:
         return cls(checkpoint, biased, tag_groups(data["val"], biased, data.classes), run)
 
+    def kept_epochs(self, epochs: int) -> Path | None:
+        """The reference's run folder when it kept all ``epochs`` of its training (``keep_epochs``), else None."""
+        run_dir = Path(self.checkpoint).parent
+        return run_dir if epoch_path(run_dir, epochs).exists() else None
+
 
 def tag_groups(split: SplitData, biased: pd.DataFrame, classes: list[str]) -> pd.Series:
     """Open-set groups "<class>|biased" / "<class>|unbiased" of a split's samples."""
@@ -96,8 +101,8 @@ def erm_baseline(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, refe
     and seed, so where it kept its epochs they are selected again instead of repeating the training."""
     trainer = Trainer(cfg, data["train"], data["val"], data.classes, out_dir, val_groups=reference.val_groups,
                       progress=False)
-    source = Path(reference.checkpoint).parent
-    return trainer.reselect(source) if epoch_path(source, cfg.epochs).exists() else trainer.fit()
+    source = reference.kept_epochs(cfg.epochs)
+    return trainer.reselect(source) if source is not None else trainer.fit()
 
 
 def training_proportions(data: PreparedData, attrs: list[str]) -> dict[str, float]:

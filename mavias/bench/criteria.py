@@ -107,8 +107,7 @@ def _true_groups(split, attrs: list[str]) -> np.ndarray:
 def _kept_epochs(data: PreparedData, cfg: TrainConfig, out: Path, reference: Reference) -> Path:
     """The folder holding every epoch of ``cfg``'s training. ERM is the reference's own training (same settings and
     seed): its kept epochs are read where it kept them instead of training it again."""
-    source = Path(reference.checkpoint).parent
-    if cfg.method == "erm" and epoch_path(source, cfg.epochs).exists():
+    if cfg.method == "erm" and (source := reference.kept_epochs(cfg.epochs)) is not None:
         return source
     Trainer(cfg, data["train"], data["val"], data.classes, out, progress=False, keep_epochs=True).fit()
     return out

@@ -304,9 +304,7 @@ class Trainer:
         settings (``keep_epochs``), under this trainer's validation groups: what training again would select."""
         source = Path(source)
         state = torch.load(source / "last.pt", map_location=self.device, weights_only=True)
-        ignored = {"selection"}  # the only setting that does not change the training
-        if {k: v for k, v in state["config"].items() if k not in ignored} != \
-                {k: v for k, v in self.cfg.model_dump(mode="json").items() if k not in ignored}:
+        if _training_settings(state["config"]) != _training_settings(self.cfg.model_dump(mode="json")):
             raise ValueError(f"{source} was trained with other settings than this run; train this run instead")
         if state["epoch"] < self.cfg.epochs or not epoch_path(source, state["epoch"]).exists():
             raise ValueError(f"{source} is unfinished or kept no epochs (Trainer keep_epochs=True); train this run instead")
@@ -347,6 +345,11 @@ class Trainer:
         for key, value in row.items():
             if key != "epoch":
                 writer.add_scalar(key, value, row["epoch"])
+
+
+def _training_settings(config: dict) -> dict:
+    """A dumped config without ``selection``, the only setting that does not change the training."""
+    return {key: value for key, value in config.items() if key != "selection"}
 
 
 def epoch_path(run: Path, epoch: int) -> Path:
