@@ -120,3 +120,8 @@ def test_a_bad_warm_start_for_the_search(files, content, expect):
 def test_an_unknown_benchmark_for_the_criteria_analysis(tmp_path):
     fails_cleanly("bench", "criteria", "--benchmark", "nope", "--work", tmp_path,
                   expect="use --benchmark synthetic-scenes or shape-colours or shape-textures")
+
+
+@pytest.mark.parametrize("args", [["criteria", "--seed", "-1"], ["core", "--seeds", "0"], ["core", "--trials", "0"]])
+def test_out_of_range_bench_settings(tmp_path, args):
+    fails_cleanly("bench", *args, "--work", tmp_path, expect="Invalid value")

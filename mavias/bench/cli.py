@@ -40,8 +40,8 @@ MOONS_COLUMNS = [("test acc (x3 shuffled)", "test_accuracy_x3_shuffled", 100), (
 
 @app.command("core")
 def core(
-    seeds: Annotated[int, typer.Option(help="training seeds per method")] = 3,
-    trials: Annotated[int, typer.Option(help="`mavias tune` trials per benchmark (on seed 0)")] = 6,
+    seeds: Annotated[int, typer.Option(help="training seeds per method", min=1)] = 3,
+    trials: Annotated[int, typer.Option(help="`mavias tune` trials per benchmark (on seed 0)", min=1)] = 6,
     benchmark: Annotated[list[str] | None, typer.Option(help="run only these (repeatable); default all")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings)")] = Path("runs/bench-core"),
@@ -66,7 +66,7 @@ def core(
 @app.command("criteria")
 def criteria(
     benchmark: Annotated[str, typer.Option(help="the image benchmark to analyse")] = "shape-colours",
-    seed: Annotated[int, typer.Option(help="training seed of every run")] = 0,
+    seed: Annotated[int, typer.Option(help="training seed of every run", min=0)] = 0,
     work: Annotated[Path, typer.Option(help="working folder; bench core's by default, so its data and reference are "
                                             "reused")] = Path("runs/bench-core"),
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results (every checkpoint) as JSON")] = None,
