@@ -41,10 +41,11 @@ def summary(times: Sequence[float]) -> dict[str, float]:
 
 def demo_architecture_version(folder: Path) -> Path:
     """A version folder with the demo's architecture and random weights (needs torch: the bench's process has it)."""
+    import torch
+
     from mavias.pipeline.cli_export import export_checkpoint
     from mavias.train.config import BackboneConfig, TrainConfig
     from mavias.train.model import build_main_model
-    import torch
 
     cfg = TrainConfig(method="mavias", backbone=BackboneConfig(name="small_cnn", width=32), image_size=48)
     model = build_main_model(cfg.backbone, 3, 3)

@@ -8,19 +8,19 @@ A manifest is a table with one row per image:
 - optional ``tags`` (list of strings) and optional group attributes ``attr_<name>``.
 """
 
+from mavias.manifest.info import DatasetInfo, read_dataset_info, write_dataset_info
 from mavias.manifest.io import (
-    read_manifest_table,
     ATTR_PREFIX,
     SPLITS,
     ManifestError,
     attribute_columns,
     content_sample_id,
     load_manifest,
+    read_manifest_table,
     resolve_uri,
     save_manifest,
     validate_manifest,
 )
-from mavias.manifest.info import DatasetInfo, read_dataset_info, write_dataset_info
 from mavias.manifest.quarantine import quarantine_undecodable
 
 __all__ = [

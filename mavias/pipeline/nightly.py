@@ -55,8 +55,8 @@ from mavias.manifest import ManifestError, load_manifest, read_manifest_table
 from mavias.pipeline.export import VerificationResult, export_latency_benchmark, export_onnx, verify_onnx
 from mavias.pipeline.gates import GateReport, load_gate_config
 from mavias.pipeline.model_card import build_model_card, lineage_from_files, write_model_card
-from mavias.pipeline.notify import Delivery, Outbox, SmtpSettings, email_message
 from mavias.pipeline.nightly_config import NightlyConfig
+from mavias.pipeline.notify import Delivery, Outbox, SmtpSettings, email_message
 from mavias.pipeline.registry import CorruptPointer, ModelRegistry, PointerRecord, VersionExists
 from mavias.pipeline.report import (
     DiscoveryCounts,
@@ -75,8 +75,8 @@ from mavias.pipeline.report import (
 from mavias.pipeline.storage import (
     ProcessedLedger,
     S3Settings,
-    download_file,
     check_name,
+    download_file,
     find_manifest,
     get_json,
     is_condition_failure,

@@ -5,7 +5,14 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from mavias.benchmarks.shapes import COLOURS, TEXTURES, ShapesConfig, ShapeTexturesConfig, make_shapes, true_shortcut_tags
+from mavias.benchmarks.shapes import (
+    COLOURS,
+    TEXTURES,
+    ShapesConfig,
+    ShapeTexturesConfig,
+    make_shapes,
+    true_shortcut_tags,
+)
 from mavias.manifest import load_manifest
 from mavias.relevance import irrelevant_tags, load_relevance
 

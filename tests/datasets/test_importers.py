@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from tests.datasets.layout_trees import IN9_CLASSES, celeba_cells, write_celeba, write_imagenet9, write_urbancars
 from mavias.cli import app
 from mavias.datasets import (
     SplitOptions,
@@ -26,6 +25,7 @@ from mavias.datasets.generate import write_imagefolder, write_waterbirds
 from mavias.datasets.imagenet9 import VARIANTS
 from mavias.errors import UserError
 from mavias.manifest import load_manifest, read_dataset_info
+from tests.datasets.layout_trees import IN9_CLASSES, celeba_cells, write_celeba, write_imagenet9, write_urbancars
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:

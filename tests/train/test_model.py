@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from mavias.errors import UserError
-
 from mavias.train.config import PRESET_DIR, BackboneConfig, load_config
 from mavias.train.model import BACKBONES, build_main_model, build_projection
 

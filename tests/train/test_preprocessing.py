@@ -7,12 +7,12 @@ import pytest
 import torch
 from PIL import Image
 
+from mavias.datasets import SplitOptions, import_imagefolder
 from mavias.datasets.generate import write_imagefolder
+from mavias.serve.preprocess import Preprocessing, preprocess
 from mavias.train.config import TrainConfig, load_config
 from mavias.train.data import image_split
-from mavias.serve.preprocess import Preprocessing, preprocess
 from mavias.train.transforms import describe_eval_preprocessing, eval_transform, train_transform
-from mavias.datasets import SplitOptions, import_imagefolder
 
 
 def _cfg(**preprocessing) -> TrainConfig:

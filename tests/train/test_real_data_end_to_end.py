@@ -15,12 +15,12 @@ from mavias.datasets.generate import write_imagefolder
 from mavias.manifest import load_manifest
 from mavias.pipeline.export import INPUT_NAME, OUTPUT_NAME, export_onnx, make_session, verify_onnx
 from mavias.relevance import save_relevance
+from mavias.serve.preprocess import Preprocessing, preprocess
 from mavias.tagging.base import write_tags
 from mavias.train.config import load_config
 from mavias.train.inference import predict_logits
 from mavias.train.prepare import prepare_image_data
 from mavias.train.trainer import load_main_model
-from mavias.serve.preprocess import Preprocessing, preprocess
 from mavias.train.transforms import describe_eval_preprocessing
 
 SETTINGS = {"method": "mavias", "encoder": "openclip:ViT-S-32/none", "backbone.name": "small_cnn", "backbone.width": 8,
