@@ -82,6 +82,14 @@ class SDConfig(_Strict):
     coefficient: float = Field(0.1, gt=0, description="lambda of the spectral-decoupling penalty lambda/2 ||z||^2")
 
 
+class FLACConfig(_Strict):
+    """FLAC-B at the MAVias paper's setting (alpha 110) and the FLAC authors' kernel exponent (d 0.5)."""
+
+    alpha: float = Field(110.0, gt=0, description="weight of the FLAC divergence")
+    d: float = Field(0.5, gt=0, description="kernel exponent: similarity 1 / (1 + distance^d)")
+    bias_epochs: int = Field(2, ge=1, description="epochs of plain CE that train the frozen bias-capturing classifier")
+
+
 Selection = Literal["val_acc", "val_tag_wg", "val_robust"]
 MINILM = "minilm"
 OPENCLIP_PREFIX = "openclip:"
@@ -101,7 +109,7 @@ def parse_encoder(spec: str) -> tuple[str, str | None, str | None]:
 
 
 class TrainConfig(_Strict):
-    method: Literal["erm", "mavias", "groupdro", "jtt", "lff", "sd"] = "mavias"
+    method: Literal["erm", "mavias", "groupdro", "jtt", "lff", "sd", "flac"] = "mavias"
     backbone: BackboneConfig = BackboneConfig()
     optim: OptimConfig = OptimConfig()
     mavias: MaviasConfig = MaviasConfig()
@@ -109,6 +117,7 @@ class TrainConfig(_Strict):
     jtt: JTTConfig = JTTConfig()
     lff: LfFConfig = LfFConfig()
     sd: SDConfig = SDConfig()
+    flac: FLACConfig = FLACConfig()
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(64, ge=1)
     image_size: int = Field(64, ge=8)

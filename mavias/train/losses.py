@@ -1,4 +1,4 @@
-"""MAVias loss (paper eq. for L_align), the group-DRO objective and the LfF / SD losses, as pure functions."""
+"""MAVias loss (paper eq. for L_align), the group-DRO objective and the LfF / SD / FLAC losses, as pure functions."""
 
 from __future__ import annotations
 
@@ -77,3 +77,30 @@ def spectral_decoupling(logits: torch.Tensor, y: torch.Tensor, coefficient: floa
     """CE + coefficient / 2 * ||z||^2, the squared logit norm averaged over the batch (Pezeshki et al. 2021, eq. 9)."""
     logits = logits.float()
     return F.cross_entropy(logits, y) + 0.5 * coefficient * (logits**2).sum(dim=1).mean()
+
+
+def _pairwise_similarity(features: torch.Tensor, d: float) -> torch.Tensor:
+    """FLAC's kernel 1 / (1 + ||f_i - f_j||^d); the distance is sqrt(squared distance + 1e-6), so its gradient stays
+    finite on the diagonal."""
+    features = features.float()
+    squared = features.pow(2).sum(1)
+    distances = (squared[:, None] + squared[None, :] - 2 * features @ features.T).clamp(min=0)
+    return 1 / (1 + (distances + 1e-6).sqrt() ** d)
+
+
+def flac_divergence(bias_features: torch.Tensor, features: torch.Tensor, y: torch.Tensor, d: float) -> torch.Tensor:
+    """FLAC (Sarridis et al. 2023): Jeffreys divergence between the main model's feature similarities and the
+    bias-capturing model's dissimilarities, over the pairs the bias model gets wrong: same class but dissimilar bias
+    features, or other class but similar bias features (threshold: the midpoint of the batch's bias similarities).
+    Each row is normalised over its selected pairs; the mean over selected pairs is returned, 0 when there are none."""
+    bias_similarity = _pairwise_similarity(bias_features.detach(), d)
+    similarity = _pairwise_similarity(features, d)
+    threshold = (bias_similarity.max() + bias_similarity.min()) / 2
+    same_class = y[:, None] == y[None, :]
+    pairs = (same_class & (bias_similarity < threshold)) | (~same_class & (bias_similarity > threshold))
+    if not pairs.any():
+        return features.sum() * 0.0  # keeps the graph, so a batch without pairs backpropagates zeros
+    target = (1 - bias_similarity) / ((1 - bias_similarity) * pairs).sum(1, keepdim=True).clamp(min=1e-7)
+    matched = similarity / (similarity * pairs).sum(1, keepdim=True).clamp(min=1e-7)
+    p, q = target[pairs], matched[pairs]
+    return ((p - q) * (p.log() - q.log())).mean()

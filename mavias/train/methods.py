@@ -1,4 +1,4 @@
-"""Training methods sharing one trainer: ERM, MAVias, GroupDRO (oracle, true groups), JTT, LfF and SD."""
+"""Training methods sharing one trainer: ERM, MAVias, GroupDRO (oracle, true groups), JTT, LfF, SD and FLAC-B."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from mavias.train.data import SplitData
 from mavias.train.inference import predict_logits
 from mavias.train.losses import (
     ema_update,
+    flac_divergence,
     generalized_ce,
     group_dro_step,
     mavias_loss,
@@ -212,7 +213,45 @@ class SD(Method):
         return loss, {"loss": loss.item()}
 
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT, LfF, SD)}
+class FLAC(Method):
+    """FLAC-B (Sarridis et al. 2023) without bias labels: CE + alpha * the FLAC divergence between the main model's
+    features and those of a frozen bias-capturing classifier. That classifier is a copy of the initial model trained
+    with plain CE on the target labels for ``flac.bias_epochs`` epochs before the main training: a briefly trained
+    vanilla model leans on the shortcut, as JTT's identification model does. Inference uses the main model only."""
+
+    name = "flac"
+
+    def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData):
+        super().__init__(cfg, model, train)
+        self.bias_model = copy.deepcopy(model)  # the same initial (e.g. pretrained) weights as the main model
+        self.bias_trained = False
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"model": self.model, "bias_model": self.bias_model}
+
+    def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
+        if not self.bias_trained:
+            fit(self.bias_model, self.cfg.flac.bias_epochs)
+            self.bias_trained = True
+        self.bias_model.eval().requires_grad_(False)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        features = self.model.features(x)
+        with torch.no_grad():
+            bias_features = self.bias_model.features(x)
+        ce = F.cross_entropy(self.model.head(features).float(), y)
+        divergence = flac_divergence(bias_features, features, y, self.cfg.flac.d)
+        loss = ce + self.cfg.flac.alpha * divergence
+        return loss, {"loss": loss.item(), "loss_cls": ce.item(), "loss_flac": divergence.item()}
+
+    def state_dict(self) -> dict:
+        return {"bias_trained": self.bias_trained}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.bias_trained = state["bias_trained"]
+
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT, LfF, SD, FLAC)}
 
 
 def build_method(cfg: TrainConfig, model: MainModel, train: SplitData) -> Method:

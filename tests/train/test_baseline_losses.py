@@ -1,11 +1,11 @@
-"""LfF and SD losses against their papers' formulas, computed by hand on tiny tensors."""
+"""LfF, SD and FLAC losses against their papers' formulas, computed by hand on tiny tensors."""
 
 import math
 
 import pytest
 import torch
 
-from mavias.train.losses import ema_update, generalized_ce, relative_difficulty, spectral_decoupling
+from mavias.train.losses import ema_update, flac_divergence, generalized_ce, relative_difficulty, spectral_decoupling
 
 
 def test_generalized_ce_matches_one_minus_p_to_the_q_over_q():
@@ -52,3 +52,40 @@ def test_spectral_decoupling_is_ce_plus_half_lambda_squared_logit_norm():
     softmax = torch.softmax(logits.detach(), 1)
     expected = (softmax - torch.tensor([[0.0, 1.0], [1.0, 0.0]])) / 2 + 0.1 * logits.detach() / 2
     assert torch.allclose(logits.grad, expected, atol=1e-6)
+
+
+def _kernel(distance: float) -> float:  # FLAC's similarity 1 / (1 + dist^d) at d = 1, with the 1e-6 inside the root
+    return 1 / (1 + math.sqrt(distance**2 + 1e-6))
+
+
+def test_flac_divergence_matches_the_papers_formula_by_hand():
+    # 1-d bias features 0, 0.5, 0.25, 5 (classes 0, 0, 1, 1): bias similarities 1/(1 + |b_i - b_j|)
+    s = {(0, 1): _kernel(0.5), (0, 2): _kernel(0.25), (0, 3): _kernel(5), (1, 2): _kernel(0.25), (1, 3): _kernel(4.5),
+         (2, 3): _kernel(4.75)}
+    threshold = (_kernel(0) + _kernel(5)) / 2  # midpoint of the batch's largest (diagonal) and smallest similarity
+    assert s[(0, 1)] > threshold > s[(2, 3)] and s[(0, 2)] > threshold > s[(0, 3)]
+    # selected pairs: same class and dissimilar bias (2-3), other class and similar bias (0-2, 1-2); rows 0, 1 and 3
+    # select one pair each, so their distributions are both 1 and add 0; row 2 selects 0, 1 and 3
+    main = torch.tensor([[0.0], [0.0], [0.0], [1.0]])  # main-model features of the four images
+    target = [1 - s[(0, 2)], 1 - s[(1, 2)], 1 - s[(2, 3)]]
+    matched = [_kernel(0), _kernel(0), _kernel(1)]
+    p = [t / sum(target) for t in target]
+    q = [m / sum(matched) for m in matched]
+    expected = sum((pi - qi) * (math.log(pi) - math.log(qi)) for pi, qi in zip(p, q)) / 6  # 6 selected pairs
+    bias = torch.tensor([[0.0], [0.5], [0.25], [5.0]])
+    y = torch.tensor([0, 0, 1, 1])
+    assert flac_divergence(bias, main, y, d=1.0).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_flac_divergence_is_zero_without_selected_pairs_and_has_finite_gradients():
+    features = torch.tensor([[0.0, 1.0], [0.0, 1.0], [2.0, 0.0]], requires_grad=True)
+    y = torch.tensor([0, 0, 1])
+    # the bias model agrees with the labels: same class similar, other class dissimilar -> nothing to correct
+    agreeing = torch.tensor([[0.0], [0.0], [9.0]])
+    loss = flac_divergence(agreeing, features, y, d=0.5)
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(features.grad, torch.zeros_like(features))
+    features.grad = None
+    disagreeing = torch.tensor([[0.0], [9.0], [0.1]])  # class-0 images far apart, image 2 close to image 0
+    flac_divergence(disagreeing, features, y, d=0.5).backward()
+    assert torch.isfinite(features.grad).all() and features.grad.abs().sum() > 0  # identical features 0 and 1 too

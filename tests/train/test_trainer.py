@@ -38,10 +38,10 @@ def _weights(path) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)["modules"]
 
 
-@pytest.mark.parametrize("method", ["erm", "mavias", "groupdro", "jtt", "lff", "sd"])
+@pytest.mark.parametrize("method", ["erm", "mavias", "groupdro", "jtt", "lff", "sd", "flac"])
 def test_resume_after_interruption_equals_uninterrupted_training(splits, tmp_path, method):
     train, val = splits
-    cfg = _cfg(method, jtt={"id_epochs": 1, "upweight": 5})
+    cfg = _cfg(method, jtt={"id_epochs": 1, "upweight": 5}, flac={"bias_epochs": 1})
     Trainer(cfg, train, val, CLASSES, tmp_path / "full", progress=False).fit()
     first = Trainer(cfg, train, val, CLASSES, tmp_path / "cut", progress=False).fit(stop_after=2)
     assert not first.completed and len(first.history) == 2
