@@ -46,11 +46,13 @@ def core(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings)")] = Path("runs/bench-core"),
     encoder: Annotated[str, typer.Option(help="text encoder of the bias embeddings: minilm or openclip:<model>/<pretrained>")] = "minilm",
+    extra_baselines: Annotated[bool, typer.Option(help="also FLAC-B (about 12% more time)")] = False,
 ) -> None:
     """ERM, JTT, LfF, SD, GroupDRO-oracle and tuned MAVias on every built-in benchmark."""
     from mavias.bench.core import run_core_bench
 
-    report = run_core_bench(work, seeds=seeds, trials=trials, benchmarks=benchmark, json_path=json_out, encoder=encoder)
+    report = run_core_bench(work, seeds=seeds, trials=trials, benchmarks=benchmark, json_path=json_out, encoder=encoder,
+                            progress=True, extra_baselines=extra_baselines)
     for name, result in report["benchmarks"].items():
         label = "held out" if result["held_out"] else "seen while choosing defaults"
         print_core_table(f"{name} ({label}; test, %)", result["summary"], IMAGE_COLUMNS)
@@ -74,7 +76,7 @@ def criteria(
     """How well each selection criterion ranks checkpoints by test worst-group accuracy (analysis, 8 runs)."""
     from mavias.bench.criteria import run_criteria_bench
 
-    report = run_criteria_bench(work, benchmark=benchmark, seed=seed, json_path=json_out)
+    report = run_criteria_bench(work, benchmark=benchmark, seed=seed, json_path=json_out, progress=True)
     label = "held out" if report["held_out"] else "seen while choosing defaults"
     table = Table(title=f"{benchmark} seed {seed} ({label}): {report['checkpoints']} checkpoints")
     for column in ("criterion", "Spearman with test WG", "picks among MAVias runs", "epoch", "test WG", "test balanced"):

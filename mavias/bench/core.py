@@ -1,7 +1,7 @@
 """`mavias bench core`: every built-in benchmark, every method, over seeds.
 
 Image benchmarks (synthetic-scenes, shape-colours, shape-textures): ERM, JTT, LfF, SD (bias-unaware baselines at
-their papers' settings), the GroupDRO oracle (true groups) and MAVias with hyperparameters from ``mavias tune``
+their papers' settings; FLAC-B too on request), the GroupDRO oracle (true groups) and MAVias with hyperparameters from ``mavias tune``
 (seed 0, validation criterion only). Every run is reported under two checkpoints: the default bias-unaware criterion
 (``val_robust``) and the paper's validation accuracy (``val_acc``). The test split is read once per selected model,
 for reporting. ``shape-textures`` is held out: no default was chosen looking at its results. The ERM baseline is
@@ -44,6 +44,7 @@ from mavias.train.prepare import PreparedData, prepare_image_data
 from mavias.train.trainer import Trainer, TrainResult, load_main_model
 from mavias.tune.search import suggest_config, trial_dir, tune
 from mavias.utils.atomic import write_json
+from mavias.utils.progress import StepProgress
 from mavias.workflow import (
     BG_ALIGNED,
     CO_ALIGNED,
@@ -64,6 +65,8 @@ BIAS_UNAWARE_BASELINES: dict[str, dict] = {
     "LfF": {"method": "lff"},
     "SD": {"method": "sd"},
 }
+# Run on request (`--extra-baselines`): with them the bench no longer fits its 40 minutes on 2 CPU cores.
+EXTRA_BASELINES: dict[str, dict] = {"FLAC-B": {"method": "flac"}}
 ORACLE_CONFIG = {"method": "groupdro"}
 SMALL_CNN = {"backbone": {"name": "small_cnn", "width": 32},
              "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4}, "batch_size": 64}
@@ -91,11 +94,13 @@ def _shape_shortcuts(data_dir: Path) -> dict[str, set[str]]:
     return {c: {tag} for c, tag in json.loads((data_dir / "benchmark.json").read_text())["shortcut_tags"].items()}
 
 
-# Scenes are drawn at 64 px and trained at 48 px, shapes drawn at 32 px and trained at 24 px: the shapes stay
-# recognisable and an epoch costs about half as much, which is what lets every method run on 3 seeds in 40 minutes.
+# Scenes are drawn at 64 px and trained at 32 px, shapes drawn at 32 px and trained at 24 px: an epoch costs about
+# half as much, which is what lets every method run on 3 seeds in 40 minutes. Both sizes were chosen by ERM's and
+# the oracle's validation figures (the classes stay learnable and ERM still fails the conflicting groups), never by
+# MAVias's results.
 IMAGE_BENCHMARKS: list[ImageBenchmark] = [
     ImageBenchmark("synthetic-scenes", SyntheticScenesConfig(), make_synthetic_scenes, [BG_ALIGNED, CO_ALIGNED],
-                   {**SMALL_CNN, "epochs": 12, "image_size": 48}, _scene_shortcuts),
+                   {**SMALL_CNN, "epochs": 12, "image_size": 32}, _scene_shortcuts),
     ImageBenchmark("shape-colours", ShapesConfig(), make_shapes, ["attr_bias_aligned"],
                    {**SMALL_CNN, "epochs": 12, "image_size": 24}, _shape_shortcuts),
     ImageBenchmark("shape-textures", ShapeTexturesConfig(), make_shapes, ["attr_bias_aligned"],
@@ -183,9 +188,21 @@ def biased_tag_quality(data: PreparedData, reference: Reference, truth: dict[str
     return quality
 
 
+def baselines(extra: bool) -> dict[str, dict]:
+    return {**BIAS_UNAWARE_BASELINES, **(EXTRA_BASELINES if extra else {})}
+
+
+def image_benchmark_steps(seeds: int, extra_baselines: bool) -> int:
+    """Trainings of one image benchmark as its progress counts them: per seed the reference, every baseline, the
+    oracle and MAVias; once the tuning."""
+    return seeds * (len(baselines(extra_baselines)) + 3) + 1
+
+
 def run_image_benchmark(work: Path, bench: ImageBenchmark, seeds: int, trials: int = TUNE_TRIALS,
-                        encoder: str = MINILM) -> dict:
+                        encoder: str = MINILM, progress: StepProgress | None = None,
+                        extra_baselines: bool = False) -> dict:
     start = time.perf_counter()
+    progress = progress or StepProgress(0, desc=bench.name, enabled=False)
     data, data_dir = prepare_benchmark(work, bench, encoder)
     base = {**bench.base, "encoder": encoder}
     root = work / bench.name
@@ -194,24 +211,28 @@ def run_image_benchmark(work: Path, bench: ImageBenchmark, seeds: int, trials: i
     tags_quality, tuned = {}, None
     for seed in range(seeds):
         seed_dir = root / f"seed{seed}"
-        reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
-                                    seed_dir / "reference", progress=False, keep_epochs=True)
+        with progress.step(f"{bench.name} seed {seed}: ERM reference"):
+            reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
+                                        seed_dir / "reference", progress=False, keep_epochs=True)
         tags_quality[seed] = biased_tag_quality(data, reference, truth)
 
         def metrics_of(checkpoint: Path, run_seconds: float = 0.0) -> dict:
             return _image_metrics(data, bench, checkpoint, reference, run_seconds)
 
-        for method, overrides in {**BIAS_UNAWARE_BASELINES, ORACLE: ORACLE_CONFIG}.items():
+        for method, overrides in {**baselines(extra_baselines), ORACLE: ORACLE_CONFIG}.items():
             cfg, out = _config(base, overrides, seed), seed_dir / overrides["method"]
-            run = (erm_baseline(data, cfg, out, reference) if method == "ERM"
-                   else train_method(data, cfg, out, reference, progress=False))
+            with progress.step(f"{bench.name} seed {seed}: {method}"):
+                run = (erm_baseline(data, cfg, out, reference) if method == "ERM"
+                       else train_method(data, cfg, out, reference, progress=False))
             outcomes += _outcomes(method, seed, overrides, run,
                                   lambda c, r=run: metrics_of(c, r.seconds_per_epoch))
         mavias_base = _config(base, {"method": "mavias"}, seed)
         if tuned is None:  # tuned once, on seed 0's reference and validation split
-            tuned = tune(data, reference, mavias_base, root / "tune", trials=trials)
+            with progress.step(f"{bench.name}: tuning MAVias ({trials} trials)"):
+                tuned = tune(data, reference, mavias_base, root / "tune", trials=trials)
         cfg = suggest_config(FixedTrial(tuned.best_params), mavias_base)
-        run = train_method(data, cfg, trial_dir(root / "tune", cfg), reference, progress=False)
+        with progress.step(f"{bench.name} seed {seed}: MAVias"):
+            run = train_method(data, cfg, trial_dir(root / "tune", cfg), reference, progress=False)
         outcomes += _outcomes("MAVias", seed, tuned.best_params, run, lambda c, r=run: metrics_of(c, r.seconds_per_epoch))
     summary = summarise(outcomes)
     return {
@@ -318,40 +339,49 @@ def summarise(outcomes: list[MethodOutcome]) -> list[dict]:
 
 
 def floors(summary: list[dict], criterion: str = DEFAULT_CRITERION) -> dict:
-    """MAVias WG >= ERM + 10 points and >= every bias-unaware baseline; balanced accuracy within 3 points of the
-    oracle (its better criterion). Balanced accuracy is the mean over the true groups."""
+    """MAVias WG >= ERM + 10 points and >= every bias-unaware baseline that ran; balanced accuracy within 3 points of
+    the oracle (its better criterion). Balanced accuracy is the mean over the true groups."""
     wg = {(r["method"], r["criterion"]): r["wg_acc"]["mean"] for r in summary}
     avg = {(r["method"], r["criterion"]): r["avg_acc"]["mean"] for r in summary}
+    ran = [m for m in baselines(extra=True) if (m, criterion) in wg]
     mavias_wg, mavias_avg = wg[("MAVias", criterion)], avg[("MAVias", criterion)]
     oracle_avg = max(avg[(ORACLE, c)] for c in CRITERIA)
     margins = {"mavias_minus_erm_wg": mavias_wg - wg[("ERM", criterion)],
-               **{f"mavias_minus_{m.lower()}_wg": mavias_wg - wg[(m, criterion)] for m in BIAS_UNAWARE_BASELINES},
+               **{f"mavias_minus_{m.lower()}_wg": mavias_wg - wg[(m, criterion)] for m in ran},
                "oracle_minus_mavias_avg": oracle_avg - mavias_avg}
     margins = {k: round(v, 9) for k, v in margins.items()}  # 0.86 - 0.83 is 3 points, not 3.0000000000000027
     met = {"mavias wg >= erm + 10 points": margins["mavias_minus_erm_wg"] >= 0.10,
            "mavias wg >= every bias-unaware baseline": all(
-               margins[f"mavias_minus_{m.lower()}_wg"] >= 0 for m in BIAS_UNAWARE_BASELINES),
+               margins[f"mavias_minus_{m.lower()}_wg"] >= 0 for m in ran),
            "mavias balanced acc >= oracle - 3 points": margins["oracle_minus_mavias_avg"] <= 0.03}
     return {"criterion": criterion, **margins, "met": met}
 
 
 def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, benchmarks: list[str] | None = None,
                    moons_cfg: TwoMoons3DConfig | None = None, json_path: Path | None = None,
-                   encoder: str = MINILM) -> dict:
+                   encoder: str = MINILM, progress: bool = False, extra_baselines: bool = False) -> dict:
     start = time.perf_counter()
     chosen = [b for b in IMAGE_BENCHMARKS if benchmarks is None or b.name in benchmarks]
-    report: dict = {"seeds": seeds, "tune_trials": trials, "benchmarks": {}}
+    with_moons = benchmarks is None or "two-moons-3d" in benchmarks
+    steps = StepProgress(len(chosen) * image_benchmark_steps(seeds, extra_baselines) + (seeds if with_moons else 0),
+                         desc="bench core", unit="training", enabled=progress)
+    report: dict = {"seeds": seeds, "tune_trials": trials, "extra_baselines": extra_baselines, "benchmarks": {}}
     for bench in chosen:
-        report["benchmarks"][bench.name] = run_image_benchmark(work, bench, seeds, trials, encoder)
+        report["benchmarks"][bench.name] = run_image_benchmark(work, bench, seeds, trials, encoder, steps,
+                                                               extra_baselines)
         if json_path is not None:  # partial results survive an interrupted bench
             write_json(json_path, report)
-    if benchmarks is None or "two-moons-3d" in benchmarks:
+    if with_moons:
         moons, _ = prepare_moons(work, moons_cfg or TwoMoons3DConfig())
-        moon_outcomes = [o for seed in range(seeds) for o in run_moons_seed(moons, work, seed)]
+        moon_outcomes = []
+        for seed in range(seeds):
+            with steps.step(f"two-moons-3d seed {seed}: {', '.join(MOONS_GRIDS)}"):
+                moon_outcomes += run_moons_seed(moons, work, seed)
         figure = plot_moons(moons, work, 0, work / "two_moons_3d.png")
         report["two_moons_3d"] = {"summary": summarise(moon_outcomes), "runs": [o.__dict__ for o in moon_outcomes],
                                   "figure": str(figure)}
-    report.update(wall_seconds=time.perf_counter() - start, machine=_machine())
+    steps.close()
+    report.update(wall_seconds=time.perf_counter() - start, step_seconds=steps.seconds, machine=_machine())
     if json_path is not None:
         write_json(json_path, report)
     return report

@@ -27,6 +27,7 @@ from mavias.train.prepare import PreparedData
 from mavias.train.selection import robust_selection_score
 from mavias.train.trainer import Trainer, epoch_path, load_main_model
 from mavias.utils.atomic import write_json
+from mavias.utils.progress import StepProgress
 from mavias.workflow import Reference, train_reference
 
 MAVIAS_SETTINGS = [  # (alpha, lambda, projection lr multiplier, lr): the base settings first
@@ -119,7 +120,7 @@ def _correct(checkpoint: Path, split) -> np.ndarray:
 
 
 def run_criteria_bench(work: Path, *, benchmark: str = "shape-colours", seed: int = 0,
-                       json_path: Path | None = None) -> dict:
+                       json_path: Path | None = None, progress: bool = False) -> dict:
     start = time.perf_counter()
     bench = next((b for b in IMAGE_BENCHMARKS if b.name == benchmark), None)
     if bench is None:
@@ -127,20 +128,27 @@ def run_criteria_bench(work: Path, *, benchmark: str = "shape-colours", seed: in
                         f"{' or '.join(b.name for b in IMAGE_BENCHMARKS)}")
     data, _ = prepare_benchmark(work, bench)
     base = {**bench.base, "encoder": MINILM}
-    reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
-                                work / bench.name / f"seed{seed}" / "reference", progress=False, keep_epochs=True)
+    runs = settings(base)
+    steps = StepProgress(1 + len(runs), desc="bench criteria", unit="run", enabled=progress)
+    with steps.step(f"{bench.name} seed {seed}: ERM reference"):
+        reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
+                                    work / bench.name / f"seed{seed}" / "reference", progress=False, keep_epochs=True)
     val = Validation(data["val"].labels.numpy(), np.asarray(reference.val_groups, dtype=str),
                      _correct(reference.checkpoint, data["val"]), _true_groups(data["val"], bench.attrs))
     test_groups = _true_groups(data["test"], bench.attrs)
     rows = []
-    for name, overrides in settings(base).items():
+    for name, overrides in runs.items():
         cfg = _config(base, overrides, seed)
-        kept = _kept_epochs(data, cfg, work / "criteria" / f"{bench.name}-seed{seed}" / _folder_name(name), reference)
-        for epoch in range(1, cfg.epochs + 1):
-            checkpoint = epoch_path(kept, epoch)
-            test_groups_acc = _group_accuracies(_correct(checkpoint, data["test"]), test_groups)
-            rows.append({"run": name, "epoch": epoch, **criterion_scores(_correct(checkpoint, data["val"]), val),
-                         "test_wg": float(test_groups_acc.min()), "test_balanced": float(test_groups_acc.mean())})
+        with steps.step(f"{name}: train, score every epoch"):
+            kept = _kept_epochs(data, cfg, work / "criteria" / f"{bench.name}-seed{seed}" / _folder_name(name),
+                                reference)
+            for epoch in range(1, cfg.epochs + 1):
+                checkpoint = epoch_path(kept, epoch)
+                test_groups_acc = _group_accuracies(_correct(checkpoint, data["test"]), test_groups)
+                rows.append({"run": name, "epoch": epoch, **criterion_scores(_correct(checkpoint, data["val"]), val),
+                             "test_wg": float(test_groups_acc.min()),
+                             "test_balanced": float(test_groups_acc.mean())})
+    steps.close()
     checkpoints = pd.DataFrame(rows)
     report = {"benchmark": bench.name, "seed": seed, "held_out": bench.held_out, "checkpoints": len(checkpoints),
               "pooled_images": {name: int(mask.sum()) for name, mask in val.pools().items()},

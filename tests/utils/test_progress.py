@@ -1,6 +1,8 @@
 import io
 
-from mavias.utils.progress import progress_bar
+import pytest
+
+from mavias.utils.progress import StepProgress, progress_bar
 
 
 class Terminal(io.StringIO):
@@ -27,3 +29,17 @@ def test_a_terminal_gets_a_live_bar():
 def test_disabled_writes_nothing():
     log = io.StringIO()
     assert list(progress_bar(range(3), enabled=False, file=log)) == [0, 1, 2] and log.getvalue() == ""
+
+
+def test_step_progress_counts_finished_steps_and_names_the_one_under_way():
+    log = io.StringIO()
+    steps = StepProgress(3, desc="bench", unit="training", file=log)
+    for label in ("seed 0: ERM", "seed 0: LfF"):
+        with steps.step(label):
+            pass
+    with pytest.raises(RuntimeError), steps.step("seed 0: MAVias"):
+        raise RuntimeError("interrupted")
+    steps.close()
+    last_line = log.getvalue().split("\r")[-1]
+    assert "2/3" in last_line and "seed 0: MAVias" in last_line  # the failed step is named, not counted
+    assert list(steps.seconds) == ["seed 0: ERM", "seed 0: LfF"] and all(s >= 0 for s in steps.seconds.values())
