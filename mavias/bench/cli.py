@@ -46,13 +46,12 @@ def core(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings)")] = Path("runs/bench-core"),
     encoder: Annotated[str, typer.Option(help="text encoder of the bias embeddings: minilm or openclip:<model>/<pretrained>")] = "minilm",
-    extra_baselines: Annotated[bool, typer.Option(help="also FLAC-B (about 12% more time)")] = False,
 ) -> None:
-    """ERM, JTT, LfF, SD, GroupDRO-oracle and tuned MAVias on every built-in benchmark."""
+    """ERM, JTT, LfF, SD, FLAC-B, GroupDRO-oracle and tuned MAVias on every built-in benchmark."""
     from mavias.bench.core import run_core_bench
 
     report = run_core_bench(work, seeds=seeds, trials=trials, benchmarks=benchmark, json_path=json_out, encoder=encoder,
-                            progress=True, extra_baselines=extra_baselines)
+                            progress=True)
     for name, result in report["benchmarks"].items():
         label = "held out" if result["held_out"] else "seen while choosing defaults"
         print_core_table(f"{name} ({label}; test, %)", result["summary"], IMAGE_COLUMNS)
