@@ -122,6 +122,11 @@ def test_an_unknown_benchmark_for_the_criteria_analysis(tmp_path):
                   expect="use --benchmark synthetic-scenes or shape-colours or shape-textures")
 
 
+def test_an_unknown_benchmark_for_the_core_bench(tmp_path):
+    fails_cleanly("bench", "core", "--benchmark", "shape-colors", "--work", tmp_path,
+                  expect="use --benchmark synthetic-scenes or shape-colours or shape-textures or two-moons-3d")
+
+
 @pytest.mark.parametrize("args", [["criteria", "--seed", "-1"], ["core", "--seeds", "0"], ["core", "--trials", "0"]])
 def test_out_of_range_bench_settings(tmp_path, args):
     fails_cleanly("bench", *args, "--work", tmp_path, expect="Invalid value")

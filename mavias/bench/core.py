@@ -1,11 +1,11 @@
 """`mavias bench core`: every built-in benchmark, every method, over seeds.
 
-Image benchmarks (synthetic-scenes, shape-colours, shape-textures): ERM, JTT, LfF, SD, FLAC-B (bias-unaware
-baselines at their papers' settings), the GroupDRO oracle (true groups) and MAVias with hyperparameters from ``mavias tune``
+Image benchmarks (synthetic-scenes, shape-colours, shape-textures): ERM, JTT, LfF, SD, FLAC-B (bias-unaware baselines
+at their papers' settings), the GroupDRO oracle (true groups) and MAVias with hyperparameters from ``mavias tune``
 (seed 0, validation criterion only). Every run is reported under two checkpoints: the default bias-unaware criterion
 (``val_robust``) and the paper's validation accuracy (``val_acc``). The test split is read once per selected model,
-for reporting. ``shape-textures`` is held out: no default was chosen looking at its results. The ERM baseline is
-the ERM reference's own training (same settings and seed), selected again under the reference's tag groups.
+for reporting. ``shape-textures`` is held out: no default was chosen looking at its results. The ERM baseline is the
+ERM reference's own training (same settings and seed), selected again under the reference's tag groups.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from mavias.benchmarks.synthetic_scenes import (
 from mavias.benchmarks.two_moons import TwoMoons3DConfig, make_two_moons_3d
 from mavias.discover import Workspace
 from mavias.encode.cli import encoder_from_spec
+from mavias.errors import UserError
 from mavias.evaluate.metrics import group_key
 from mavias.evaluate.protocols import PAPER, ROBUST, biased_tag_recovery, evaluation_report, find_biased_tags
 from mavias.relevance import load_relevance
@@ -242,6 +243,7 @@ def run_image_benchmark(work: Path, bench: ImageBenchmark, seeds: int, trials: i
     }
 
 
+MOONS = "two-moons-3d"
 MOONS_BASE: dict = {
     "backbone": {"name": "mlp", "width": 64},
     "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4},
@@ -257,7 +259,7 @@ MOONS_GRIDS: dict[str, list[dict]] = {
 
 # --- two-moons-3d -------------------------------------------------------------------------------------------
 def prepare_moons(work: Path, data_cfg: TwoMoons3DConfig) -> tuple[PreparedData, pd.DataFrame]:
-    path = make_two_moons_3d(work / "data" / "two-moons-3d", data_cfg)
+    path = make_two_moons_3d(work / "data" / MOONS, data_cfg)
     frame = pd.read_parquet(path)
     classes = sorted(frame["label"].unique())
     splits = {}
@@ -354,8 +356,11 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
                    moons_cfg: TwoMoons3DConfig | None = None, json_path: Path | None = None,
                    encoder: str = MINILM, progress: bool = False) -> dict:
     start = time.perf_counter()
+    known = [b.name for b in IMAGE_BENCHMARKS] + [MOONS]
+    if unknown := sorted(set(benchmarks or []) - set(known)):
+        raise UserError(f"unknown benchmark {', '.join(map(repr, unknown))}; use --benchmark {' or '.join(known)}")
     chosen = [b for b in IMAGE_BENCHMARKS if benchmarks is None or b.name in benchmarks]
-    with_moons = benchmarks is None or "two-moons-3d" in benchmarks
+    with_moons = benchmarks is None or MOONS in benchmarks
     steps = StepProgress(len(chosen) * image_benchmark_steps(seeds) + (seeds if with_moons else 0),
                          desc="bench core", unit="training", enabled=progress)
     report: dict = {"seeds": seeds, "tune_trials": trials, "benchmarks": {}}
@@ -367,7 +372,7 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
         moons, _ = prepare_moons(work, moons_cfg or TwoMoons3DConfig())
         moon_outcomes = []
         for seed in range(seeds):
-            with steps.step(f"two-moons-3d seed {seed}: {', '.join(MOONS_GRIDS)}"):
+            with steps.step(f"{MOONS} seed {seed}: {', '.join(MOONS_GRIDS)}"):
                 moon_outcomes += run_moons_seed(moons, work, seed)
         figure = plot_moons(moons, work, 0, work / "two_moons_3d.png")
         report["two_moons_3d"] = {"summary": summarise(moon_outcomes), "runs": [o.__dict__ for o in moon_outcomes],
