@@ -47,7 +47,7 @@ def core(
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings)")] = Path("runs/bench-core"),
     encoder: Annotated[str, typer.Option(help="text encoder of the bias embeddings: minilm or openclip:<model>/<pretrained>")] = "minilm",
 ) -> None:
-    """ERM, JTT, LfF, SD, FLAC-B, GroupDRO-oracle and tuned MAVias on every built-in benchmark."""
+    """ERM, JTT, LfF, SD, FLAC-B, DebiAN, GroupDRO-oracle and tuned MAVias on every built-in benchmark."""
     from mavias.bench.core import run_core_bench
 
     report = run_core_bench(work, seeds=seeds, trials=trials, benchmarks=benchmark, json_path=json_out, encoder=encoder,

@@ -1,11 +1,11 @@
 """`mavias bench core`: every built-in benchmark, every method, over seeds.
 
-Image benchmarks (synthetic-scenes, shape-colours, shape-textures): ERM, JTT, LfF, SD, FLAC-B (bias-unaware baselines
-at their papers' settings), the GroupDRO oracle (true groups) and MAVias with hyperparameters from ``mavias tune``
-(seed 0, validation criterion only). Every run is reported under two checkpoints: the default bias-unaware criterion
-(``val_robust``) and the paper's validation accuracy (``val_acc``). The test split is read once per selected model,
-for reporting. ``shape-textures`` is held out: no default was chosen looking at its results. The ERM baseline is the
-ERM reference's own training (same settings and seed), selected again under the reference's tag groups.
+Image benchmarks (synthetic-scenes, shape-colours, shape-textures): ERM, JTT, LfF, SD, FLAC-B and DebiAN (bias-unaware
+baselines at their papers' settings), the GroupDRO oracle (true groups) and MAVias with hyperparameters from ``mavias
+tune`` (seed 0, validation criterion only). Every run is reported under two checkpoints: the default bias-unaware
+criterion (``val_robust``) and the paper's validation accuracy (``val_acc``). The test split is read once per selected
+model, for reporting. ``shape-textures`` is held out: no default was chosen looking at its results. The ERM baseline is
+the ERM reference's own training (same settings and seed), selected again under the reference's tag groups.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ BIAS_UNAWARE_BASELINES: dict[str, dict] = {
     "LfF": {"method": "lff"},
     "SD": {"method": "sd"},
     "FLAC-B": {"method": "flac"},
+    "DebiAN": {"method": "debian"},
 }
 ORACLE_CONFIG = {"method": "groupdro"}
 SMALL_CNN = {"backbone": {"name": "small_cnn", "width": 32},

@@ -109,7 +109,7 @@ def parse_encoder(spec: str) -> tuple[str, str | None, str | None]:
 
 
 class TrainConfig(_Strict):
-    method: Literal["erm", "mavias", "groupdro", "jtt", "lff", "sd", "flac"] = "mavias"
+    method: Literal["erm", "mavias", "groupdro", "jtt", "lff", "sd", "flac", "debian"] = "mavias"
     backbone: BackboneConfig = BackboneConfig()
     optim: OptimConfig = OptimConfig()
     mavias: MaviasConfig = MaviasConfig()

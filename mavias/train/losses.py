@@ -1,4 +1,5 @@
-"""MAVias loss (paper eq. for L_align), the group-DRO objective and the LfF / SD / FLAC losses, as pure functions."""
+"""MAVias loss (paper eq. for L_align), the group-DRO objective and the LfF / SD / FLAC / DebiAN losses, as pure
+functions."""
 
 from __future__ import annotations
 
@@ -104,3 +105,39 @@ def flac_divergence(bias_features: torch.Tensor, features: torch.Tensor, y: torc
     matched = similarity / (similarity * pairs).sum(1, keepdim=True).clamp(min=1e-7)
     p, q = target[pairs], matched[pairs]
     return ((p - q) * (p.log() - q.log())).mean()
+
+
+DEBIAN_EPS = 1e-6  # the DebiAN authors' constant inside the logs and the soft-group denominators
+
+
+def _soft_group_accuracies(p_correct: torch.Tensor, p_group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean correct-class probability inside the discovered group and outside it, weighted by membership."""
+    inside = (p_group * p_correct).sum() / (p_group.sum() + DEBIAN_EPS)
+    outside = ((1 - p_group) * p_correct).sum() / ((1 - p_group).sum() + DEBIAN_EPS)
+    return inside, outside
+
+
+def debian_discoverer_loss(p_correct: torch.Tensor, p_group: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """DebiAN's discoverer objective (Li et al. 2022), averaged over the classes in the batch: -log |inside - outside|
+    (maximise the classifier's equal-opportunity violation between the two discovered groups) - log(1 - |mean p -
+    mean (1 - p)|) (the penalty against putting a whole class in one group). ``p_correct``: the classifier's
+    probability of the true class; ``p_group``: the discoverer's sigmoid output at the true class."""
+    per_class = []
+    for label in y.unique():
+        p, g = p_correct[y == label], p_group[y == label]
+        inside, outside = _soft_group_accuracies(p, g)
+        violation = -torch.log(DEBIAN_EPS + (inside - outside).abs())
+        imbalance = -torch.log(DEBIAN_EPS + 1 - (g.mean() - (1 - g).mean()).abs())
+        per_class.append(violation + imbalance)
+    return torch.stack(per_class).mean()
+
+
+def debian_classifier_weights(p_correct: torch.Tensor, p_group: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """DebiAN's per-sample CE weight: 1 + the probability of belonging to the discovered group of its class in which
+    the classifier is less accurate (the group itself on a tie, as in the authors' code)."""
+    weights = torch.ones_like(p_group)
+    for label in y.unique():
+        mask = y == label
+        inside, outside = _soft_group_accuracies(p_correct[mask], p_group[mask])
+        weights[mask] = 1 + torch.where(outside < inside, 1 - p_group[mask], p_group[mask])
+    return weights

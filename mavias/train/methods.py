@@ -1,4 +1,5 @@
-"""Training methods sharing one trainer: ERM, MAVias, GroupDRO (oracle, true groups), JTT, LfF, SD and FLAC-B."""
+"""Training methods sharing one trainer: ERM, MAVias, GroupDRO (oracle, true groups), JTT, LfF, SD, FLAC-B and
+DebiAN."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from mavias.train.config import TrainConfig
 from mavias.train.data import SplitData
 from mavias.train.inference import predict_logits
 from mavias.train.losses import (
+    debian_classifier_weights,
+    debian_discoverer_loss,
     ema_update,
     flac_divergence,
     generalized_ce,
@@ -251,7 +254,38 @@ class FLAC(Method):
         self.bias_trained = state["bias_trained"]
 
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT, LfF, SD, FLAC)}
+class DebiAN(Method):
+    """DebiAN (Li et al. 2022): a discoverer (a copy of the initial model, one sigmoid output per class) splits each
+    class into the two groups between which the classifier's accuracy differs most, and the classifier is trained
+    with CE weighted by 1 + the probability of belonging to the group where it is less accurate. Both learn from one
+    loss on one batch whose two parts reach disjoint parameters (each sees the other's outputs detached); the authors
+    alternate the two steps on two differently shuffled batches. Inference uses the main model only."""
+
+    name = "debian"
+
+    def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData):
+        super().__init__(cfg, model, train)
+        self.discoverer = copy.deepcopy(model)
+
+    def modules(self) -> dict[str, nn.Module]:
+        return {"model": self.model, "discoverer": self.discoverer}
+
+    def param_groups(self) -> list[dict]:
+        return [{"params": list(self.model.parameters()) + list(self.discoverer.parameters()), "lr": self.cfg.optim.lr}]
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        logits = self.model(x).float()
+        p_correct = F.softmax(logits, dim=1).gather(1, y[:, None]).squeeze(1).detach()
+        p_group = torch.sigmoid(self.discoverer(x).float()).gather(1, y[:, None]).squeeze(1)
+        weights = debian_classifier_weights(p_correct, p_group.detach(), y)
+        classification = (F.cross_entropy(logits, y, reduction="none") * weights).mean()
+        discovery = debian_discoverer_loss(p_correct, p_group, y)
+        loss = classification + discovery
+        return loss, {"loss": loss.item(), "loss_cls": classification.item(), "loss_discoverer": discovery.item(),
+                      "mean_weight": weights.mean().item()}
+
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT, LfF, SD, FLAC, DebiAN)}
 
 
 def build_method(cfg: TrainConfig, model: MainModel, train: SplitData) -> Method:

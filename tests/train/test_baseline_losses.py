@@ -1,11 +1,19 @@
-"""LfF, SD and FLAC losses against their papers' formulas, computed by hand on tiny tensors."""
+"""LfF, SD, FLAC and DebiAN losses against their papers' formulas, computed by hand on tiny tensors."""
 
 import math
 
 import pytest
 import torch
 
-from mavias.train.losses import ema_update, flac_divergence, generalized_ce, relative_difficulty, spectral_decoupling
+from mavias.train.losses import (
+    debian_classifier_weights,
+    debian_discoverer_loss,
+    ema_update,
+    flac_divergence,
+    generalized_ce,
+    relative_difficulty,
+    spectral_decoupling,
+)
 
 
 def test_generalized_ce_matches_one_minus_p_to_the_q_over_q():
@@ -89,3 +97,31 @@ def test_flac_divergence_is_zero_without_selected_pairs_and_has_finite_gradients
     disagreeing = torch.tensor([[0.0], [9.0], [0.1]])  # class-0 images far apart, image 2 close to image 0
     flac_divergence(disagreeing, features, y, d=0.5).backward()
     assert torch.isfinite(features.grad).all() and features.grad.abs().sum() > 0  # identical features 0 and 1 too
+
+
+# DebiAN on three images: class 0 with correct-class probabilities 0.9, 0.5 and discovered-group memberships
+# 0.8, 0.2; class 1 with one image, 0.3 and 0.6 (float64: class 1's gap is of the order of eps)
+DEBIAN_P_CORRECT = torch.tensor([0.9, 0.5, 0.3], dtype=torch.float64)
+DEBIAN_Y = torch.tensor([0, 0, 1])
+
+
+def test_debian_classifier_weights_favour_the_less_accurate_discovered_group():
+    weights = debian_classifier_weights(DEBIAN_P_CORRECT, torch.tensor([0.8, 0.2, 0.6], dtype=torch.float64), DEBIAN_Y)
+    # class 0: inside (0.8*0.9 + 0.2*0.5) / 1.0 = 0.82, outside (0.2*0.9 + 0.8*0.5) / 1.0 = 0.58 -> the outside group is
+    # worse, weights 1 + (1 - p); class 1, one image: inside 0.18 / (0.6 + eps) > outside 0.12 / (0.4 + eps), so 1 + 0.4
+    assert weights.tolist() == pytest.approx([1.2, 1.8, 1.4], rel=1e-5)
+
+
+def test_debian_discoverer_loss_matches_the_authors_formula_by_hand():
+    p_group = torch.tensor([0.8, 0.2, 0.6], dtype=torch.float64, requires_grad=True)
+    loss = debian_discoverer_loss(DEBIAN_P_CORRECT, p_group, DEBIAN_Y)
+    eps = 1e-6
+    gap0 = 0.82 / (1.0 + eps) - 0.58 / (1.0 + eps)  # the soft accuracies above, with the authors' eps
+    class0 = -math.log(eps + gap0) - math.log(eps + 1 - abs(0.5 - 0.5))
+    gap1 = 0.18 / (0.6 + eps) - 0.12 / (0.4 + eps)  # one image: a gap of ~2.5e-7 from eps alone, the loss stays finite
+    class1 = -math.log(eps + gap1) - math.log(eps + 1 - abs(0.6 - 0.4))
+    assert loss.item() == pytest.approx((class0 + class1) / 2, rel=1e-9)
+    loss.backward()
+    # more membership for the well-classified image widens class 0's gap, so the loss falls along it
+    assert p_group.grad[0] < 0 < p_group.grad[1]
+

@@ -38,7 +38,7 @@ def _weights(path) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)["modules"]
 
 
-@pytest.mark.parametrize("method", ["erm", "mavias", "groupdro", "jtt", "lff", "sd", "flac"])
+@pytest.mark.parametrize("method", ["erm", "mavias", "groupdro", "jtt", "lff", "sd", "flac", "debian"])
 def test_resume_after_interruption_equals_uninterrupted_training(splits, tmp_path, method):
     train, val = splits
     cfg = _cfg(method, jtt={"id_epochs": 1, "upweight": 5}, flac={"bias_epochs": 1})
