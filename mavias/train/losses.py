@@ -117,27 +117,28 @@ def _soft_group_accuracies(p_correct: torch.Tensor, p_group: torch.Tensor) -> tu
     return inside, outside
 
 
-def debian_discoverer_loss(p_correct: torch.Tensor, p_group: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """DebiAN's discoverer objective (Li et al. 2022), averaged over the classes in the batch: -log |inside - outside|
-    (maximise the classifier's equal-opportunity violation between the two discovered groups) - log(1 - |mean p -
-    mean (1 - p)|) (the penalty against putting a whole class in one group). ``p_correct``: the classifier's
-    probability of the true class; ``p_group``: the discoverer's sigmoid output at the true class."""
+@dataclass(frozen=True)
+class DebiANLoss:
+    discoverer: torch.Tensor  # the discoverer's objective, differentiable in p_group
+    weights: torch.Tensor  # the classifier's per-sample CE weights, constants
+
+
+def debian_losses(p_correct: torch.Tensor, p_group: torch.Tensor, y: torch.Tensor) -> DebiANLoss:
+    """DebiAN (Li et al. 2022), one pass over the classes in the batch. ``p_correct``: the classifier's probability of
+    the true class; ``p_group``: the discoverer's sigmoid output at the true class.
+
+    Discoverer, averaged over the classes: -log |inside - outside| (maximise the classifier's equal-opportunity
+    violation between the two discovered groups) - log(1 - |mean p - mean (1 - p)|) (the penalty against putting a
+    whole class in one group). Classifier weight: 1 + the probability of belonging to the discovered group of its
+    class in which the classifier is less accurate (the group itself on a tie, as in the authors' code)."""
     per_class = []
+    weights = torch.ones_like(p_group)
     for label in y.unique():
-        p, g = p_correct[y == label], p_group[y == label]
+        mask = y == label
+        p, g = p_correct[mask], p_group[mask]
         inside, outside = _soft_group_accuracies(p, g)
         violation = -torch.log(DEBIAN_EPS + (inside - outside).abs())
         imbalance = -torch.log(DEBIAN_EPS + 1 - (g.mean() - (1 - g).mean()).abs())
         per_class.append(violation + imbalance)
-    return torch.stack(per_class).mean()
-
-
-def debian_classifier_weights(p_correct: torch.Tensor, p_group: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """DebiAN's per-sample CE weight: 1 + the probability of belonging to the discovered group of its class in which
-    the classifier is less accurate (the group itself on a tie, as in the authors' code)."""
-    weights = torch.ones_like(p_group)
-    for label in y.unique():
-        mask = y == label
-        inside, outside = _soft_group_accuracies(p_correct[mask], p_group[mask])
-        weights[mask] = 1 + torch.where(outside < inside, 1 - p_group[mask], p_group[mask])
-    return weights
+        weights[mask] = 1 + torch.where(outside < inside, 1 - g, g).detach()
+    return DebiANLoss(torch.stack(per_class).mean(), weights)

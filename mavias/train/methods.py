@@ -14,8 +14,7 @@ from mavias.train.config import TrainConfig
 from mavias.train.data import SplitData
 from mavias.train.inference import predict_logits
 from mavias.train.losses import (
-    debian_classifier_weights,
-    debian_discoverer_loss,
+    debian_losses,
     ema_update,
     flac_divergence,
     generalized_ce,
@@ -277,12 +276,11 @@ class DebiAN(Method):
         logits = self.model(x).float()
         p_correct = F.softmax(logits, dim=1).gather(1, y[:, None]).squeeze(1).detach()
         p_group = torch.sigmoid(self.discoverer(x).float()).gather(1, y[:, None]).squeeze(1)
-        weights = debian_classifier_weights(p_correct, p_group.detach(), y)
-        classification = (F.cross_entropy(logits, y, reduction="none") * weights).mean()
-        discovery = debian_discoverer_loss(p_correct, p_group, y)
-        loss = classification + discovery
-        return loss, {"loss": loss.item(), "loss_cls": classification.item(), "loss_discoverer": discovery.item(),
-                      "mean_weight": weights.mean().item()}
+        parts = debian_losses(p_correct, p_group, y)
+        classification = (F.cross_entropy(logits, y, reduction="none") * parts.weights).mean()
+        loss = classification + parts.discoverer
+        return loss, {"loss": loss.item(), "loss_cls": classification.item(),
+                      "loss_discoverer": parts.discoverer.item(), "mean_weight": parts.weights.mean().item()}
 
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT, LfF, SD, FLAC, DebiAN)}

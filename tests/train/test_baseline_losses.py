@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from mavias.train.losses import (
-    debian_classifier_weights,
-    debian_discoverer_loss,
+    debian_losses,
     ema_update,
     flac_divergence,
     generalized_ce,
@@ -106,15 +105,17 @@ DEBIAN_Y = torch.tensor([0, 0, 1])
 
 
 def test_debian_classifier_weights_favour_the_less_accurate_discovered_group():
-    weights = debian_classifier_weights(DEBIAN_P_CORRECT, torch.tensor([0.8, 0.2, 0.6], dtype=torch.float64), DEBIAN_Y)
+    p_group = torch.tensor([0.8, 0.2, 0.6], dtype=torch.float64, requires_grad=True)
+    weights = debian_losses(DEBIAN_P_CORRECT, p_group, DEBIAN_Y).weights
     # class 0: inside (0.8*0.9 + 0.2*0.5) / 1.0 = 0.82, outside (0.2*0.9 + 0.8*0.5) / 1.0 = 0.58 -> the outside group is
     # worse, weights 1 + (1 - p); class 1, one image: inside 0.18 / (0.6 + eps) > outside 0.12 / (0.4 + eps), so 1 + 0.4
     assert weights.tolist() == pytest.approx([1.2, 1.8, 1.4], rel=1e-5)
+    assert not weights.requires_grad  # constants for the classifier: no gradient reaches the discoverer through them
 
 
 def test_debian_discoverer_loss_matches_the_authors_formula_by_hand():
     p_group = torch.tensor([0.8, 0.2, 0.6], dtype=torch.float64, requires_grad=True)
-    loss = debian_discoverer_loss(DEBIAN_P_CORRECT, p_group, DEBIAN_Y)
+    loss = debian_losses(DEBIAN_P_CORRECT, p_group, DEBIAN_Y).discoverer
     eps = 1e-6
     gap0 = 0.82 / (1.0 + eps) - 0.58 / (1.0 + eps)  # the soft accuracies above, with the authors' eps
     class0 = -math.log(eps + gap0) - math.log(eps + 1 - abs(0.5 - 0.5))
