@@ -66,7 +66,8 @@ def train(
     group_attrs: GroupAttrs = "",
     workspace: Workspace = Path(".mavias"),
 ) -> None:
-    """Train one model (ERM, MAVias, GroupDRO or JTT); writes checkpoints, metrics.csv and TensorBoard logs."""
+    """Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes checkpoints,
+    metrics.csv and TensorBoard logs."""
     from mavias.workflow import load_reference, train_method, train_reference
 
     cfg = load_config(config, preset=preset, overrides=_overrides(set_))
