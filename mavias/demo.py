@@ -38,15 +38,8 @@ from rich.table import Table
 
 import mavias
 from mavias.benchmarks import SyntheticScenesConfig, make_synthetic_scenes
-from mavias.pipeline.registry import ModelRegistry
-from mavias.pipeline.storage import (
-    S3Settings,
-    download_file,
-    list_objects,
-    make_s3_client,
-    upload_dir,
-    upload_file,
-)
+from mavias.registry import ModelRegistry
+from mavias.registry.storage import S3Settings, download_file, list_objects, make_s3_client, upload_dir, upload_file
 from mavias.serve.try_it import show_round_trip
 from mavias.utils.console import make_console
 from mavias.utils.servers import free_port, stop_process, wait_until_answering

@@ -12,7 +12,7 @@ from mavias.datasets.base import ImportResult, build_import
 from mavias.datasets.imagefolder import SplitOptions, layout_rows
 from mavias.errors import UserError
 from mavias.manifest import DatasetInfo
-from mavias.pipeline.storage import S3Settings, list_objects, load_settings, make_s3_client
+from mavias.registry.storage import S3Settings, list_objects, load_settings, make_s3_client
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:

@@ -16,7 +16,7 @@ import typer
 from mavias.errors import UserError
 from mavias.pipeline.export import ExportError, export_onnx, verify_onnx
 from mavias.pipeline.gates import GateConfig, GateReport
-from mavias.pipeline.model_card import build_model_card, lineage_from_files, write_model_card
+from mavias.registry.model_card import build_model_card, lineage_from_files, write_model_card
 from mavias.train.trainer import load_main_model, run_checkpoint
 
 VERIFY_IMAGES, VERIFY_SEED = 64, 0

@@ -52,12 +52,12 @@ from mavias.evaluate.protocols import BIASED_TAG_COLUMNS
 from mavias.judging.evaluate import decision_changes
 from mavias.judging.review import apply_review, load_review
 from mavias.manifest import ManifestError, load_manifest, read_manifest_table
+from mavias.nightly.incoming import ProcessedLedger, find_manifest, pull_partition
 from mavias.pipeline.export import VerificationResult, export_latency_benchmark, export_onnx, verify_onnx
 from mavias.pipeline.gates import GateReport, load_gate_config
-from mavias.pipeline.model_card import build_model_card, lineage_from_files, write_model_card
+from mavias.registry.model_card import build_model_card, lineage_from_files, write_model_card
 from mavias.pipeline.nightly_config import NightlyConfig
 from mavias.pipeline.notify import Delivery, Outbox, SmtpSettings, email_message
-from mavias.pipeline.registry import CorruptPointer, ModelRegistry, PointerRecord, VersionExists
 from mavias.pipeline.report import (
     DiscoveryCounts,
     HistoryEntry,
@@ -72,26 +72,24 @@ from mavias.pipeline.report import (
     render_email,
     write_report,
 )
-from mavias.pipeline.storage import (
-    ProcessedLedger,
+from mavias.pipeline.validation import CheckResult, ValidationResult, quarantine_partition, validate_manifest_file
+from mavias.registry import CorruptPointer, ModelRegistry, PointerRecord, VersionExists
+from mavias.registry.kubernetes import point_inference_service
+from mavias.registry.storage import (
     S3Settings,
     check_name,
     download_file,
-    find_manifest,
     get_json,
     is_condition_failure,
     is_transient,
     list_folders,
     make_s3_client,
-    pull_partition,
     put_json,
     retry_transient,
     s3_uri,
     upload_file,
 )
-from mavias.pipeline.validation import CheckResult, ValidationResult, quarantine_partition, validate_manifest_file
 from mavias.relevance import RELEVANCE_COLUMNS, load_relevance, save_relevance
-from mavias.serve.kubernetes import point_inference_service
 from mavias.tagging import Tagger, TagsStore, tag_partition
 from mavias.tagging.run import TAGS_NAME, missing_shards
 from mavias.train.config import TrainConfig

@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mavias.errors import UserError
 from mavias.pipeline.gates import DEFAULT_GATES_PATH
-from mavias.pipeline.storage import ENV_PREFIX as S3_ENV_PREFIX
-from mavias.pipeline.storage import S3Settings, check_name
-from mavias.serve.kubernetes import InferenceServiceRef
+from mavias.registry.kubernetes import InferenceServiceRef
+from mavias.registry.storage import ENV_PREFIX as S3_ENV_PREFIX
+from mavias.registry.storage import S3Settings, check_name
 from mavias.train.config import TrainConfig, load_config
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")

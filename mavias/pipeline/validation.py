@@ -27,7 +27,8 @@ from botocore.client import BaseClient
 
 from mavias.manifest.io import REQUIRED_COLUMNS, SPLITS, read_manifest_table, resolve_uri
 from mavias.manifest.quarantine import QUARANTINE_COLUMNS, decode_problem
-from mavias.pipeline.storage import ProcessedLedger, S3Settings
+from mavias.nightly.incoming import ProcessedLedger
+from mavias.registry.storage import S3Settings
 
 DEFAULT_MIN_DECODE_RATE = 0.98
 DEFAULT_MAX_CLASS_DRIFT = 0.25

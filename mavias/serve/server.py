@@ -22,8 +22,8 @@ from kserve.protocol.dataplane import DataPlane
 from pydantic import ValidationError
 
 from mavias.errors import UserError
-from mavias.pipeline.registry import ModelRegistry
-from mavias.pipeline.storage import load_settings, make_s3_client
+from mavias.registry import ModelRegistry
+from mavias.registry.storage import load_settings, make_s3_client
 from mavias.serve.model import OnnxClassifier
 from mavias.serve.versions import RegistryFollower, registry_location
 

@@ -25,8 +25,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from mavias.errors import UserError
 from mavias.pipeline.onnx_session import make_session
-from mavias.pipeline.registry import ModelRegistry
-from mavias.pipeline.storage import download_file
+from mavias.registry import ModelRegistry
+from mavias.registry.storage import download_file
 from mavias.serve.preprocess import Preprocessing, card_preprocessing
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from pydantic import SecretStr
 
 from mavias.pipeline.nightly_config import NightlyConfig, load_nightly_config
 from mavias.pipeline.notify import SmtpSettings
-from mavias.pipeline.registry import ModelRegistry
-from mavias.pipeline.storage import S3Settings, make_s3_client
+from mavias.registry import ModelRegistry
+from mavias.registry.storage import S3Settings, make_s3_client
 
 
 def _optional_connection(conn_id: str) -> Connection | None:

@@ -27,8 +27,8 @@ import yaml
 from pydantic import SecretStr
 
 from mavias.demo import DAG_ID, DemoData, airflow_environment, read_night, upload_manifest_folder
-from mavias.pipeline.registry import ModelRegistry
-from mavias.pipeline.storage import S3Settings, make_s3_client
+from mavias.registry import ModelRegistry
+from mavias.registry.storage import S3Settings, make_s3_client
 
 NIGHT_TIMEOUT_S = 480
 GATES = Path(__file__).with_name("gates_test.yaml")

@@ -29,7 +29,7 @@ import yaml
 
 from mavias.demo import DemoData
 from mavias.manifest import content_sample_id
-from mavias.pipeline.registry import PointerRecord
+from mavias.registry import PointerRecord
 from mavias.train.trainer import load_main_model
 from mavias.utils.servers import free_port
 from tests.airflow.conftest import deploy

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from mavias.demo import DemoData
-from mavias.pipeline.storage import ProcessedLedger, get_json
+from mavias.nightly.incoming import ProcessedLedger
+from mavias.registry.storage import get_json
 from tests.airflow.conftest import deploy
 from tests.airflow.harness import Deployment, Night
 from tests.pipeline.s3server import FaultInjectingProxy

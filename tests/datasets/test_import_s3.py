@@ -10,7 +10,7 @@ from mavias.cli import app
 from mavias.datasets import SplitOptions, import_imagefolder, import_s3, settings_for
 from mavias.datasets.generate import write_imagefolder
 from mavias.manifest import read_manifest_table
-from mavias.pipeline.storage import upload_dir
+from mavias.registry.storage import upload_dir
 from tests.pipeline.s3server import moto_endpoint, s3_client, s3_settings  # noqa: F401 - fixtures
 
 

@@ -35,7 +35,7 @@ from PIL import Image
 from pydantic import SecretStr
 
 from mavias.manifest.io import content_sample_id
-from mavias.pipeline.storage import S3Settings, make_s3_client
+from mavias.registry.storage import S3Settings, make_s3_client
 from mavias.utils.servers import free_port, wait_until_answering
 
 TEST_CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}

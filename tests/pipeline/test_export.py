@@ -23,7 +23,7 @@ from mavias.pipeline.export import (
     verify_onnx,
 )
 from mavias.pipeline.gates import evaluate_gates
-from mavias.pipeline.model_card import build_model_card, lineage_from_files, sha256_file, write_model_card
+from mavias.registry.model_card import build_model_card, lineage_from_files, sha256_file, write_model_card
 from mavias.train.config import BackboneConfig, TrainConfig
 from mavias.train.model import MainModel, build_main_model, build_projection
 from mavias.train.trainer import load_main_model

@@ -17,12 +17,13 @@ from typer.testing import CliRunner
 
 from mavias.demo import smtp_server
 from mavias.manifest import ManifestError
+from mavias.nightly.incoming import ProcessedLedger
 from mavias.pipeline import nightly
 from mavias.pipeline.cli_registry import app as registry_cli
 from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.pipeline.notify import SmtpSettings
-from mavias.pipeline.registry import CorruptPointer, ModelRegistry
-from mavias.pipeline.storage import ProcessedLedger, S3Settings, UnsafeName, get_json, is_transient, put_json
+from mavias.registry import CorruptPointer, ModelRegistry
+from mavias.registry.storage import S3Settings, UnsafeName, get_json, is_transient, put_json
 from mavias.relevance import RELEVANCE_COLUMNS
 from mavias.train.prepare import prepare_image_data
 from mavias.utils.servers import free_port

@@ -15,8 +15,8 @@ import yaml
 from mavias.errors import UserError
 from mavias.pipeline import nightly
 from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
-from mavias.pipeline.registry import ModelRegistry
-from mavias.pipeline.storage import S3Settings, get_json
+from mavias.registry import ModelRegistry
+from mavias.registry.storage import S3Settings, get_json
 from mavias.relevance import load_relevance
 from tests.pipeline.s3server import (  # noqa: F401 - fixtures
     moto_endpoint,

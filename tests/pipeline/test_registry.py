@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mavias.pipeline.cli_registry import app
-from mavias.pipeline.registry import ModelRegistry, RegistryError, VersionExists, VersionNotFound
-from mavias.pipeline.storage import make_s3_client
+from mavias.registry import ModelRegistry, RegistryError, VersionExists, VersionNotFound
+from mavias.registry.storage import make_s3_client
 from tests.pipeline.s3server import (  # noqa: F401 - fixtures
     faulty_proxy,
     moto_endpoint,

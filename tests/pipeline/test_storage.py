@@ -10,14 +10,8 @@ from botocore.exceptions import ClientError
 from pydantic import SecretStr, ValidationError
 
 from mavias.manifest import ManifestError
-from mavias.pipeline.storage import (
-    ProcessedLedger,
-    S3Settings,
-    list_partitions,
-    load_settings,
-    make_s3_client,
-    pull_partition,
-)
+from mavias.nightly.incoming import ProcessedLedger, list_partitions, pull_partition
+from mavias.registry.storage import S3Settings, load_settings, make_s3_client
 from tests.pipeline.s3server import (  # noqa: F401 - fixtures
     faulty_proxy,
     moto_endpoint,

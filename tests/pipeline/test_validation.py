@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mavias.pipeline.storage import ProcessedLedger, pull_partition
+from mavias.nightly.incoming import ProcessedLedger, pull_partition
 from mavias.pipeline.validation import (
     class_distribution_distance,
     quarantine_partition,

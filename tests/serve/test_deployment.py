@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from mavias.serve.kubernetes import GROUP, PLURAL, RBAC_VERBS, with_storage_uri
+from mavias.registry.kubernetes import GROUP, PLURAL, RBAC_VERBS, with_storage_uri
 
 ROOT = Path(__file__).resolve().parents[2]
 ISVC = ROOT / "infra" / "kserve" / "inferenceservice.yaml"

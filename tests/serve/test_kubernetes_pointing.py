@@ -24,10 +24,10 @@ from typer.testing import CliRunner
 from mavias.cli import app
 from mavias.pipeline import nightly
 from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
-from mavias.pipeline.registry import ModelRegistry
 from mavias.pipeline.report import render_email
-from mavias.pipeline.storage import S3Settings
-from mavias.serve.kubernetes import InferenceServiceRef, storage_uri_of
+from mavias.registry import ModelRegistry
+from mavias.registry.kubernetes import InferenceServiceRef, storage_uri_of
+from mavias.registry.storage import S3Settings
 from mavias.utils.servers import free_port, stop_process, wait_until_answering
 from tests.pipeline.s3server import moto_endpoint, s3_client, s3_settings  # noqa: F401 - fixtures
 

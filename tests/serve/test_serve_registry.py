@@ -13,7 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from mavias.pipeline.onnx_session import make_session
-from mavias.pipeline.registry import ModelRegistry
+from mavias.registry import ModelRegistry
 from tests.pipeline.s3server import TEST_CREDENTIALS, moto_endpoint, s3_client, s3_settings  # noqa: F401
 from tests.serve.conftest import get
 

@@ -1,12 +1,11 @@
-"""S3 storage for the nightly pipeline: settings, client, incoming partitions, the processed ledger, transfers.
+"""S3 storage shared by the nightly pipeline and the model server: settings, client, retries, object transfers.
 
 Bucket layout (every prefix is configurable in :class:`S3Settings`)::
 
-    incoming/<partition>/manifest.{parquet,csv}   a partition is ready once its manifest exists, so producers
-    incoming/<partition>/<images...>              upload the images first and the manifest last
-    state/processed/<partition>.json              ledger: one marker per processed partition
+    incoming/<partition>/...                      new data, see :mod:`mavias.nightly.incoming`
+    state/processed/<partition>.json              the ledger of processed partitions (same module)
     quarantine/<partition>/validation.json        partitions that failed validation (delete it to retry)
-    models/<name>/...                             model registry, see :mod:`mavias.pipeline.registry`
+    models/<name>/...                             model registry, see :mod:`mavias.registry.model_registry`
 
 Works with AWS S3, MinIO or any S3-compatible store (``endpoint_url``). Credentials come from explicit
 :class:`~pydantic.SecretStr` fields (e.g. filled from an Airflow connection) or boto3's standard chain
@@ -19,11 +18,10 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import boto3
@@ -45,16 +43,13 @@ from tenacity import (
 )
 
 from mavias.errors import UserError
-from mavias.manifest.io import ManifestError, read_manifest_table
-from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.atomic import atomic_path
 from mavias.utils.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
-MANIFEST_NAMES = ("manifest.parquet", "manifest.csv")  # in order of preference
 ENV_PREFIX = "MAVIAS_S3_"
 CONDITION_FAILURES = {"PreconditionFailed", "ConditionalRequestConflict"}
-PULLED_ETAGS = ".pulled-etags.json"  # in a pulled folder: the ETag of every file as it was downloaded
 
 T = TypeVar("T")
 
@@ -273,7 +268,7 @@ def upload_dir(
     local_dir = Path(local_dir)
     files = sorted(p for p in local_dir.rglob("*") if p.is_file())
     keys = {path: prefix + path.relative_to(local_dir).as_posix() for path in files}
-    _parallel(
+    run_parallel(
         lambda path: upload_file(client, settings, path, keys[path], if_none_match=if_none_match),
         files,
         settings.max_workers,
@@ -282,9 +277,11 @@ def upload_dir(
     return sorted(keys.values())
 
 
-def download_file(client: BaseClient, settings: S3Settings, key: str, path: str | Path) -> Path:
-    """Download one object to ``path`` atomically: readers never see a partial file."""
-    _fetch(client, settings, key, Path(path))
+def download_file(client: BaseClient, settings: S3Settings, key: str, path: str | Path, *,
+                  etag: str | None = None) -> Path:
+    """Download one object to ``path`` atomically: readers never see a partial file. With ``etag``, an object that
+    changed since it was listed is refused (412)."""
+    _fetch(client, settings, key, Path(path), etag)
     return Path(path)
 
 
@@ -305,7 +302,7 @@ def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag:
                 fh.write(chunk)
 
 
-def _parallel(fn: Callable[[T], object], items: Sequence[T], workers: int, desc: str) -> None:
+def run_parallel(fn: Callable[[T], object], items: Sequence[T], workers: int, desc: str) -> None:
     """``fn`` over ``items`` on a small thread pool with a progress bar; the first error cancels the rest."""
     progress = progress_bar(total=len(items), desc=desc, unit="file")
     with ThreadPoolExecutor(max_workers=workers) as pool, progress as bar:
@@ -318,123 +315,3 @@ def _parallel(fn: Callable[[T], object], items: Sequence[T], workers: int, desc:
             for future in futures:
                 future.cancel()
             raise
-
-
-# -- incoming partitions ----------------------------------------------------------------------------------------
-
-
-def partition_prefix(settings: S3Settings, partition: str) -> str:
-    return f"{settings.incoming_prefix}{check_name('partition', partition)}/"
-
-
-def _manifest_name(names: set[str]) -> str | None:
-    return next((name for name in MANIFEST_NAMES if name in names), None)
-
-
-def find_manifest(client: BaseClient, settings: S3Settings, partition: str) -> str | None:
-    """Key of the partition's manifest, or ``None`` while it has none (not ready yet)."""
-    prefix = partition_prefix(settings, partition)
-    names = {obj.key[len(prefix) :] for obj in list_objects(client, settings, prefix + "manifest.")}
-    name = _manifest_name(names)
-    return prefix + name if name else None
-
-
-def list_partitions(client: BaseClient, settings: S3Settings, exclude: Collection[str] = ()) -> list[str]:
-    """Sorted names of the folders under ``incoming/`` that hold a manifest, except those in ``exclude``."""
-    folders = list_folders(client, settings, settings.incoming_prefix)
-    unsafe = [p for p in folders if not NAME_PATTERN.match(p) or ".." in p]
-    if unsafe:
-        log.warning("ignoring incoming folder(s) with unsafe names %s: rename them to letters, digits, '.', '_', '-'",
-                    unsafe)
-    return [p for p in folders if p not in exclude and p not in unsafe and find_manifest(client, settings, p)]
-
-
-class ProcessedLedger:
-    """Which partitions are done, kept in the bucket as one marker object per partition.
-
-    Markers are created with If-None-Match, so a partition is recorded exactly once even if two runs race;
-    there is no shared file to read-modify-write.
-    """
-
-    def __init__(self, client: BaseClient, settings: S3Settings):
-        self.client = client
-        self.settings = settings
-        self.processed_prefix = f"{settings.state_prefix}processed/"
-
-    def processed(self) -> set[str]:
-        keys = (obj.key for obj in list_objects(self.client, self.settings, self.processed_prefix))
-        return {key[len(self.processed_prefix) :].removesuffix(".json") for key in keys if key.endswith(".json")}
-
-    def quarantined(self) -> set[str]:
-        return set(list_folders(self.client, self.settings, self.settings.quarantine_prefix))
-
-    def new_partitions(self) -> list[str]:
-        """Ready partitions that were neither processed nor quarantined, sorted."""
-        return list_partitions(self.client, self.settings, exclude=self.processed() | self.quarantined())
-
-    def mark_processed(self, partition: str, info: Mapping[str, Any] | None = None) -> bool:
-        """Record ``partition`` as processed; False when it already was (the first record is kept)."""
-        payload = {"partition": partition, "processed_at": datetime.now(UTC).isoformat(), **(info or {})}
-        key = f"{self.processed_prefix}{check_name('partition', partition)}.json"
-        created = create_json(self.client, self.settings, key, payload)
-        log.info("partition %s %s", partition, "marked processed" if created else "was already processed")
-        return created
-
-    def mark_quarantined(self, partition: str, report: Mapping[str, Any]) -> str:
-        """Store ``report`` (e.g. a validation result) as ``quarantine/<partition>/validation.json``; return its URI."""
-        key = f"{self.settings.quarantine_prefix}{check_name('partition', partition)}/validation.json"
-        put_json(self.client, self.settings, key, {"partition": partition, **report})
-        log.warning("partition %s quarantined: %s", partition, s3_uri(self.settings, key))
-        return s3_uri(self.settings, key)
-
-
-def _referenced_files(manifest_path: Path) -> set[str]:
-    """Normalised relative paths of the files a pulled manifest points to; blank uris are left to validation."""
-    df = read_manifest_table(manifest_path)
-    if "uri" not in df.columns:
-        return set()
-    uris = [str(u) for u in df["uri"].dropna() if str(u).strip()]
-    bad = [u for u in uris if u.startswith("s3://") or PurePosixPath(u).is_absolute() or ".." in PurePosixPath(u).parts]
-    if bad:
-        raise ManifestError(f"{manifest_path}: uris must be relative to the partition, got e.g. {bad[:3]}")
-    return {PurePosixPath(u).as_posix() for u in uris}
-
-
-def _is_current(path: Path, obj: RemoteObject, pulled_etag: str | None) -> bool:
-    # ETags, not md5s, identify contents: SSE-KMS and multipart ETags are not md5 digests.
-    return pulled_etag == obj.etag and path.is_file() and path.stat().st_size == obj.size
-
-
-def pull_partition(client: BaseClient, settings: S3Settings, partition: str, local_dir: str | Path) -> Path:
-    """Download a partition's manifest and the images it references to ``local_dir``; return the manifest path.
-
-    Idempotent: a file pulled before whose size and ETag are unchanged is not transferred again. Referenced
-    files missing from the bucket are logged and left for validation to quarantine.
-    """
-    local_dir = Path(local_dir)
-    prefix = partition_prefix(settings, partition)
-    remote = {obj.key[len(prefix) :]: obj for obj in list_objects(client, settings, prefix)}
-    manifest_name = _manifest_name(set(remote))
-    if manifest_name is None:
-        raise ManifestError(f"{s3_uri(settings, prefix)}: no manifest ({' or '.join(MANIFEST_NAMES)})")
-    etags_path = local_dir / PULLED_ETAGS
-    pulled = json.loads(etags_path.read_text()) if etags_path.exists() else {}
-
-    def stale(name: str) -> bool:
-        return not _is_current(local_dir / name, remote[name], pulled.get(name))
-
-    def fetch(name: str) -> None:
-        _fetch(client, settings, remote[name].key, local_dir / name, remote[name].etag)
-
-    if stale(manifest_name):
-        fetch(manifest_name)
-    wanted = _referenced_files(local_dir / manifest_name)
-    missing = sorted(wanted - remote.keys())
-    if missing:
-        log.warning("partition %s: %d referenced file(s) missing, e.g. %s", partition, len(missing), missing[:3])
-    present = sorted(wanted & remote.keys())
-    todo = [name for name in present if stale(name)]
-    _parallel(fetch, todo, settings.max_workers, desc=f"pull {partition}")
-    write_json(etags_path, {name: remote[name].etag for name in [manifest_name, *present]})
-    log.info("partition %s: %d file(s) downloaded, %d up to date", partition, len(todo), len(present) - len(todo))
-    return local_dir / manifest_name

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from mavias.errors import UserError
-from mavias.pipeline.storage import is_transient, retrying
+from mavias.registry.storage import is_transient, retrying
 
 log = logging.getLogger(__name__)
 

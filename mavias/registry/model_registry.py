@@ -33,7 +33,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from mavias.errors import UserError
-from mavias.pipeline.storage import (
+from mavias.registry.storage import (
     S3Settings,
     UnsafeName,
     check_name,
