@@ -1,7 +1,8 @@
 """
 ### mavias_nightly
 
-Nightly open-set bias audit and MAVias retraining. Every task calls `mavias.pipeline.nightly`; this file only wires.
+Nightly open-set bias audit and MAVias retraining. Every task calls one stage function of `mavias.nightly`; this
+file only wires.
 
 0. **preflight**: the `gpu` pool and the connections exist (fails in seconds, saying what to create),
 1. **sense** new partitions under `s3://<bucket>/incoming/<partition>/` (processed ones are skipped),
@@ -21,7 +22,7 @@ Every task has an `execution_timeout` and the run a `dagrun_timeout` (see the `a
 
 Params (manual runs): `full_retrain` (train even without new partitions, from scratch), `skip_promotion`
 (publish but leave production alone), `force_partition` (process this partition again).
-Configuration: `$MAVIAS_NIGHTLY_CONFIG` (see `mavias.pipeline.nightly_config`); connections `aws_default` (optional,
+Configuration: `$MAVIAS_NIGHTLY_CONFIG` (see `mavias.nightly.config`); connections `aws_default` (optional,
 else the AWS environment) and `smtp_default`.
 """
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, time, timedelta
-from types import ModuleType
 
 from airflow.sdk import Asset, AssetAlias, Context, Param, TriggerRule, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
@@ -38,7 +38,7 @@ from mavias_airflow.operators import QualityGateOperator
 from mavias_airflow.preflight import preflight_problems
 from mavias_airflow.resources import gpu_task_kwargs
 
-from mavias.pipeline.nightly_config import NightlyConfig, load_nightly_config
+from mavias.nightly.config import NightlyConfig, load_nightly_config
 
 log = logging.getLogger(__name__)
 CONFIG = load_nightly_config()  # YAML + environment only: connections are resolved inside the tasks
@@ -49,20 +49,13 @@ PRODUCTION_MODEL = Asset(
     name=f"mavias/{CONFIG.model_name}/production",
     uri=f"s3://{CONFIG.s3.bucket}/{CONFIG.s3.models_prefix}{CONFIG.model_name}/production.json",
 )
-# result name (as nightly.report() reads it) -> the task returning it
+# result name (as mavias.nightly.report.report() reads it) -> the task returning it
 RESULT_TASKS = {
     "sensed": "sense", "validated": "pull_and_validate", "planned": "plan_tagging", "discovered": "discover",
     "dataset": "prepare_dataset", "reference": "train_reference", "candidate": "train_mavias",
     "evaluated": "evaluate", "gates": "quality_gates", "packaged": "package", "published": "publish",
     "promoted": "promote", "recorded": "record_processed",
 }
-
-
-def steps() -> ModuleType:
-    """The pipeline's steps; imported when a task runs (torch, onnx, Great Expectations), not when parsing."""
-    from mavias.pipeline import nightly
-
-    return nightly
 
 
 def _config() -> NightlyConfig:
@@ -108,64 +101,91 @@ def mavias_nightly() -> None:
         if problems:
             raise AirflowFailException("the night cannot run: " + "; ".join(problems))
 
+    # The stage modules are imported when a task runs (torch, onnx, Great Expectations), not when parsing.
     @task
     def sense() -> dict:
+        from mavias.nightly import ingest
+
         context = get_current_context()
-        return steps().sense(_config(), _night_time(context), force_partition=context["params"]["force_partition"])
+        return ingest.sense(_config(), _night_time(context), force_partition=context["params"]["force_partition"])
 
     @task
     def pull_and_validate(sensed: dict) -> dict:
-        return steps().pull_and_validate(_config(), sensed)
+        from mavias.nightly import ingest
+
+        return ingest.pull_and_validate(_config(), sensed)
 
     @task.short_circuit(ignore_downstream_trigger_rules=False)
     def should_train(validated: dict) -> bool:
+        from mavias.nightly import ingest
+
         full_retrain = get_current_context()["params"]["full_retrain"]
-        go, why = steps().training_decision(validated, full_retrain=full_retrain)
+        go, why = ingest.training_decision(validated, full_retrain=full_retrain)
         log.info("%s: %s", "training" if go else "not training", why)
         return go
 
     @task
     def plan_tagging(validated: dict) -> list[dict]:
-        return steps().plan_tagging(_config(), validated)
+        from mavias.nightly import discover
+
+        return discover.plan_tagging(_config(), validated)
 
     @task(**GPU, map_index_template="{{ shard_label }}")
     def tag_shard(job: dict) -> dict:
+        from mavias.nightly import discover
+
         get_current_context()["shard_label"] = f"{job['partition']} {job['shard']}/{job['num_shards']}"
-        return steps().tag_shard(_config(), job)
+        return discover.tag_shard(_config(), job)
 
     @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # also when no shard was left to tag
     def discover(validated: dict, tagged: list[dict] | None) -> dict:
-        return steps().discover(_config(), validated, list(tagged or []))
+        from mavias.nightly import discover
+
+        return discover.discover(_config(), validated, list(tagged or []))
 
     @task
     def prepare_dataset(validated: dict, discovered: dict) -> dict:
+        from mavias.nightly import dataset
+
         full_retrain = get_current_context()["params"]["full_retrain"]
-        return steps().prepare_dataset(_config(), validated, full_retrain=full_retrain)
+        return dataset.prepare_dataset(_config(), validated, full_retrain=full_retrain)
 
     @task(**GPU)
     def train_reference(dataset: dict) -> dict:
-        return steps().train_reference_model(_config(), dataset)
+        from mavias.nightly import train
+
+        return train.train_reference_model(_config(), dataset)
 
     @task
     def plan_trials(dataset: dict) -> list[dict]:
-        return steps().plan_trials(_config(), dataset)
+        from mavias.nightly import train
+
+        return train.plan_trials(_config(), dataset)
 
     @task(**GPU, map_index_template="{{ trial_label }}")
     def tune_trial(dataset: dict, reference: dict, job: dict) -> dict:
+        from mavias.nightly import train
+
         get_current_context()["trial_label"] = f"trial {job['number']}"
-        return steps().run_trial(_config(), dataset, reference, job)
+        return train.run_trial(_config(), dataset, reference, job)
 
     @task
     def train_mavias(dataset: dict, trials: list[dict]) -> dict:
-        return steps().select_candidate(_config(), dataset, list(trials))
+        from mavias.nightly import train
+
+        return train.select_candidate(_config(), dataset, list(trials))
 
     @task(multiple_outputs=True)
     def evaluate(dataset: dict, reference: dict, candidate: dict) -> dict:
-        return steps().evaluate(_config(), dataset, reference, candidate)
+        from mavias.nightly import evaluate
+
+        return evaluate.evaluate(_config(), dataset, reference, candidate)
 
     @task
     def package(dataset: dict, candidate: dict, evaluated: dict, gates: dict) -> dict:
-        return steps().package(_config(), dataset, candidate, evaluated, gates)
+        from mavias.nightly import release
+
+        return release.package(_config(), dataset, candidate, evaluated, gates)
 
     @task.short_circuit(ignore_downstream_trigger_rules=False)
     def gates_passed(gates: dict) -> bool:
@@ -173,7 +193,9 @@ def mavias_nightly() -> None:
 
     @task
     def publish(packaged: dict) -> dict:
-        return steps().publish(_config(), packaged)
+        from mavias.nightly import release
+
+        return release.publish(_config(), packaged)
 
     @task.short_circuit(ignore_downstream_trigger_rules=False)
     def promotion_requested() -> bool:
@@ -181,17 +203,23 @@ def mavias_nightly() -> None:
 
     @task(outlets=[PROMOTIONS])
     def promote(published: dict, evaluated: dict) -> dict:
-        result = steps().promote(_config(), published, evaluated)
+        from mavias.nightly import release
+
+        result = release.promote(_config(), published, evaluated)
         if result["promoted"]:  # an asset event only for a real promotion, not for a lost race or a rerun
             get_current_context()["outlet_events"][PROMOTIONS].add(PRODUCTION_MODEL, extra={"version": result["version"]})
         return result
 
     @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # after promotion, or after a blocked candidate
     def record_processed(dataset: dict) -> dict:
-        return steps().record_processed(_config(), dataset)
+        from mavias.nightly import ingest
+
+        return ingest.record_processed(_config(), dataset)
 
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def report() -> dict:
+        from mavias.nightly import ingest, report
+
         context = get_current_context()
         states = _task_states(context)
         # Only this try's results: a skipped task keeps the XCom of an earlier try of the run (after a clear).
@@ -201,15 +229,15 @@ def mavias_nightly() -> None:
             if states.get(task_id) == "success"
         }
         params = context["params"]
-        results.setdefault("sensed", steps().night_info(_night_time(context)))
+        results.setdefault("sensed", ingest.night_info(_night_time(context)))
         if "validated" in results:
-            trained, decision = steps().training_decision(results["validated"], full_retrain=params["full_retrain"])
+            trained, decision = ingest.training_decision(results["validated"], full_retrain=params["full_retrain"])
         elif states.get("preflight") != "success":
             trained, decision = False, "the preflight check failed (see its log): nothing ran tonight"
         else:
             trained, decision = False, "the partitions could not be pulled or validated (see the task log)"
         cfg = _config()
-        return steps().report(
+        return report.report(
             cfg, results, trained=trained, decision=decision, skip_promotion=params["skip_promotion"],
             smtp=smtp_settings_from_connection(cfg.airflow.smtp_conn_id),
         )
@@ -217,12 +245,16 @@ def mavias_nightly() -> None:
     @task(trigger_rule=TriggerRule.ALL_DONE)
     def notify() -> dict:
         """Send the queued report emails (tonight's and any an earlier night could not send)."""
+        from mavias.nightly import report
+
         cfg = _config()
-        return steps().notify(cfg, smtp_settings_from_connection(cfg.airflow.smtp_conn_id))
+        return report.notify(cfg, smtp_settings_from_connection(cfg.airflow.smtp_conn_id))
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def finish() -> None:
         """Fail the run when any task failed; the report has been sent (or queued) by then."""
+        from mavias.nightly import release
+
         context = get_current_context()
         states = _task_states(context)
         failed = sorted(t for t, s in states.items() if s in ("failed", "upstream_failed"))
@@ -233,7 +265,7 @@ def mavias_nightly() -> None:
         if failed:
             raise AirflowFailException(f"task(s) failed: {', '.join(failed)}")
         promoted = context["ti"].xcom_pull(task_ids="promote") if states.get("promote") == "success" else None
-        if serving := steps().serving_problem(promoted):  # the promotion stands; someone must point serving at it
+        if serving := release.serving_problem(promoted):  # the promotion stands; someone must point serving at it
             raise AirflowFailException(serving)
 
     sensed = sense()

@@ -33,13 +33,13 @@ from mavias.benchmarks.synthetic_scenes import (
 )
 from mavias.benchmarks.two_moons import TwoMoons3DConfig, make_two_moons_3d
 from mavias.discover import Workspace
-from mavias.encode.cli import encoder_from_spec
 from mavias.errors import UserError
 from mavias.evaluate.metrics import group_key
 from mavias.evaluate.protocols import PAPER, ROBUST, biased_tag_recovery, evaluation_report, find_biased_tags
 from mavias.relevance import load_relevance
 from mavias.train.config import MINILM, TrainConfig
 from mavias.train.data import attach_groups, feature_split
+from mavias.train.encoder import encoder_from_spec
 from mavias.train.inference import predict, predict_logits
 from mavias.train.prepare import PreparedData, prepare_image_data
 from mavias.train.trainer import Trainer, TrainResult, load_main_model

@@ -25,13 +25,13 @@ from rich.console import Console
 from mavias.benchmarks import SyntheticScenesConfig, benchmark_vocabulary, make_synthetic_scenes
 from mavias.discover.counting import CountingJudge
 from mavias.encode import EmbeddingStore, TextEncoder, bias_prompt
+from mavias.encode.defaults import OPENCLIP_MODEL
 from mavias.encode.samples import encode_samples
 from mavias.judging.base import RelevanceJudge
 from mavias.judging.cache import DecisionCache, decide_all
 from mavias.judging.evaluate import Evaluation, evaluate_relevance, evaluation_table
 from mavias.manifest import load_manifest
 from mavias.relevance import irrelevant_tags, load_relevance
-from mavias.tagging.defaults import OPENCLIP_MODEL
 from mavias.tagging.run import tag_partition
 from mavias.utils.atomic import write_json
 
@@ -128,8 +128,8 @@ def run_discovery_bench(
     console: Console | None = None,
 ) -> dict:
     """Run the discovery benchmark; print its tables on ``console`` when given; return (and optionally save) it."""
-    from mavias.encode.cli import make_encoder
-    from mavias.judging.cli import make_judge
+    from mavias.encode.factory import make_encoder
+    from mavias.judging.factory import make_judge
 
     start = time.perf_counter()
     work = Path(work)

@@ -18,8 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mavias.demo import DemoResult, print_summary, run_demo
-from mavias.pipeline.export import export_latency_benchmark
+from mavias.demo.run import DemoResult, print_summary, run_demo
+from mavias.export.latency import export_latency_benchmark
 from mavias.train.trainer import load_main_model
 from mavias.utils.atomic import write_json
 from mavias.utils.console import make_console

@@ -20,8 +20,8 @@ import numpy as np
 import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 
-from mavias.pipeline.export import wall_times_ms
-from mavias.pipeline.onnx_session import make_session
+from mavias.export.latency import wall_times_ms
+from mavias.export.session import make_session
 from mavias.serve.launch import running_server
 from mavias.serve.versions import load_version
 
@@ -43,7 +43,7 @@ def demo_architecture_version(folder: Path) -> Path:
     """A version folder with the demo's architecture and random weights (needs torch: the bench's process has it)."""
     import torch
 
-    from mavias.pipeline.cli_export import export_checkpoint
+    from mavias.export.version import export_checkpoint
     from mavias.train.config import BackboneConfig, TrainConfig
     from mavias.train.model import build_main_model
 

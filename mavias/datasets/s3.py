@@ -1,4 +1,4 @@
-"""The ImageFolder layout under an S3 prefix (any S3-compatible endpoint), through :mod:`mavias.pipeline.storage`.
+"""The ImageFolder layout under an S3 prefix (any S3-compatible endpoint), through :mod:`mavias.registry.storage`.
 
 Manifest uris are ``s3://bucket/key``; the bytes are read once to derive the content ``sample_id``.
 """

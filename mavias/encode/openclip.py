@@ -19,8 +19,8 @@ from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
 from open_clip.tokenizer import SimpleTokenizer
 
 from mavias.encode.base import bias_prompt
+from mavias.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.errors import UserError
-from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 
 ENCODE_MODES = ("collective", "separate")
 _EMPTY_PROMPT = bias_prompt([])

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 from rich.table import Table
 
 from mavias.relevance import RelevanceError, validate_relevance
+
+TRUTH_DIR = Path(__file__).with_name("truth")  # the built-in ground-truth relevance tables, realworld-<name>.csv
 
 
 @dataclass(frozen=True)

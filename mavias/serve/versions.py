@@ -24,7 +24,7 @@ import onnxruntime as ort
 from botocore.exceptions import BotoCoreError, ClientError
 
 from mavias.errors import UserError
-from mavias.pipeline.onnx_session import make_session
+from mavias.export.session import make_session
 from mavias.registry import ModelRegistry
 from mavias.registry.storage import download_file
 from mavias.serve.preprocess import Preprocessing, card_preprocessing

@@ -1,6 +1,5 @@
-"""Defaults of the OpenCLIP tagger and text encoder, importable without open_clip (CLI option defaults)."""
+"""Defaults of the OpenCLIP tagger, importable without open_clip (CLI option defaults); the model's own are in
+:mod:`mavias.encode.defaults`."""
 
-OPENCLIP_MODEL = "ViT-L-14"  # the paper's CLIP ViT-L/14
-OPENCLIP_PRETRAINED = "openai"
 TAG_THRESHOLD = 10.0  # x the uniform probability 1/|vocabulary|; untuned: no real weights are reachable here
 TAG_TOP_K = 20

@@ -18,9 +18,10 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mavias.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.encode.openclip import OpenClip
 from mavias.tagging.base import ScoredTags, TagBatch
-from mavias.tagging.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED, TAG_THRESHOLD, TAG_TOP_K
+from mavias.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
 from mavias.utils.atomic import atomic_path
 
 TAG_PROMPT = "a photo of a {}"

@@ -13,10 +13,10 @@ from airflow.sdk import BaseHook, Connection
 from airflow.sdk.exceptions import AirflowNotFoundException
 from pydantic import SecretStr
 
-from mavias.pipeline.nightly_config import NightlyConfig, load_nightly_config
-from mavias.pipeline.notify import SmtpSettings
+from mavias.nightly.config import NightlyConfig, load_nightly_config
 from mavias.registry import ModelRegistry
 from mavias.registry.storage import S3Settings, make_s3_client
+from mavias.reporting.mail import SmtpSettings
 
 
 def _optional_connection(conn_id: str) -> Connection | None:

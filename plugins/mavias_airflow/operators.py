@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from mavias.pipeline.gates import DEFAULT_GATES_PATH, evaluate_gates, load_gate_config
+from mavias.gates import DEFAULT_GATES_PATH, evaluate_gates, load_gate_config
 from mavias.utils.atomic import write_json
 
 

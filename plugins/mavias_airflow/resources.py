@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes.client import models as k8s
 
-from mavias.pipeline.nightly_config import AirflowSection
+from mavias.nightly.config import AirflowSection
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mavias.demo import DemoData, airflow_environment, make_demo_data, run_airflow, smtp_server
-from mavias.pipeline.nightly_config import DEFAULT_CONFIG_PATH
+from mavias.demo.run import DemoData, make_demo_data
+from mavias.demo.services import airflow_environment, run_airflow, smtp_server
+from mavias.nightly.config import DEFAULT_CONFIG_PATH
 from tests.airflow.harness import Deployment, make_deployment
 from tests.pipeline.s3server import create_bucket, moto_endpoint  # noqa: F401 - a fixture
 

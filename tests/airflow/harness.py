@@ -26,7 +26,8 @@ import pandas as pd
 import yaml
 from pydantic import SecretStr
 
-from mavias.demo import DAG_ID, DemoData, airflow_environment, read_night, upload_manifest_folder
+from mavias.demo.run import DemoData, upload_manifest_folder
+from mavias.demo.services import DAG_ID, airflow_environment, read_night
 from mavias.registry import ModelRegistry
 from mavias.registry.storage import S3Settings, make_s3_client
 

@@ -18,8 +18,9 @@ import httpx
 import pytest
 import yaml
 
-from mavias.demo import DAG_ID, make_demo_data, smtp_server
-from mavias.pipeline import airflow_stack
+from mavias.demo.run import make_demo_data
+from mavias.demo.services import DAG_ID, smtp_server
+from mavias.nightly import local_airflow
 from mavias.utils.servers import free_port
 from tests.airflow.harness import GATES, TEST_TRAINING, make_deployment
 from tests.pipeline.s3server import create_bucket, moto_endpoint  # noqa: F401 - a fixture
@@ -60,7 +61,7 @@ class Api:
 
 
 def _airflow_cli(home: Path, *args: str) -> None:
-    env_file = home / airflow_stack.ENV_NAME
+    env_file = home / local_airflow.ENV_NAME
     subprocess.run(["bash", "-c", f'source "{env_file}" && "{sys.executable}" -m airflow "$@"', "_", *args],
                    check=True, capture_output=True, timeout=120)
 
@@ -82,13 +83,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Itera
         deployment.upload("evaluation/v1/", scenes, scenes.evaluation, "evaluation")
         deployment.upload("incoming/night-1/", scenes, scenes.partitions["night-1"], "night-1")
         home = root / "airflow"
-        started = airflow_stack.up(home, root / "nightly.yaml", port=free_port(), smtp=("127.0.0.1", smtp_port))
+        started = local_airflow.up(home, root / "nightly.yaml", port=free_port(), smtp=("127.0.0.1", smtp_port))
         try:
             api = Api(started.url)
             api.wait_for_dag()
             yield deployment, home, api
         finally:
-            airflow_stack.down(home)
+            local_airflow.down(home)
 
 
 def test_missing_pool_fails_the_night_fast_with_what_to_do(stack: tuple) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mavias.demo import airflow_environment
+from mavias.demo.services import airflow_environment
 
 GPU_TASKS = {"tag_shard", "train_reference", "tune_trial"}
 SECRET = "s3cr3t-never-logged"

@@ -27,7 +27,7 @@ import pytest
 import torch
 import yaml
 
-from mavias.demo import DemoData
+from mavias.demo.run import DemoData
 from mavias.manifest import content_sample_id
 from mavias.registry import PointerRecord
 from mavias.train.trainer import load_main_model

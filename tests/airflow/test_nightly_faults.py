@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mavias.demo import DemoData
+from mavias.demo.run import DemoData
 from mavias.nightly.incoming import ProcessedLedger
 from mavias.registry.storage import get_json
 from tests.airflow.conftest import deploy

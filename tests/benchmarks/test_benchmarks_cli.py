@@ -2,7 +2,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from mavias.benchmarks import BENCHMARKS
-from mavias.benchmarks.cli import app
+from mavias.cli.data import app
 from mavias.manifest import load_manifest
 
 

@@ -3,8 +3,8 @@ import re
 import pandas as pd
 from typer.testing import CliRunner
 
+from mavias.cli import discover as discover_cli
 from mavias.discover import DiscoveryCounts, discover_partition
-from mavias.discover import cli as discover_cli
 from mavias.encode import bias_prompt
 from mavias.manifest import save_manifest
 from mavias.relevance import irrelevant_tags, load_relevance

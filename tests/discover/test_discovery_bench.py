@@ -2,13 +2,13 @@ from rich.console import Console
 
 from mavias.bench.discovery import run_discovery_bench
 from mavias.benchmarks import SyntheticScenesConfig
-from mavias.encode import cli as encode_cli
-from mavias.judging import cli as judging_cli
+from mavias.encode import factory as encode_factory
+from mavias.judging import factory as judging_factory
 
 
 def test_discovery_bench_reports_throughput_requests_and_judge_quality(judge, encoder, tmp_path, monkeypatch):
-    monkeypatch.setattr(judging_cli, "make_judge", lambda kind, **_: judge)
-    monkeypatch.setattr(encode_cli, "make_encoder", lambda kind, **_: encoder)
+    monkeypatch.setattr(judging_factory, "make_judge", lambda kind, **_: judge)
+    monkeypatch.setattr(encode_factory, "make_encoder", lambda kind, **_: encoder)
     console = Console(record=True, width=160)
 
     report = run_discovery_bench(

@@ -3,8 +3,8 @@ import re
 import pandas as pd
 from typer.testing import CliRunner
 
+from mavias.cli.encode import app
 from mavias.encode import EmbeddingStore, bias_prompt, embedding_key
-from mavias.encode.cli import app
 from mavias.encode.openclip import OpenClipTextEncoder
 from mavias.encode.samples import encode_samples
 from mavias.manifest import save_manifest

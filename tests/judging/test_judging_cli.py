@@ -2,7 +2,7 @@ import pandas as pd
 from judge_fake_server import error
 from typer.testing import CliRunner
 
-from mavias.judging.cli import app
+from mavias.cli.judge import app
 from mavias.judging.review import load_review
 from mavias.manifest import save_manifest
 from mavias.relevance import load_relevance

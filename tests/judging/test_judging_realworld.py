@@ -9,8 +9,7 @@ floors below guard what is reached today (BENCHMARKS.md, "Offline judge on real-
 import pytest
 
 from mavias.judging.cache import decide_all
-from mavias.judging.cli import TRUTH_DIR
-from mavias.judging.evaluate import evaluate_relevance
+from mavias.judging.evaluate import TRUTH_DIR, evaluate_relevance
 from mavias.relevance import load_relevance
 
 RECALL_FLOOR = {"realworld-dev": 0.78, "realworld-heldout": 0.77, "realworld-unseen": 0.74, "realworld-blind": 0.74}

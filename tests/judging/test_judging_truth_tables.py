@@ -3,7 +3,8 @@
 import pandas as pd
 import pytest
 
-from mavias.judging.cli import BENCHMARKS, TRUTH_DIR, load_truth
+from mavias.cli.judge import BENCHMARKS, load_truth
+from mavias.judging.evaluate import TRUTH_DIR
 
 REALWORLD = [name for name in BENCHMARKS if name.startswith("realworld-")]
 

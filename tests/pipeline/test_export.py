@@ -12,18 +12,13 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
-from mavias.pipeline.export import (
-    ExportError,
-    ExportVerificationError,
-    VerificationResult,
-    describe_onnx,
-    export_latency_benchmark,
-    export_onnx,
-    make_session,
-    verify_onnx,
-)
-from mavias.pipeline.gates import evaluate_gates
-from mavias.registry.model_card import build_model_card, lineage_from_files, sha256_file, write_model_card
+from mavias.export.exporter import ExportError, describe_onnx, export_onnx
+from mavias.export.latency import export_latency_benchmark
+from mavias.export.parity import ExportVerificationError, VerificationResult, verify_onnx
+from mavias.export.session import make_session
+from mavias.export.version import build_model_card
+from mavias.gates import evaluate_gates
+from mavias.registry.model_card import lineage_from_files, sha256_file, write_model_card
 from mavias.train.config import BackboneConfig, TrainConfig
 from mavias.train.model import MainModel, build_main_model, build_projection
 from mavias.train.trainer import load_main_model

@@ -15,16 +15,16 @@ import pytest
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 from typer.testing import CliRunner
 
-from mavias.demo import smtp_server
+from mavias.cli.registry import app as registry_cli
+from mavias.demo.services import smtp_server
 from mavias.manifest import ManifestError
+from mavias.nightly import ingest, layout, release, report
+from mavias.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.nightly.incoming import ProcessedLedger
-from mavias.pipeline import nightly
-from mavias.pipeline.cli_registry import app as registry_cli
-from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
-from mavias.pipeline.notify import SmtpSettings
 from mavias.registry import CorruptPointer, ModelRegistry
 from mavias.registry.storage import S3Settings, UnsafeName, get_json, is_transient, put_json
 from mavias.relevance import RELEVANCE_COLUMNS
+from mavias.reporting.mail import SmtpSettings
 from mavias.train.prepare import prepare_image_data
 from mavias.utils.servers import free_port
 from tests.pipeline.s3server import (  # noqa: F401 - fixtures
@@ -67,7 +67,7 @@ def test_missing_and_truncated_images_are_quarantined_per_row_and_the_rest_train
     s3_client.delete_object(Bucket=s3_settings.bucket, Key=prefix + manifest["uri"][0])
     s3_client.put_object(Bucket=s3_settings.bucket, Key=prefix + manifest["uri"][1], Body=png_bytes("x", 32)[:60])
     cfg = _config(s3_settings, tmp_path / "ws")
-    validated = nightly.pull_and_validate(cfg.model_copy(), nightly.sense(cfg, NIGHT))
+    validated = ingest.pull_and_validate(cfg.model_copy(), ingest.sense(cfg, NIGHT))
     validation = json.loads(Path(validated["validations"]["p1"]["path"]).read_text())
     assert validated["failed"] == ["p1"]  # ... below the default 98% decode rate: the partition is quarantined
     reasons = {row["uri"]: row["reason"] for row in validation["quarantined"]}
@@ -89,7 +89,7 @@ def test_one_missing_image_among_many_passes_validation_with_the_row_quarantined
     manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 20)
     s3_client.delete_object(Bucket=s3_settings.bucket, Key="incoming/p1/" + manifest["uri"][5])
     cfg = NightlyConfig(model_name="m", s3=s3_settings, workspace=tmp_path / "ws")
-    validated = nightly.pull_and_validate(cfg, nightly.sense(cfg, NIGHT))
+    validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
     assert validated["valid"] == ["p1"]  # 59 of 60 decode: above 98%
     validation = json.loads(Path(validated["validations"]["p1"]["path"]).read_text())
     assert [(q["uri"], q["reason"]) for q in validation["quarantined"]] == [(manifest["uri"][5], "file not found")]
@@ -110,12 +110,12 @@ def test_connection_refused_longer_than_one_retry_then_back_validates_normally(
 ) -> None:
     settings = _behind_proxy(faulty_proxy, s3_client, s3_settings)
     cfg = _config(settings, tmp_path / "ws", outage_retry_s=60, **FAST_FAIL)
-    sensed = nightly.sense(cfg, NIGHT)
+    sensed = ingest.sense(cfg, NIGHT)
     faulty_proxy.go_down()
     back = threading.Timer(4.0, faulty_proxy.come_back)  # longer than botocore's retries and tenacity's first waits
     back.start()
     started = time.monotonic()
-    validated = nightly.pull_and_validate(cfg, sensed)
+    validated = ingest.pull_and_validate(cfg, sensed)
     back.join()
     assert time.monotonic() - started >= 4.0
     assert validated["valid"] == ["good"] and validated["failed"] == []
@@ -127,30 +127,30 @@ def test_an_outage_longer_than_the_retries_fails_the_step_and_quarantines_nothin
 ) -> None:
     settings = _behind_proxy(faulty_proxy, s3_client, s3_settings)
     cfg = _config(settings, tmp_path / "ws", outage_retry_s=2, **FAST_FAIL)
-    sensed = nightly.sense(cfg, NIGHT)
+    sensed = ingest.sense(cfg, NIGHT)
     faulty_proxy.go_down()
     try:
         with pytest.raises(EndpointConnectionError):
-            nightly.pull_and_validate(cfg, sensed)
+            ingest.pull_and_validate(cfg, sensed)
     finally:
         faulty_proxy.come_back()
     assert ProcessedLedger(s3_client, s3_settings).quarantined() == set()
-    assert nightly.sense(cfg, NIGHT)["new"] == ["good"]  # still there for the next try
+    assert ingest.sense(cfg, NIGHT)["new"] == ["good"]  # still there for the next try
 
 
 def test_read_timeouts_are_retried_then_fail_without_quarantining(
     faulty_proxy: FaultInjectingProxy, s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
     settings = _behind_proxy(faulty_proxy, s3_client, s3_settings)
-    sensed = nightly.sense(_config(settings, tmp_path / "ws"), NIGHT)
+    sensed = ingest.sense(_config(settings, tmp_path / "ws"), NIGHT)
 
     faulty_proxy.stall_next(2, 2.0, method="GET")  # two stalled reads: retried, then the night goes on
-    validated = nightly.pull_and_validate(_config(settings, tmp_path / "ws", outage_retry_s=60, **FAST_FAIL), sensed)
+    validated = ingest.pull_and_validate(_config(settings, tmp_path / "ws", outage_retry_s=60, **FAST_FAIL), sensed)
     assert validated["valid"] == ["good"] and faulty_proxy.failures_served == 2
 
     faulty_proxy.stall_next(100, 1.5, method="GET")  # the store stalls for good: the step fails, data stays
     with pytest.raises(ReadTimeoutError):
-        nightly.pull_and_validate(_config(settings, tmp_path / "ws2", outage_retry_s=2, **FAST_FAIL), sensed)
+        ingest.pull_and_validate(_config(settings, tmp_path / "ws2", outage_retry_s=2, **FAST_FAIL), sensed)
     assert ProcessedLedger(s3_client, s3_settings).quarantined() == set()
 
 
@@ -179,7 +179,7 @@ def test_undecodable_manifest_is_still_quarantined_as_bad_data(
     _seed_evaluation(s3_client, s3_settings)
     s3_client.put_object(Bucket=s3_settings.bucket, Key="incoming/junk/manifest.parquet", Body=b"not parquet")
     cfg = _config(s3_settings, tmp_path / "ws")
-    validated = nightly.pull_and_validate(cfg, nightly.sense(cfg, NIGHT))
+    validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
     assert validated["failed"] == ["junk"]
     assert ProcessedLedger(s3_client, s3_settings).quarantined() == {"junk"}
 
@@ -193,9 +193,9 @@ def test_unsafe_force_partition_is_refused_and_nothing_is_written_outside_the_wo
 ) -> None:
     cfg = _config(s3_settings, tmp_path / "root" / "ws")
     with pytest.raises(UnsafeName, match="invalid force_partition"):
-        nightly.sense(cfg, NIGHT, force_partition=name or "./")
+        ingest.sense(cfg, NIGHT, force_partition=name or "./")
     with pytest.raises(UnsafeName):
-        nightly.layout(cfg).partition(name)
+        layout.layout(cfg).partition(name)
     assert _files_outside(tmp_path, tmp_path / "root" / "ws") == []
 
 
@@ -204,9 +204,9 @@ def test_unsafe_incoming_folder_is_ignored(s3_client, s3_settings: S3Settings, t
     seed_partition(s3_client, s3_settings, "good", CLASSES)
     s3_client.put_object(Bucket=s3_settings.bucket, Key="incoming/a..b/manifest.csv", Body=b"x")
     cfg = _config(s3_settings, tmp_path / "root" / "ws")
-    sensed = nightly.sense(cfg, NIGHT)
+    sensed = ingest.sense(cfg, NIGHT)
     assert sensed["new"] == ["good"]
-    nightly.pull_and_validate(cfg, sensed)
+    ingest.pull_and_validate(cfg, sensed)
     assert _files_outside(tmp_path, tmp_path / "root" / "ws") == []
 
 
@@ -280,7 +280,7 @@ def test_empty_history_is_no_production_and_the_next_promotion_wins(
     assert registry.production() is None
     cfg = _config(s3_settings, tmp_path / "ws")
     evaluated = {"production_etag": registry.pointer_etag(), "production_version": None}
-    promoted = nightly.promote(cfg, {"version": "v1", "uri": registry.version_uri("v1")}, evaluated)
+    promoted = release.promote(cfg, {"version": "v1", "uri": registry.version_uri("v1")}, evaluated)
     assert promoted["promoted"], promoted["reason"]
     assert registry.production().version == "v1"
 
@@ -292,7 +292,7 @@ def test_promote_on_a_corrupt_pointer_is_refused_with_the_reason(
     _publish(registry, tmp_path, "v1")
     s3_client.put_object(Bucket=s3_settings.bucket, Key=registry.pointer_key, Body=b"{")
     cfg = _config(s3_settings, tmp_path / "ws")
-    promoted = nightly.promote(cfg, {"version": "v1", "uri": "u"}, {"production_etag": None, "production_version": None})
+    promoted = release.promote(cfg, {"version": "v1", "uri": "u"}, {"production_etag": None, "production_version": None})
     assert not promoted["promoted"] and "corrupt" in promoted["reason"]
     assert get_json(s3_client, s3_settings, "models/m/v1/_version.json") is not None
 
@@ -308,7 +308,7 @@ def _results(night: str, *, promoted: bool = False) -> dict:
 
 
 def _report(cfg: NightlyConfig, smtp: SmtpSettings | None, **results: object) -> dict:
-    return nightly.report(cfg, _results("20250401T000000", **results), trained=False,
+    return report.report(cfg, _results("20250401T000000", **results), trained=False,
                           decision="no new partitions since the last run: nothing was trained tonight", smtp=smtp)
 
 
@@ -380,10 +380,10 @@ def test_smtp_failure_after_promotion_queues_the_notification_and_sends_it_later
     result = _report(cfg, _smtp(free_port()), promoted=True)  # nothing listens on that port
     assert result["status"] == "promoted, notification failed (queued)" and result["emailed_to"] == []
     assert len(list((tmp_path / "ws" / "outbox").glob("*.eml"))) == 1
-    with pytest.raises(nightly.NotificationFailed, match="kept in"):
-        nightly.notify(cfg, _smtp(free_port()))
+    with pytest.raises(report.NotificationFailed, match="kept in"):
+        report.notify(cfg, _smtp(free_port()))
     with smtp_server(tmp_path / "mail") as port:
-        sent = nightly.notify(cfg, _smtp(port))
+        sent = report.notify(cfg, _smtp(port))
     assert sent["sent"] == ["20250401T000000-attempt-1"]
     assert list((tmp_path / "ws" / "outbox").glob("*.eml")) == []
     (mail,) = (tmp_path / "mail").glob("*.eml")

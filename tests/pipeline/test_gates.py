@@ -8,14 +8,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from mavias.pipeline.gates import (
-    DEFAULT_GATES_PATH,
-    GateConfig,
-    GateError,
-    GateReport,
-    evaluate_gates,
-    load_gate_config,
-)
+from mavias.gates import DEFAULT_GATES_PATH, GateConfig, GateError, GateReport, evaluate_gates, load_gate_config
 
 CONFIG = GateConfig(
     version=1,

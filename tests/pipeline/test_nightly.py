@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from mavias.errors import UserError
-from mavias.pipeline import nightly
-from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
+from mavias.nightly import dataset, discover, ingest, release, report
+from mavias.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.registry import ModelRegistry
 from mavias.registry.storage import S3Settings, get_json
 from mavias.relevance import load_relevance
@@ -70,7 +70,7 @@ def test_invalid_config_names_the_field_and_never_echoes_a_secret(tmp_path: Path
     ],
 )
 def test_training_decision(validated: dict, full_retrain: bool, expected: tuple[bool, str]) -> None:
-    go, why = nightly.training_decision(validated, full_retrain=full_retrain)
+    go, why = ingest.training_decision(validated, full_retrain=full_retrain)
     assert (go, expected[1] in why) == (expected[0], True)
 
 
@@ -85,7 +85,7 @@ def test_accumulated_manifest_unions_partitions_and_keeps_the_evaluation_set_out
     first = _manifest(tmp_path / "p1", [("a", "car", "train"), ("b", "boat", "val"), ("e", "car", "train")])
     second = _manifest(tmp_path / "p2", [("a", "car", "train"), ("c", "bird", "train"), ("x", "car", "test")])
     evaluation = _manifest(tmp_path / "eval", [("e", "car", "test"), ("f", "bird", "test")])
-    frame = nightly.accumulated_manifest([first, second], evaluation).set_index("sample_id")
+    frame = dataset.accumulated_manifest([first, second], evaluation).set_index("sample_id")
     assert frame["split"].to_dict() == {"a": "train", "b": "val", "c": "train", "e": "test", "f": "test"}
     assert frame.loc["c", "uri"] == str(tmp_path / "p2" / "c.png")
 
@@ -102,16 +102,16 @@ def test_sense_and_validate_quarantine_a_bad_partition_and_pass_a_good_one(
     seed_partition(s3_client, s3_settings, "good", ["car", "boat", "bird", "car"])
     seed_partition(s3_client, s3_settings, "bad", ["car", "zebra"])
     cfg = _config(s3_settings, tmp_path)
-    sensed = nightly.sense(cfg, NIGHT)
+    sensed = ingest.sense(cfg, NIGHT)
     assert sensed["new"] == ["bad", "good"] and sensed["night"] == "20250301T000000"
-    validated = nightly.pull_and_validate(cfg, sensed)
+    validated = ingest.pull_and_validate(cfg, sensed)
     assert (validated["valid"], validated["failed"], validated["classes"]) == (["good"], ["bad"], ["bird", "boat", "car"])
     record, _ = get_json(s3_client, s3_settings, "quarantine/bad/validation.json")
     assert "labels_known_classes" in record["failed"]
-    assert nightly.sense(cfg, NIGHT)["new"] == ["good"]  # quarantined partitions are not sensed again
-    assert nightly.sense(cfg, NIGHT, force_partition="bad")["new"] == ["bad", "good"]
+    assert ingest.sense(cfg, NIGHT)["new"] == ["good"]  # quarantined partitions are not sensed again
+    assert ingest.sense(cfg, NIGHT, force_partition="bad")["new"] == ["bad", "good"]
     with pytest.raises(UserError, match="no manifest"):
-        nightly.sense(cfg, NIGHT, force_partition="nowhere")
+        ingest.sense(cfg, NIGHT, force_partition="nowhere")
 
 
 def test_two_racing_promotions_exactly_one_wins(s3_client, s3_settings: S3Settings, tmp_path: Path) -> None:  # noqa: ANN001
@@ -126,7 +126,7 @@ def test_two_racing_promotions_exactly_one_wins(s3_client, s3_settings: S3Settin
 
     def promote(version: str) -> None:
         barrier.wait()
-        results.append(nightly.promote(cfg, {"version": version, "uri": registry.version_uri(version)}, evaluated))
+        results.append(release.promote(cfg, {"version": version, "uri": registry.version_uri(version)}, evaluated))
 
     threads = [threading.Thread(target=promote, args=(v,)) for v in ("night-a", "night-b")]
     for thread in threads:
@@ -142,9 +142,9 @@ def test_two_racing_promotions_exactly_one_wins(s3_client, s3_settings: S3Settin
 
 def _judge_night(cfg: NightlyConfig, when: datetime) -> dict:
     """sense -> pull + validate -> discover (manifest tags, offline judge) -> prepare_dataset, as the DAG runs them."""
-    validated = nightly.pull_and_validate(cfg, nightly.sense(cfg, when))
-    nightly.discover(cfg, validated, None)
-    return {"validated": validated, "dataset": nightly.prepare_dataset(cfg, validated)}
+    validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, when))
+    discover.discover(cfg, validated, None)
+    return {"validated": validated, "dataset": dataset.prepare_dataset(cfg, validated)}
 
 
 @pytest.mark.slow
@@ -177,11 +177,11 @@ def test_the_report_lists_the_relevance_decisions_changed_since_the_previous_nig
     assert car["new_relevant"] + car["new_irrelevant"] == ["traffic light"]
     trained_on = load_relevance(Path(second["dataset"]["dir"]) / "dataset" / "relevance.parquet")
     assert trained_on.set_index("tag").loc["road", ["relevant", "source"]].tolist() == [not flipped, "review"]
-    assert nightly.prepare_dataset(second_cfg, second["validated"])["relevance_changes"] == str(path)
+    assert dataset.prepare_dataset(second_cfg, second["validated"])["relevance_changes"] == str(path)
     assert json.loads(path.read_text()) == recorded  # a rerun of the night records the same changes
 
-    sensed = nightly.night_info(datetime(2025, 3, 2))
-    result = nightly.report(second_cfg, {"sensed": sensed, **second}, trained=False, decision="report only")
+    sensed = ingest.night_info(datetime(2025, 3, 2))
+    result = report.report(second_cfg, {"sensed": sensed, **second}, trained=False, decision="report only")
     html = Path(result["html"]).read_text()
     section = html[html.index("Relevance decisions changed"):html.index("Main-model logits")]
     assert "road" in section and "traffic light" in section and f"edit {review}" in section

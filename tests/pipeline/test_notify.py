@@ -13,8 +13,8 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from mavias.pipeline.notify import SmtpSettings, build_message, send_email_content, send_report_email
-from mavias.pipeline.report import EmailContent, render_email
+from mavias.reporting.mail import SmtpSettings, build_message, send_email_content, send_report_email
+from mavias.reporting.render import EmailContent, render_email
 from mavias.utils.servers import free_port
 from tests.pipeline.test_report import fake_context
 

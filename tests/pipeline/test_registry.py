@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from typer.testing import CliRunner
 
-from mavias.pipeline.cli_registry import app
+from mavias.cli.registry import app
 from mavias.registry import ModelRegistry, RegistryError, VersionExists, VersionNotFound
 from mavias.registry.storage import make_s3_client
 from tests.pipeline.s3server import (  # noqa: F401 - fixtures

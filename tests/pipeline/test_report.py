@@ -14,31 +14,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mavias.export.parity import VerificationResult
+from mavias.gates import GateReport, evaluate_gates
 from mavias.judging.evaluate import ClassChanges
-from mavias.pipeline.export import VerificationResult
-from mavias.pipeline.gates import GateReport, evaluate_gates
-from mavias.pipeline.report import (
-    CHANGED_TAGS_SHOWN,
-    LOGIT_PLOT,
-    TREND_PLOT,
-    DiscoveryCounts,
+from mavias.reporting.context import DiscoveryCounts, RelevanceChanges, ReportContext
+from mavias.reporting.history import (
     HistoryEntry,
-    RelevanceChanges,
-    ReportContext,
     append_history,
     bias_drift,
-    biased_tag_count,
     biased_tags_by_class,
-    headline,
     history_entry,
     load_history,
-    logit_summary,
-    render_email,
-    render_report,
-    render_text,
-    write_report,
 )
-from mavias.pipeline.validation import validate_partition
+from mavias.reporting.plots import LOGIT_PLOT, TREND_PLOT, biased_tag_count, logit_summary
+from mavias.reporting.render import CHANGED_TAGS_SHOWN, headline, render_email, render_report, render_text, write_report
+from mavias.validation import validate_partition
 from tests.pipeline.s3server import write_local_partition
 from tests.pipeline.test_gates import CONFIG, evaluation
 

@@ -7,12 +7,8 @@ import json
 import pytest
 
 from mavias.nightly.incoming import ProcessedLedger, pull_partition
-from mavias.pipeline.validation import (
-    class_distribution_distance,
-    quarantine_partition,
-    validate_manifest_file,
-    validate_partition,
-)
+from mavias.nightly.ingest import quarantine_partition
+from mavias.validation import class_distribution_distance, validate_manifest_file, validate_partition
 from tests.pipeline.s3server import (  # noqa: F401 - fixtures
     moto_endpoint,
     s3_client,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mavias.pipeline.cli_export import export_checkpoint
+from mavias.export.version import export_checkpoint
 from mavias.serve.launch import RunningServer, running_server, serve_python
 from mavias.train.config import BackboneConfig, TrainConfig
 from mavias.train.model import build_main_model

@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from mavias.cli import app
-from mavias.pipeline.onnx_session import make_session
+from mavias.export.session import make_session
 from mavias.train.config import TrainConfig, save_config
 from mavias.train.trainer import load_main_model
 from tests.serve.conftest import CLASSES, SIZE, write_checkpoint

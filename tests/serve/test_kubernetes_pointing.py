@@ -22,12 +22,12 @@ import yaml
 from typer.testing import CliRunner
 
 from mavias.cli import app
-from mavias.pipeline import nightly
-from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
-from mavias.pipeline.report import render_email
+from mavias.nightly import release, report
+from mavias.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.registry import ModelRegistry
 from mavias.registry.kubernetes import InferenceServiceRef, storage_uri_of
 from mavias.registry.storage import S3Settings
+from mavias.reporting.render import render_email
 from mavias.utils.servers import free_port, stop_process, wait_until_answering
 from tests.pipeline.s3server import moto_endpoint, s3_client, s3_settings  # noqa: F401 - fixtures
 
@@ -113,7 +113,7 @@ def night_config(settings: S3Settings, workspace: Path, target: InferenceService
 def promote(cfg: NightlyConfig, registry: ModelRegistry, version: str) -> dict:
     current = registry.production()
     evaluated = {"production_etag": registry.pointer_etag(), "production_version": current and current.version}
-    return nightly.promote(cfg, {"version": version, "uri": registry.version_uri(version)}, evaluated)
+    return release.promote(cfg, {"version": version, "uri": registry.version_uri(version)}, evaluated)
 
 
 def test_each_promotion_points_the_inference_service_and_a_rerun_changes_nothing(kube_api, registry, s3_settings,
@@ -130,7 +130,7 @@ def test_each_promotion_points_the_inference_service_and_a_rerun_changes_nothing
     rerun = promote(cfg, registry, "v2")
     assert not rerun["promoted"] and rerun["serving"]["pointed"]
     assert kube_api.log()[requests:] == [("GET", 200)]  # already served: no replace, no new revision
-    assert nightly.serving_problem(rerun) is None
+    assert release.serving_problem(rerun) is None
 
 
 def test_without_serving_configured_nothing_is_pointed(kube_api, registry, s3_settings, tmp_path):
@@ -169,12 +169,12 @@ def test_a_failed_pointing_keeps_the_promotion_and_the_report_says_how_to_retry(
     cfg = night_config(s3_settings, tmp_path, retry_s=1.0)
     result = promote(cfg, registry, "v2")
     assert result["promoted"] and registry.production().version == "v2"  # the promotion stands
-    warning = nightly.serving_problem(result)
+    warning = release.serving_problem(result)
     assert warning.startswith("serving NOT updated: production is v2, but InferenceService mavias/mavias-scenes")
     assert expected in warning
     assert warning.endswith("Retry: mavias registry point --name scenes --inference-service mavias/mavias-scenes "
                             "--version v2")
-    context, _ = nightly.build_report_context(
+    context, _ = report.build_report_context(
         cfg, {"sensed": {"night": "20250301T000000"}, "published": {"uri": result["uri"]}, "promoted": result},
         trained=True, decision="", skip_promotion=False, production_version="v2")
     email = render_email(context)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from mavias.pipeline.onnx_session import make_session
+from mavias.export.session import make_session
 from mavias.registry import ModelRegistry
 from tests.pipeline.s3server import TEST_CREDENTIALS, moto_endpoint, s3_client, s3_settings  # noqa: F401
 from tests.serve.conftest import get

@@ -16,7 +16,7 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode, v2
 from tritonclient.utils import InferenceServerException
 
-from mavias.pipeline.onnx_session import make_session
+from mavias.export.session import make_session
 from mavias.serve.preprocess import card_preprocessing, preprocess
 
 pytestmark = pytest.mark.slow

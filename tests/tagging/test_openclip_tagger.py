@@ -3,9 +3,9 @@ import pytest
 import torch
 from PIL import Image
 
+from mavias.encode.defaults import OPENCLIP_MODEL
 from mavias.encode.openclip import OpenClip, WeightsNotFoundError
 from mavias.tagging.base import TagBatch
-from mavias.tagging.defaults import OPENCLIP_MODEL
 from mavias.tagging.openclip import OpenClipTagger
 
 

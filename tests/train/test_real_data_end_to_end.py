@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 
 from mavias.cli import app
 from mavias.datasets.generate import write_imagefolder
+from mavias.export.exporter import INPUT_NAME, OUTPUT_NAME, export_onnx
+from mavias.export.parity import verify_onnx
+from mavias.export.session import make_session
 from mavias.manifest import load_manifest
-from mavias.pipeline.export import INPUT_NAME, OUTPUT_NAME, export_onnx, make_session, verify_onnx
 from mavias.relevance import save_relevance
 from mavias.serve.preprocess import Preprocessing, preprocess
 from mavias.tagging.base import write_tags

@@ -10,11 +10,11 @@ import torchvision
 from typer.testing import CliRunner
 
 from mavias.cli import app
-from mavias.encode.cli import encoder_from_spec
 from mavias.errors import UserError
 from mavias.relevance import save_relevance
 from mavias.train.config import BackboneConfig, TrainConfig, parse_encoder
 from mavias.train.data import attach_groups, feature_split
+from mavias.train.encoder import encoder_from_spec
 from mavias.train.model import build_main_model, pretrained_cache_path
 from mavias.train.trainer import Trainer, step_thirds_milestones
 

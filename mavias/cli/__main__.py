@@ -1,0 +1,5 @@
+"""``python -m mavias.cli``: the `mavias` command."""
+
+from mavias.cli import app
+
+app()

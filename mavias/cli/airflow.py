@@ -1,0 +1,38 @@
+"""``mavias airflow up|down``: run the nightly DAG under a real local Airflow stack (see
+:mod:`mavias.nightly.local_airflow`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mavias.nightly import local_airflow
+
+app = typer.Typer(help="A local Airflow stack (api-server, dag-processor, scheduler; LocalExecutor on SQLite).")
+
+HomeOption = Annotated[Path, typer.Option("--home", help="AIRFLOW_HOME of the stack: metadata DB, logs, pids.")]
+
+
+@app.command()
+def up(
+    home: HomeOption = Path("airflow-home"),
+    config: Annotated[Path | None, typer.Option("--config", "-c", envvar="MAVIAS_NIGHTLY_CONFIG", exists=True,
+                                                dir_okay=False, help="Nightly config YAML.")] = None,
+    port: Annotated[int, typer.Option(help="Port of the API server and UI on 127.0.0.1.")] = 8080,
+    smtp_host: Annotated[str | None, typer.Option(help="SMTP server for the report email (no TLS).")] = None,
+    smtp_port: Annotated[int, typer.Option(help="Its port.")] = 25,
+) -> None:
+    """Start the stack in the background with the gpu pool and the connections of the nightly config."""
+    stack = local_airflow.up(home, config, port=port, smtp=(smtp_host, smtp_port) if smtp_host else None)
+    typer.echo(f"Airflow UI: {stack.url}  (AIRFLOW_HOME {stack.home}; logs in {stack.home / 'logs'})")
+    typer.echo(f"Trigger a night: source {stack.home / local_airflow.ENV_NAME} && airflow dags trigger mavias_nightly")
+    typer.echo(f"Stop it: mavias airflow down --home {stack.home}")
+
+
+@app.command()
+def down(home: HomeOption = Path("airflow-home")) -> None:
+    """Stop the stack started by `mavias airflow up` in HOME."""
+    stopped = local_airflow.down(home)
+    typer.echo(f"stopped: {', '.join(stopped)}" if stopped else f"no stack runs in {home}")

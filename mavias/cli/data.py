@@ -1,0 +1,174 @@
+"""`mavias data`: ``make synthetic-scenes|shape-colours|shape-textures|two-moons-3d`` writes a built-in benchmark
+into a folder (options left out keep the config's defaults: :class:`SyntheticScenesConfig`, :class:`TwoMoons3DConfig`);
+``import imagefolder|s3|waterbirds|celeba|urbancars|imagenet9`` writes OUT/manifest.parquet, dataset.json and
+quarantine.csv (the data folder itself is only read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import BaseModel, ValidationError
+
+from mavias.datasets.base import ImportResult, check_out_dir, write_import
+from mavias.datasets.celeba import import_celeba
+from mavias.datasets.imagefolder import SplitOptions, import_imagefolder
+from mavias.datasets.imagenet9 import import_imagenet9
+from mavias.datasets.s3 import import_s3, settings_for
+from mavias.datasets.urbancars import import_urbancars
+from mavias.datasets.waterbirds import import_waterbirds
+
+app = typer.Typer(help="Built-in offline benchmarks.", no_args_is_help=True)
+make_app = typer.Typer(help="Generate a benchmark into a folder.", no_args_is_help=True)
+import_app = typer.Typer(help="Import a dataset from its folder layout into a manifest.", no_args_is_help=True)
+app.add_typer(make_app, name="make")
+app.add_typer(import_app, name="import")
+
+OutOption = Annotated[Path, typer.Option("--out", help="output folder")]
+SeedOption = Annotated[int | None, typer.Option(help="random seed")]
+
+
+def _make(name: str, out: Path, options: dict) -> None:
+    from mavias.benchmarks import BENCHMARKS
+
+    benchmark = BENCHMARKS[name]
+    try:
+        cfg: BaseModel = benchmark.config(**{key: value for key, value in options.items() if value is not None})
+    except ValidationError as err:
+        raise typer.BadParameter(str(err)) from None
+    path = benchmark.make(out, cfg)
+    typer.echo(f"{name}: wrote {path}")
+
+
+@make_app.command("synthetic-scenes")
+def synthetic_scenes(
+    out: OutOption,
+    seed: SeedOption = None,
+    n_train: Annotated[int | None, typer.Option()] = None,
+    n_val: Annotated[int | None, typer.Option()] = None,
+    n_test_per_cell: Annotated[int | None, typer.Option(help="test images per (class, background, co-object)")] = None,
+    image_size: Annotated[int | None, typer.Option()] = None,
+    classes: Annotated[str | None, typer.Option(help="comma-separated, e.g. car,bird,boat")] = None,
+    bg_align: Annotated[float | None, typer.Option()] = None,
+    coobj_align: Annotated[float | None, typer.Option()] = None,
+    tag_miss_rate: Annotated[float | None, typer.Option()] = None,
+    spurious_tags_per_image: Annotated[float | None, typer.Option()] = None,
+) -> None:
+    """Images of objects on backgrounds with co-objects, tags, ground-truth relevance (UrbanCars-like)."""
+    options = locals() | {"classes": tuple(c.strip() for c in classes.split(",")) if classes else None}
+    _make("synthetic-scenes", options.pop("out"), options)
+
+
+def _add_shapes_command(name: str, summary: str) -> None:
+    def command(
+        out: OutOption,
+        seed: SeedOption = None,
+        n_train: Annotated[int | None, typer.Option()] = None,
+        n_val: Annotated[int | None, typer.Option()] = None,
+        n_test_per_cell: Annotated[int | None, typer.Option(help="test images per (class, attribute value)")] = None,
+        image_size: Annotated[int | None, typer.Option()] = None,
+        bias_align: Annotated[float | None, typer.Option(help="P(shortcut aligned) in shortcut classes")] = None,
+    ) -> None:
+        _make(name, out, {"seed": seed, "n_train": n_train, "n_val": n_val, "n_test_per_cell": n_test_per_cell,
+                          "image_size": image_size, "bias_align": bias_align})
+
+    command.__doc__ = summary
+    make_app.command(name)(command)
+
+
+_add_shapes_command("shape-colours", "10 shape classes; the shape's colour is a 95% shortcut in half of them.")
+_add_shapes_command("shape-textures", "12 shape classes; the background texture is a 95% shortcut in a third of them.")
+
+
+@make_app.command("two-moons-3d")
+def two_moons_3d(
+    out: OutOption,
+    seed: SeedOption = None,
+    n_train: Annotated[int | None, typer.Option()] = None,
+    n_val: Annotated[int | None, typer.Option()] = None,
+    n_test: Annotated[int | None, typer.Option()] = None,
+    moon_noise: Annotated[float | None, typer.Option()] = None,
+    x3_noise: Annotated[float | None, typer.Option(help="std of x3 around +-1")] = None,
+    x3_align: Annotated[float | None, typer.Option(help="train/val share whose x3 sign agrees with the class")] = None,
+) -> None:
+    """The supplement's 3-D two moons: x3 is a linear shortcut in train/val, independent of the label in test."""
+    options = dict(locals())
+    _make("two-moons-3d", options.pop("out"), options)
+
+
+# -- mavias data import ------------------------------------------------------------------------------------------------
+
+Root = Annotated[Path, typer.Argument(help="the dataset's root folder (only read, never written)")]
+Out = Annotated[Path, typer.Option("--out", help="output folder for manifest.parquet, dataset.json, quarantine.csv")]
+SplitFrom = Annotated[bool, typer.Option("--split-from", help="take splits from train/ val/ test/ sub-folders")]
+Seed = Annotated[int, typer.Option("--seed", help="seed of the stratified split / subsampling")]
+Val = Annotated[float, typer.Option("--val", help="validation fraction of the stratified split")]
+Test = Annotated[float, typer.Option("--test", help="test fraction of the stratified split")]
+
+
+def _run(out: Path, root: Path | None, make: Callable[[], ImportResult]) -> None:
+    check_out_dir(out, root)
+    result = make()
+    path = write_import(result, out)
+    typer.echo(f"{result.info.name}: {result.summary()}\nwrote {path} (quarantine: {out / 'quarantine.csv'})")
+    typer.echo(f"next: mavias tag --manifest {path} ...")
+
+
+@import_app.command("imagefolder")
+def imagefolder(root: Root, out: Out, split_from: SplitFrom = False, seed: Seed = 0, val: Val = 0.1,
+                test: Test = 0.1) -> None:
+    """ROOT/<class>/<image> (or ROOT/{train,val,test}/<class>/<image> with --split-from)."""
+    _run(out, root, lambda: import_imagefolder(root, SplitOptions(split_from, seed, val, test)))
+
+
+@import_app.command("s3")
+def s3(
+    uri: Annotated[str, typer.Argument(help="s3://bucket/prefix/ holding the ImageFolder layout")],
+    out: Out,
+    split_from: SplitFrom = False,
+    seed: Seed = 0,
+    val: Val = 0.1,
+    test: Test = 0.1,
+    endpoint_url: Annotated[str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (MinIO…)")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML with an s3: section (else MAVIAS_S3_*)")] = None,
+) -> None:
+    """The ImageFolder layout under an S3 prefix; uris stay s3:// URIs."""
+    settings = settings_for(uri, config=None if config is None else str(config), endpoint_url=endpoint_url)
+    _run(out, None, lambda: import_s3(uri, settings, SplitOptions(split_from, seed, val, test)))
+
+
+@import_app.command("waterbirds")
+def waterbirds(root: Root, out: Out) -> None:
+    """waterbird_complete95_forest2water2/ with metadata.csv (attr_place)."""
+    _run(out, root, lambda: import_waterbirds(root))
+
+
+@import_app.command("celeba")
+def celeba(
+    root: Root,
+    out: Out,
+    biased: Annotated[bool, typer.Option("--biased", help="Biased-CelebA: subsample training bias-conflicting images")] = False,
+    bias_ratio: Annotated[float, typer.Option("--bias-ratio", help="aligned fraction per class with --biased")] = 0.9,
+    seed: Seed = 0,
+) -> None:
+    """CelebA (BlondHair target, attr_male) from the txt or csv attribute/partition files."""
+    _run(out, root, lambda: import_celeba(root, biased=biased, bias_ratio=bias_ratio, seed=seed))
+
+
+@import_app.command("urbancars")
+def urbancars(root: Root, out: Out) -> None:
+    """UrbanCars bg-…_co_occur_obj-…/<split>/obj-…_bg-…_co_occur_obj-…/ folders."""
+    _run(out, root, lambda: import_urbancars(root))
+
+
+@import_app.command("imagenet9")
+def imagenet9(
+    root: Root,
+    out: Out,
+    train: Annotated[Path | None, typer.Option("--train", help="IN-9L ImageFolder with train/ and val/ sub-folders")] = None,
+) -> None:
+    """ImageNet-9 backgrounds challenge: every bg_challenge/<variant>/val/ becomes a named evaluation split."""
+    _run(out, root, lambda: import_imagenet9(root, train_root=train))

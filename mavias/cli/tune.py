@@ -1,0 +1,47 @@
+"""`mavias tune`: search MAVias's hyperparameters on validation, write the best run as a normal run folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mavias.cli.train import GroupAttrs, Manifest, Relevance, Tags, Workspace, _overrides, _prepare
+from mavias.train.config import load_config
+from mavias.utils.console import make_console
+
+console = make_console()
+
+
+def tune_command(
+    manifest: Manifest,
+    relevance: Relevance,
+    reference: Annotated[Path, typer.Option("--reference", help="ERM reference run folder (its biased tags B')", exists=True)],
+    out: Annotated[Path, typer.Option("--out", help="search folder (study.db, trials/, trials.csv, best/); resumes")],
+    trials: Annotated[int, typer.Option("--trials", min=1, help="trials to finish in all (resumed ones count)")] = 12,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="stop starting trials after this many seconds")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="base YAML training config")] = None,
+    preset: Annotated[str | None, typer.Option("--preset", help="base paper preset")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="base override, e.g. --set epochs=12")] = [],
+    warm_start: Annotated[Path | None, typer.Option("--warm-start", help="JSON of settings to try first (a previous best); default: the base settings")] = None,
+    seed: Annotated[int, typer.Option(help="sampler seed")] = 0,
+    tags: Tags = None,
+    group_attrs: GroupAttrs = "",
+    workspace: Workspace = Path(".mavias"),
+) -> None:
+    """Search alpha, lambda, projection lr multiplier, lr and epochs (Optuna TPE, median pruning), selecting by
+    the bias-unaware validation criterion only."""
+    from mavias.tune.search import load_warm_start, tune
+    from mavias.workflow import load_reference
+
+    base = load_config(config, preset=preset, overrides={**_overrides(set_), "method": "mavias"})
+    start = None if warm_start is None else load_warm_start(warm_start, base)
+    data = _prepare(manifest, relevance, tags, workspace, base, group_attrs, out)
+    ref = load_reference(reference, data)
+    result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=start, seed=seed, progress=True)
+    console.print(f"best ({base.selection} {result.best_value:.4f}): {json.dumps(result.best_params)}")
+    if result.selection_fallback:
+        console.print(f"[yellow]{base.selection} was constant over epochs; the checkpoint is {result.selection_fallback}'s[/]")
+    console.print(f"trials: {out / 'trials.csv'}\nnext: mavias evaluate --run {result.best_dir} --manifest {manifest} ...")

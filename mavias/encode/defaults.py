@@ -1,0 +1,5 @@
+"""Defaults of the OpenCLIP model shared by the text encoder and the tagger, importable without open_clip (CLI
+option defaults)."""
+
+OPENCLIP_MODEL = "ViT-L-14"  # the paper's CLIP ViT-L/14
+OPENCLIP_PRETRAINED = "openai"

@@ -1,0 +1,92 @@
+"""Evaluate: the candidate, the ERM reference and the current production model on the fixed evaluation set, with
+the same groups, for the quality gates (the ``quality_gates`` task: :class:`mavias_airflow.operators.QualityGateOperator`
+over :func:`mavias.gates.evaluate_gates`) and the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+from botocore.client import BaseClient
+
+from mavias.nightly.artifacts import Candidate, Dataset, Evaluated, TrainedReference
+from mavias.nightly.config import NightlyConfig
+from mavias.nightly.dataset import load_prepared
+from mavias.nightly.layout import CHECKPOINT_NAME, layout, registry
+from mavias.registry import CorruptPointer, PointerRecord
+from mavias.registry.storage import download_file, make_s3_client
+from mavias.reporting.plots import biased_tag_count, logit_summary
+from mavias.train.inference import predict
+from mavias.train.prepare import PreparedData
+from mavias.train.trainer import load_main_model
+from mavias.utils.atomic import atomic_path
+from mavias.workflow import evaluate_checkpoint, load_reference, write_run_evaluation
+
+
+def _production_checkpoint(cfg: NightlyConfig, client: BaseClient, version: str) -> Path:
+    reg = registry(cfg, client)
+    path = layout(cfg).production(version) / CHECKPOINT_NAME
+    if not path.exists():
+        download_file(client, cfg.s3, f"{reg.prefix}{version}/{CHECKPOINT_NAME}", path)
+    return path
+
+
+def _logit_summaries(data: PreparedData, reference_dir: Path, checkpoints: Mapping[str, str | Path]) -> pd.DataFrame:
+    """Mean training-sample logits by bias strength, per model (the paper's logit plot)."""
+    biased = pd.read_csv(reference_dir / "biased_tags.csv", keep_default_na=False)
+    rows = []
+    for name, checkpoint in checkpoints.items():
+        pred = predict(load_main_model(checkpoint)[0], data["train"])
+        strength = biased_tag_count(pred["label_name"], pred["irrelevant_tags"], biased)
+        rows.append(logit_summary(pred, strength, model=name))
+    return pd.concat(rows, ignore_index=True)
+
+
+def _production_and_etag(cfg: NightlyConfig, client: BaseClient, notes: list[str]) -> tuple[PointerRecord | None, str | None]:
+    """Production and the pointer's ETag; a corrupt pointer is a note (promotion then refuses), not a crash."""
+    reg = registry(cfg, client)
+    try:
+        return reg.production(), reg.pointer_etag()
+    except CorruptPointer as err:
+        notes.append(str(err))
+        return None, None
+
+
+def evaluate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, candidate: Candidate) -> Evaluated:
+    """Candidate, ERM reference and current production model on the fixed evaluation set, with the same groups.
+
+    Records the production pointer's ETag: promotion later succeeds only if production has not changed since.
+    """
+    client = make_s3_client(cfg.s3)
+    data = load_prepared(dataset)
+    ref = load_reference(reference["dir"], data)
+    out = layout(cfg).night(dataset["night"]) / "eval"
+
+    def run(role: str, checkpoint: str | Path) -> str:
+        result = evaluate_checkpoint(data, checkpoint, ref, closed_set_attrs=cfg.evaluation.closed_set_attrs or None,
+                                     n_boot=cfg.evaluation.n_boot)
+        return str(write_run_evaluation(out / role, result) / "metrics.json")
+
+    metrics = {"candidate": run("candidate", candidate["checkpoint"]), "reference": run("reference", ref.checkpoint)}
+    notes: list[str] = []
+    production, pointer_etag = _production_and_etag(cfg, client, notes)
+    if production is not None:
+        try:
+            metrics["production"] = run("production", _production_checkpoint(cfg, client, production.version))
+        except ValueError as err:  # e.g. production was trained on other classes: not comparable
+            notes.append(f"production {production.version} not compared: {err}")
+    summary = _logit_summaries(data, Path(reference["dir"]), {"ERM reference": ref.checkpoint,
+                                                                "MAVias": candidate["checkpoint"]})
+    with atomic_path(out / "logit_summary.csv") as tmp:
+        summary.to_csv(tmp, index=False)
+    return {
+        "candidate": metrics["candidate"],
+        "reference": metrics["reference"],
+        "production": metrics.get("production"),
+        "production_version": production.version if production else None,
+        "production_etag": pointer_etag,
+        "logit_summary": str(out / "logit_summary.csv"),
+        "notes": notes,
+    }

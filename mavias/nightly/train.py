@@ -1,0 +1,72 @@
+"""Train: the ERM reference of the open-set protocol (``train_reference_model``), then MAVias as a small settings
+search: ``plan_trials`` (the previous night's best settings first, then Optuna's TPE picks), ``run_trial`` mapped
+over them (one trial per GPU task), ``select_candidate`` (the best validation criterion).
+
+Every training resumes from its last epoch and a finished run is reused, so a retried task repeats no work.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from mavias.nightly.artifacts import Candidate, Dataset, TrainedReference, TrialJob, TrialResult
+from mavias.nightly.config import NightlyConfig
+from mavias.nightly.dataset import load_prepared
+from mavias.nightly.layout import layout
+from mavias.train.config import TrainConfig
+from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial
+from mavias.tune.search import settings_params
+from mavias.utils.atomic import atomic_path
+from mavias.workflow import load_reference, train_reference
+
+TUNING_DIR = "tuning"
+PREVIOUS_BEST = "best_params.json"
+
+
+def train_reference_model(cfg: NightlyConfig, dataset: Dataset) -> TrainedReference:
+    """The ERM reference of the open-set protocol (resumes from its last epoch; a finished run is reused)."""
+    out = Path(dataset["dir"]) / "reference"
+    reference = train_reference(load_prepared(dataset), cfg.train.resolve(), out, progress=False)
+    return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {}}
+
+
+def _candidate_base(cfg: NightlyConfig) -> TrainConfig:
+    return cfg.train.resolve().model_copy(update={"method": "mavias"})
+
+
+def plan_trials(cfg: NightlyConfig, dataset: Dataset) -> list[TrialJob]:
+    """Tonight's trials: one trial is exactly the configured settings; with more, the previous night's best settings
+    (else the configured ones) come first, then TPE's picks."""
+    base = _candidate_base(cfg)
+    previous = layout(cfg).root / TUNING_DIR / PREVIOUS_BEST
+    searching = cfg.train.tune_trials > 1 and previous.exists()
+    warm = json.loads(previous.read_text()) if searching else settings_params(base)
+    return plan_batch(Path(dataset["dir"]) / TUNING_DIR, base, cfg.train.tune_trials, batch=dataset["night"],
+                      warm_start=warm)
+
+
+def run_trial(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, job: TrialJob) -> TrialResult:
+    """Train one planned trial on the accumulated data (resumable; a finished trial is reused)."""
+    data = load_prepared(dataset)
+    return run_planned_trial(data, load_reference(reference["dir"], data), _candidate_base(cfg),
+                             Path(dataset["dir"]) / TUNING_DIR, dict(job))
+
+
+def select_candidate(cfg: NightlyConfig, dataset: Dataset, trials: list[TrialResult]) -> Candidate:
+    """The trial with the best validation criterion becomes the candidate; its settings warm-start the next night."""
+    selection = _candidate_base(cfg).selection
+    tuned = finish_batch(Path(dataset["dir"]) / TUNING_DIR, trials, selection)
+    with atomic_path(layout(cfg).root / TUNING_DIR / PREVIOUS_BEST) as tmp:
+        tmp.write_text(json.dumps(tuned.best_params))
+    summary = json.loads((tuned.best_dir / "train_summary.json").read_text())
+    params = [f"params_{name}" for name in tuned.best_params]
+    rows = [{"number": int(row["number"]), "value": None if pd.isna(row["value"]) else float(row["value"]),
+             "state": str(row["state"]), "params": {p.removeprefix("params_"): row[p] for p in params}}
+            for _, row in tuned.trials.iterrows()]
+    return {"dir": str(tuned.best_dir), "checkpoint": str(tuned.best_dir / f"best_{selection}.pt"),
+            "best": summary["best"], "method": "mavias", "selection": selection,
+            "tuning": {"chosen": tuned.best_params, "value": tuned.best_value, "fallback": tuned.selection_fallback,
+                       "trials": json.loads(json.dumps(rows, default=float))}}
