@@ -10,7 +10,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: system-deps $(VENV)/.installed-all serve-venv
 	$(VENV)/bin/mavias demo
 
+# The import-linter contracts of pyproject.toml first (the layers, no cycles, a model server without torch), then
+# the tests. plugins/ goes on the path for the Airflow plugin; the DAG folder is found from the repository root.
 test: system-deps $(VENV)/.installed-test serve-venv
+	PYTHONPATH=plugins $(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q
 
 # WordNet 3.0 for the offline relevance judge (no PyPI package ships its data).

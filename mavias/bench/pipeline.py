@@ -11,10 +11,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pandas as pd
-import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -91,13 +90,3 @@ def run_pipeline_bench(
     if json_path is not None:
         write_json(json_path, report)
     return report
-
-
-def pipeline_command(
-    work: Annotated[Path, typer.Option(help="work folder of the demo it runs")] = Path("runs/bench-pipeline"),
-    runs: Annotated[int, typer.Option(help="timed runs per batch size of the latency comparison")] = 50,
-    threads: Annotated[int | None, typer.Option(help="CPU threads of both runtimes (default: all cores)")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
-) -> None:
-    """The demo's two nights: wall time per task, night 2 vs night 1 work, ONNX vs PyTorch CPU latency."""
-    run_pipeline_bench(work, runs=runs, threads=threads, json_path=json_out)

@@ -8,12 +8,23 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mavias.bench.pipeline import pipeline_command
 from mavias.utils.console import make_console
 
 app = typer.Typer(help="Benchmarks (speed and quality), recorded in BENCHMARKS.md.", no_args_is_help=True)
-app.command("pipeline")(pipeline_command)
 console = make_console()
+
+
+@app.command("pipeline")
+def pipeline_command(
+    work: Annotated[Path, typer.Option(help="work folder of the demo it runs")] = Path("runs/bench-pipeline"),
+    runs: Annotated[int, typer.Option(help="timed runs per batch size of the latency comparison")] = 50,
+    threads: Annotated[int | None, typer.Option(help="CPU threads of both runtimes (default: all cores)")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+) -> None:
+    """The demo's two nights: wall time per task, night 2 vs night 1 work, ONNX vs PyTorch CPU latency."""
+    from mavias.bench.pipeline import run_pipeline_bench
+
+    run_pipeline_bench(work, runs=runs, threads=threads, json_path=json_out)
 
 
 def _pm(value: dict | None, scale: float = 100.0) -> str:

@@ -19,7 +19,6 @@ from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
-from mavias.benchmarks import SyntheticScenesConfig, make_synthetic_scenes
 from mavias.demo.services import (
     CREDENTIALS,
     DAG_ID,
@@ -65,6 +64,8 @@ class DemoData:
 def make_demo_data(root: Path, *, n_train: int, n_val: int, n_test_per_cell: int, nights: int = 2, seed: int = 0,
                    **scene_options: Any) -> DemoData:
     """synthetic-scenes with its train/val images split by sample over ``nights`` partitions."""
+    from mavias.benchmarks import SyntheticScenesConfig, make_synthetic_scenes  # torch and scikit-learn: on use
+
     cfg = SyntheticScenesConfig(n_train=n_train, n_val=n_val, n_test_per_cell=n_test_per_cell, seed=seed,
                                 **scene_options)
     manifest = pd.read_parquet(root / "manifest.parquet") if (root / "manifest.parquet").exists() else None
