@@ -72,6 +72,207 @@ def _task_states(context: Context) -> dict[str, str]:
     return context["ti"].get_task_states(dag_id=context["dag"].dag_id, run_ids=[run_id])[run_id]
 
 
+# -- the tasks: each calls one stage function; the stage modules are imported when a task runs (torch, onnx, Great
+# Expectations), not when the DAG is parsed -------------------------------------------------------------------
+
+
+@task(retries=0)
+def preflight() -> None:
+    problems = preflight_problems(_config())
+    if problems:
+        raise AirflowFailException("the night cannot run: " + "; ".join(problems))
+
+
+@task
+def sense() -> dict:
+    from mavias.nightly import ingest
+
+    context = get_current_context()
+    return ingest.sense(_config(), _night_time(context), force_partition=context["params"]["force_partition"])
+
+
+@task
+def pull_and_validate(sensed: dict) -> dict:
+    from mavias.nightly import ingest
+
+    return ingest.pull_and_validate(_config(), sensed)
+
+
+@task.short_circuit(ignore_downstream_trigger_rules=False)
+def should_train(validated: dict) -> bool:
+    from mavias.nightly import ingest
+
+    full_retrain = get_current_context()["params"]["full_retrain"]
+    go, why = ingest.training_decision(validated, full_retrain=full_retrain)
+    log.info("%s: %s", "training" if go else "not training", why)
+    return go
+
+
+@task
+def plan_tagging(validated: dict) -> list[dict]:
+    from mavias.nightly import discover
+
+    return discover.plan_tagging(_config(), validated)
+
+
+@task(**GPU, map_index_template="{{ shard_label }}")
+def tag_shard(job: dict) -> dict:
+    from mavias.nightly import discover
+
+    get_current_context()["shard_label"] = f"{job['partition']} {job['shard']}/{job['num_shards']}"
+    return discover.tag_shard(_config(), job)
+
+
+@task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # also when no shard was left to tag
+def discover(validated: dict, tagged: list[dict] | None) -> dict:
+    from mavias.nightly import discover
+
+    return discover.discover(_config(), validated, list(tagged or []))
+
+
+@task
+def prepare_dataset(validated: dict, discovered: dict) -> dict:
+    from mavias.nightly import dataset
+
+    full_retrain = get_current_context()["params"]["full_retrain"]
+    return dataset.prepare_dataset(_config(), validated, full_retrain=full_retrain)
+
+
+@task(**GPU)
+def train_reference(dataset: dict) -> dict:
+    from mavias.nightly import train
+
+    return train.train_reference_model(_config(), dataset)
+
+
+@task
+def plan_trials(dataset: dict) -> list[dict]:
+    from mavias.nightly import train
+
+    return train.plan_trials(_config(), dataset)
+
+
+@task(**GPU, map_index_template="{{ trial_label }}")
+def tune_trial(dataset: dict, reference: dict, job: dict) -> dict:
+    from mavias.nightly import train
+
+    get_current_context()["trial_label"] = f"trial {job['number']}"
+    return train.run_trial(_config(), dataset, reference, job)
+
+
+@task
+def train_mavias(dataset: dict, trials: list[dict]) -> dict:
+    from mavias.nightly import train
+
+    return train.select_candidate(_config(), dataset, list(trials))
+
+
+@task(multiple_outputs=True)
+def evaluate(dataset: dict, reference: dict, candidate: dict) -> dict:
+    from mavias.nightly import evaluate
+
+    return evaluate.evaluate(_config(), dataset, reference, candidate)
+
+
+@task
+def package(dataset: dict, candidate: dict, evaluated: dict, gates: dict) -> dict:
+    from mavias.nightly import release
+
+    return release.package(_config(), dataset, candidate, evaluated, gates)
+
+
+@task.short_circuit(ignore_downstream_trigger_rules=False)
+def gates_passed(gates: dict) -> bool:
+    return gates["passed"]
+
+
+@task
+def publish(packaged: dict) -> dict:
+    from mavias.nightly import release
+
+    return release.publish(_config(), packaged)
+
+
+@task.short_circuit(ignore_downstream_trigger_rules=False)
+def promotion_requested() -> bool:
+    return not get_current_context()["params"]["skip_promotion"]
+
+
+@task(outlets=[PROMOTIONS])
+def promote(published: dict, evaluated: dict) -> dict:
+    from mavias.nightly import release
+
+    result = release.promote(_config(), published, evaluated)
+    if result["promoted"]:  # an asset event only for a real promotion, not for a lost race or a rerun
+        get_current_context()["outlet_events"][PROMOTIONS].add(PRODUCTION_MODEL, extra={"version": result["version"]})
+    return result
+
+
+@task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # after promotion, or after a blocked candidate
+def record_processed(dataset: dict) -> dict:
+    from mavias.nightly import ingest
+
+    return ingest.record_processed(_config(), dataset)
+
+
+@task(trigger_rule=TriggerRule.ALL_DONE)
+def report() -> dict:
+    from mavias.nightly import ingest, report
+
+    context = get_current_context()
+    states = _task_states(context)
+    # Only this try's results: a skipped task keeps the XCom of an earlier try of the run (after a clear).
+    results = {
+        name: context["ti"].xcom_pull(task_ids=task_id)
+        for name, task_id in RESULT_TASKS.items()
+        if states.get(task_id) == "success"
+    }
+    params = context["params"]
+    results.setdefault("sensed", ingest.night_info(_night_time(context)))
+    if "validated" in results:
+        trained, decision = ingest.training_decision(results["validated"], full_retrain=params["full_retrain"])
+    elif states.get("preflight") != "success":
+        trained, decision = False, "the preflight check failed (see its log): nothing ran tonight"
+    else:
+        trained, decision = False, "the partitions could not be pulled or validated (see the task log)"
+    cfg = _config()
+    return report.report(
+        cfg, results, trained=trained, decision=decision, skip_promotion=params["skip_promotion"],
+        smtp=smtp_settings_from_connection(cfg.airflow.smtp_conn_id),
+    )
+
+
+@task(trigger_rule=TriggerRule.ALL_DONE)
+def notify() -> dict:
+    """Send the queued report emails (tonight's and any an earlier night could not send)."""
+    from mavias.nightly import report
+
+    cfg = _config()
+    return report.notify(cfg, smtp_settings_from_connection(cfg.airflow.smtp_conn_id))
+
+
+@task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
+def finish() -> None:
+    """Fail the run when any task failed; the report has been sent (or queued) by then."""
+    from mavias.nightly import release
+
+    context = get_current_context()
+    states = _task_states(context)
+    failed = sorted(t for t, s in states.items() if s in ("failed", "upstream_failed"))
+    if failed == ["notify"]:
+        status = (context["ti"].xcom_pull(task_ids="report") or {}).get("status", "")
+        raise AirflowFailException(f"the night's work is done ({status}) but its notification failed: the email "
+                                   "is queued in the workspace outbox and is sent by the next night")
+    if failed:
+        raise AirflowFailException(f"task(s) failed: {', '.join(failed)}")
+    promoted = context["ti"].xcom_pull(task_ids="promote") if states.get("promote") == "success" else None
+    if serving := release.serving_problem(promoted):  # the promotion stands; someone must point serving at it
+        raise AirflowFailException(serving)
+
+
+# -- the wiring -----------------------------------------------------------------------------------------------------
+
+
 @dag(
     dag_id="mavias_nightly",
     schedule=SETTINGS.schedule,
@@ -95,179 +296,6 @@ def _task_states(context: Context) -> dict[str, str]:
     doc_md=__doc__,
 )
 def mavias_nightly() -> None:
-    @task(retries=0)
-    def preflight() -> None:
-        problems = preflight_problems(_config())
-        if problems:
-            raise AirflowFailException("the night cannot run: " + "; ".join(problems))
-
-    # The stage modules are imported when a task runs (torch, onnx, Great Expectations), not when parsing.
-    @task
-    def sense() -> dict:
-        from mavias.nightly import ingest
-
-        context = get_current_context()
-        return ingest.sense(_config(), _night_time(context), force_partition=context["params"]["force_partition"])
-
-    @task
-    def pull_and_validate(sensed: dict) -> dict:
-        from mavias.nightly import ingest
-
-        return ingest.pull_and_validate(_config(), sensed)
-
-    @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def should_train(validated: dict) -> bool:
-        from mavias.nightly import ingest
-
-        full_retrain = get_current_context()["params"]["full_retrain"]
-        go, why = ingest.training_decision(validated, full_retrain=full_retrain)
-        log.info("%s: %s", "training" if go else "not training", why)
-        return go
-
-    @task
-    def plan_tagging(validated: dict) -> list[dict]:
-        from mavias.nightly import discover
-
-        return discover.plan_tagging(_config(), validated)
-
-    @task(**GPU, map_index_template="{{ shard_label }}")
-    def tag_shard(job: dict) -> dict:
-        from mavias.nightly import discover
-
-        get_current_context()["shard_label"] = f"{job['partition']} {job['shard']}/{job['num_shards']}"
-        return discover.tag_shard(_config(), job)
-
-    @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # also when no shard was left to tag
-    def discover(validated: dict, tagged: list[dict] | None) -> dict:
-        from mavias.nightly import discover
-
-        return discover.discover(_config(), validated, list(tagged or []))
-
-    @task
-    def prepare_dataset(validated: dict, discovered: dict) -> dict:
-        from mavias.nightly import dataset
-
-        full_retrain = get_current_context()["params"]["full_retrain"]
-        return dataset.prepare_dataset(_config(), validated, full_retrain=full_retrain)
-
-    @task(**GPU)
-    def train_reference(dataset: dict) -> dict:
-        from mavias.nightly import train
-
-        return train.train_reference_model(_config(), dataset)
-
-    @task
-    def plan_trials(dataset: dict) -> list[dict]:
-        from mavias.nightly import train
-
-        return train.plan_trials(_config(), dataset)
-
-    @task(**GPU, map_index_template="{{ trial_label }}")
-    def tune_trial(dataset: dict, reference: dict, job: dict) -> dict:
-        from mavias.nightly import train
-
-        get_current_context()["trial_label"] = f"trial {job['number']}"
-        return train.run_trial(_config(), dataset, reference, job)
-
-    @task
-    def train_mavias(dataset: dict, trials: list[dict]) -> dict:
-        from mavias.nightly import train
-
-        return train.select_candidate(_config(), dataset, list(trials))
-
-    @task(multiple_outputs=True)
-    def evaluate(dataset: dict, reference: dict, candidate: dict) -> dict:
-        from mavias.nightly import evaluate
-
-        return evaluate.evaluate(_config(), dataset, reference, candidate)
-
-    @task
-    def package(dataset: dict, candidate: dict, evaluated: dict, gates: dict) -> dict:
-        from mavias.nightly import release
-
-        return release.package(_config(), dataset, candidate, evaluated, gates)
-
-    @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def gates_passed(gates: dict) -> bool:
-        return gates["passed"]
-
-    @task
-    def publish(packaged: dict) -> dict:
-        from mavias.nightly import release
-
-        return release.publish(_config(), packaged)
-
-    @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def promotion_requested() -> bool:
-        return not get_current_context()["params"]["skip_promotion"]
-
-    @task(outlets=[PROMOTIONS])
-    def promote(published: dict, evaluated: dict) -> dict:
-        from mavias.nightly import release
-
-        result = release.promote(_config(), published, evaluated)
-        if result["promoted"]:  # an asset event only for a real promotion, not for a lost race or a rerun
-            get_current_context()["outlet_events"][PROMOTIONS].add(PRODUCTION_MODEL, extra={"version": result["version"]})
-        return result
-
-    @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # after promotion, or after a blocked candidate
-    def record_processed(dataset: dict) -> dict:
-        from mavias.nightly import ingest
-
-        return ingest.record_processed(_config(), dataset)
-
-    @task(trigger_rule=TriggerRule.ALL_DONE)
-    def report() -> dict:
-        from mavias.nightly import ingest, report
-
-        context = get_current_context()
-        states = _task_states(context)
-        # Only this try's results: a skipped task keeps the XCom of an earlier try of the run (after a clear).
-        results = {
-            name: context["ti"].xcom_pull(task_ids=task_id)
-            for name, task_id in RESULT_TASKS.items()
-            if states.get(task_id) == "success"
-        }
-        params = context["params"]
-        results.setdefault("sensed", ingest.night_info(_night_time(context)))
-        if "validated" in results:
-            trained, decision = ingest.training_decision(results["validated"], full_retrain=params["full_retrain"])
-        elif states.get("preflight") != "success":
-            trained, decision = False, "the preflight check failed (see its log): nothing ran tonight"
-        else:
-            trained, decision = False, "the partitions could not be pulled or validated (see the task log)"
-        cfg = _config()
-        return report.report(
-            cfg, results, trained=trained, decision=decision, skip_promotion=params["skip_promotion"],
-            smtp=smtp_settings_from_connection(cfg.airflow.smtp_conn_id),
-        )
-
-    @task(trigger_rule=TriggerRule.ALL_DONE)
-    def notify() -> dict:
-        """Send the queued report emails (tonight's and any an earlier night could not send)."""
-        from mavias.nightly import report
-
-        cfg = _config()
-        return report.notify(cfg, smtp_settings_from_connection(cfg.airflow.smtp_conn_id))
-
-    @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
-    def finish() -> None:
-        """Fail the run when any task failed; the report has been sent (or queued) by then."""
-        from mavias.nightly import release
-
-        context = get_current_context()
-        states = _task_states(context)
-        failed = sorted(t for t, s in states.items() if s in ("failed", "upstream_failed"))
-        if failed == ["notify"]:
-            status = (context["ti"].xcom_pull(task_ids="report") or {}).get("status", "")
-            raise AirflowFailException(f"the night's work is done ({status}) but its notification failed: the email "
-                                       "is queued in the workspace outbox and is sent by the next night")
-        if failed:
-            raise AirflowFailException(f"task(s) failed: {', '.join(failed)}")
-        promoted = context["ti"].xcom_pull(task_ids="promote") if states.get("promote") == "success" else None
-        if serving := release.serving_problem(promoted):  # the promotion stands; someone must point serving at it
-            raise AirflowFailException(serving)
-
     sensed = sense()
     preflight() >> sensed
     validated = pull_and_validate(sensed)
