@@ -106,7 +106,3 @@ def discover(
     per_class = summary.pop("llm_requests_per_class")
     summary |= {f"llm requests: {cls}": n for cls, n in per_class.items()}
     make_console().print(counts_table(f"discovery of {partition}", summary))
-
-
-if __name__ == "__main__":
-    app()

@@ -66,7 +66,3 @@ def encode(
     if token_limit is not None:
         counts |= {f"token limit: {k}": v for k, v in asdict(token_limit).items()}
     make_console().print(counts_table(f"encoding with {text_encoder.encoder_id}", counts))
-
-
-if __name__ == "__main__":
-    app()

@@ -112,7 +112,3 @@ def tag(
     else:
         collect_partition(df, out, n)
         console.print(f"all {n} shards tagged: {out}/tags.parquet, {out}/class_tag_counts.parquet")
-
-
-if __name__ == "__main__":
-    app()

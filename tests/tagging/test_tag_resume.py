@@ -29,7 +29,7 @@ def test_a_killed_run_resumes_without_redoing_committed_shards(
     vocab_file.write_text("\n".join(vocabulary) + "\n")
     out = tmp_path / "tags"
     command = [
-        sys.executable, "-m", "mavias.tagging.cli",
+        sys.executable, "-m", "mavias.cli", "tag",
         "--manifest", str(scenes_manifest), "--out", str(out),
         "--tagger", "openclip", "--model", clip.model_name, "--pretrained", "none", "--device", "cpu",
         "--vocabulary", str(vocab_file), "--threshold", "0", "--top-k", "3", "--cache-dir", str(vocab_cache),
