@@ -95,7 +95,8 @@ def v2_body(name="image", datatype="FP32", shape=(1, 3, 16, 16), data=None) -> b
     (v2_body(data=[0.5] * 10), "needs 768"),
     (v2_body(name="pixels"), "unknown input"),
     (v2_body(datatype="INT64", data=[1] * 768), "not accepted"),
-    (v2_body(datatype="BYTES", shape=(1,), data=["not an image"]), "cannot decode"),
+    (v2_body(datatype="BYTES", shape=(1,), data=[base64.b64encode(b"not an image").decode()]), "cannot decode"),
+    (v2_body(datatype="BYTES", shape=(1,), data=["not base64!"]), "not base64"),
     (b"{not json", ""),
 ])
 def test_malformed_v2_requests_get_a_4xx_with_a_message(server, body, message):
