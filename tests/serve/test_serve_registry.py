@@ -6,7 +6,6 @@ import json
 import shutil
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import tritonclient.grpc as grpcclient
 from mavias.pipeline.onnx_session import make_session
 from mavias.pipeline.registry import ModelRegistry
 from tests.pipeline.s3server import TEST_CREDENTIALS, moto_endpoint, s3_client, s3_settings  # noqa: F401
-from tests.serve.conftest import get
+from tests.serve.conftest import get, metric
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +35,6 @@ def infer(client: grpcclient.InferenceServerClient) -> tuple[str, np.ndarray]:
     tensor.set_data_from_numpy(BATCH)
     result = client.infer("scenes", [tensor])
     return result.get_response().model_version, result.as_numpy("logits")
-
-
-def metric(server, name: str) -> float:
-    with urllib.request.urlopen(f"http://{server.http_url}/metrics", timeout=5) as response:
-        lines = response.read().decode().splitlines()
-    return sum(float(line.split()[-1]) for line in lines if line.startswith(name))
 
 
 def publish(registry: ModelRegistry, folder, version: str) -> None:
