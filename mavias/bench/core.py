@@ -36,7 +36,13 @@ from mavias.discover import Workspace
 from mavias.encode.cli import encoder_from_spec
 from mavias.errors import UserError
 from mavias.evaluate.metrics import group_key
-from mavias.evaluate.protocols import PAPER, ROBUST, biased_tag_recovery, evaluation_report, find_biased_tags
+from mavias.evaluate.protocols import (
+    PAPER,
+    ROBUST,
+    biased_tag_recovery,
+    evaluation_report,
+    find_biased_tags,
+)
 from mavias.relevance import load_relevance
 from mavias.train.config import MINILM, TrainConfig
 from mavias.train.data import attach_groups, feature_split

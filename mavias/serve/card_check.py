@@ -44,17 +44,17 @@ def graph_normalisation(onnx_path: Path, input_name: str) -> tuple[list[float], 
 
 def _normalisation_problems(card: Normalisation, found: tuple[list[float], list[float]] | None) -> list[str]:
     if not card.in_model:
-        return [] if found is None else [
+        return [] if found is None else [(
             f"the card says to normalise before the model, but the graph normalises itself (mean {found[0]}, "
-            f"std {found[1]}): images would be normalised twice"]
+            f"std {found[1]}): images would be normalised twice")]
     if found is None:
-        return ["the card says the model normalises its input, but the graph does not start with Sub(mean), "
-                "Div(std)"]
+        return [("the card says the model normalises its input, but the graph does not start with Sub(mean), "
+                 "Div(std)")]
     mean, std = found
     if len(mean) != len(card.mean) or not np.allclose(mean, card.mean, atol=1e-6) or \
             len(std) != len(card.std) or not np.allclose(std, card.std, atol=1e-6):
-        return [f"normalisation: the card says mean {card.mean}, std {card.std}; the graph uses mean "
-                f"{[round(v, 6) for v in mean]}, std {[round(v, 6) for v in std]}"]
+        return [(f"normalisation: the card says mean {card.mean}, std {card.std}; the graph uses mean "
+                 f"{[round(v, 6) for v in mean]}, std {[round(v, 6) for v in std]}")]
     return []
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-REQUESTS = Counter("mavias_serve_requests_total", "inference requests by outcome (ok, invalid, unauthorized, busy, "
+REQUESTS = Counter("mavias_serve_requests_total", "inference requests by outcome (ok, invalid, unauthorized, "
                    "not_ready, error)", ["model", "version", "outcome"])
 LATENCY = Histogram("mavias_serve_request_seconds", "inference latency (parsing, preprocessing and ONNX Runtime)",
                     ["model", "version"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))

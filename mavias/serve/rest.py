@@ -20,7 +20,14 @@ from prometheus_client import REGISTRY, exposition
 
 from mavias.serve.metrics import REQUESTS
 from mavias.serve.model import INLINE_BYTES, NotReady, OnnxClassifier, Prediction
-from mavias.serve.tensors import RequestError, V1Request, V2Request, parse_v2_body, v1_batch, v2_batch
+from mavias.serve.tensors import (
+    RequestError,
+    V1Request,
+    V2Request,
+    parse_v2_body,
+    v1_batch,
+    v2_batch,
+)
 
 log = logging.getLogger(__name__)
 

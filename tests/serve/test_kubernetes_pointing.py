@@ -23,7 +23,11 @@ from typer.testing import CliRunner
 
 from mavias.cli import app
 from mavias.pipeline import nightly
-from mavias.pipeline.nightly_config import NightlyConfig, NightlyConfigError, load_nightly_config
+from mavias.pipeline.nightly_config import (
+    NightlyConfig,
+    NightlyConfigError,
+    load_nightly_config,
+)
 from mavias.pipeline.registry import ModelRegistry
 from mavias.pipeline.report import render_email
 from mavias.pipeline.storage import S3Settings

@@ -4,10 +4,8 @@ malformed request a 4xx in one line, BYTES as binary data and base64, metadata u
 from __future__ import annotations
 
 import base64
-import io
 import json
 import statistics
-import struct
 import threading
 import time
 
@@ -16,9 +14,9 @@ import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from PIL import Image
 from tritonclient.utils import InferenceServerException
 
+from mavias.bench.serve import blank_png, bytes_request, smooth_png
 from tests.serve.conftest import get, metric, png, post, v2_body
 
 pytestmark = pytest.mark.slow
@@ -29,32 +27,17 @@ def server(start_server, versions):
     return start_server("--model-dir", str(versions["v1"]), "--name", "scenes")
 
 
-def blank_png(size: tuple[int, int], mode: str = "L") -> bytes:
-    buffer = io.BytesIO()
-    Image.new(mode, size).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def binary_bytes_body(items: list[bytes], shape: list[int] | None = None) -> tuple[bytes, dict[str, str]]:
-    """A V2 body with one BYTES input in the binary data extension."""
-    raw = b"".join(struct.pack("<I", len(item)) + item for item in items)
-    header = json.dumps({"inputs": [{"name": "image", "datatype": "BYTES", "shape": shape or [len(items)],
-                                     "parameters": {"binary_data_size": len(raw)}}]}).encode()
-    return header + raw, {"Inference-Header-Content-Length": str(len(header)),
-                          "Content-Type": "application/octet-stream"}
-
-
 def test_image_bombs_are_refused_from_their_headers(server):
     rss_before = psutil.Process(server.process.pid).memory_info().rss
     cases = [(blank_png((39_000_000, 1)), "exceeds 24000000 pixels"),  # ~40 KB, 39 Mpx
              (blank_png((20_000_000, 1)), "aspect ratio"),  # would resize to 16 x 320,000,000
              (blank_png((6_000, 6_000)), "exceeds 24000000 pixels"), (blank_png((25, 1)), "aspect ratio")]
     for data, message in cases:
-        body, headers = binary_bytes_body([data])
+        body, headers = bytes_request([data])
         status, reply = post(server, "/v2/models/scenes/infer", body, headers)
         assert status == 400 and message in reply["error"], (status, reply)
     four = blank_png((5_000, 4_000), "RGB")  # 20 Mpx each: 80 Mpx together, over the per-request budget
-    body, headers = binary_bytes_body([four] * 4)
+    body, headers = bytes_request([four] * 4)
     status, reply = post(server, "/v2/models/scenes/infer", body, headers)
     assert status == 400 and "per request" in reply["error"]
     grown = psutil.Process(server.process.pid).memory_info().rss - rss_before
@@ -63,7 +46,7 @@ def test_image_bombs_are_refused_from_their_headers(server):
 
 
 def test_batch_size_is_checked_before_anything_is_decoded(server):
-    body, headers = binary_bytes_body([png((16, 16), seed=1)] * 30_000)  # ~30 MB of images
+    body, headers = bytes_request([png((16, 16), seed=1)] * 30_000)  # ~30 MB of images
     started = time.monotonic()
     status, reply = post(server, "/v2/models/scenes/infer", body, headers)
     assert status == 400 and "exceeds the limit of 256" in reply["error"]
@@ -72,10 +55,7 @@ def test_batch_size_is_checked_before_anything_is_decoded(server):
 
 
 def test_liveness_answers_while_eight_clients_send_maximum_size_requests(server):
-    smooth = Image.fromarray(np.random.default_rng(0).integers(0, 256, (10, 10, 3), np.uint8)).resize((1_000, 1_000))
-    buffer = io.BytesIO()
-    smooth.save(buffer, format="PNG")
-    body, headers = binary_bytes_body([buffer.getvalue()] * 64)  # 64 Mpx: the per-request budget, ~20 MB
+    body, headers = bytes_request([smooth_png((1_000, 1_000))] * 64)  # 64 Mpx: the per-request budget
     stop, answers, failures = threading.Event(), [], []
 
     def client() -> None:

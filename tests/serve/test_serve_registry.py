@@ -13,7 +13,12 @@ import tritonclient.grpc as grpcclient
 
 from mavias.pipeline.onnx_session import make_session
 from mavias.pipeline.registry import ModelRegistry
-from tests.pipeline.s3server import TEST_CREDENTIALS, moto_endpoint, s3_client, s3_settings  # noqa: F401
+from tests.pipeline.s3server import (  # noqa: F401
+    TEST_CREDENTIALS,
+    moto_endpoint,
+    s3_client,
+    s3_settings,
+)
 from tests.serve.conftest import get, metric
 
 pytestmark = pytest.mark.slow
