@@ -35,7 +35,13 @@ from mavias.benchmarks.two_moons import TwoMoons3DConfig, make_two_moons_3d
 from mavias.discover import Workspace
 from mavias.errors import UserError
 from mavias.evaluate.metrics import group_key
-from mavias.evaluate.protocols import PAPER, ROBUST, biased_tag_recovery, evaluation_report, find_biased_tags
+from mavias.evaluate.protocols import (
+    PAPER,
+    ROBUST,
+    biased_tag_recovery,
+    evaluation_report,
+    find_biased_tags,
+)
 from mavias.relevance import load_relevance
 from mavias.train.config import MINILM, TrainConfig
 from mavias.train.data import attach_groups, feature_split

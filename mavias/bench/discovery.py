@@ -22,7 +22,11 @@ import pandas as pd
 import torch
 from rich.console import Console
 
-from mavias.benchmarks import SyntheticScenesConfig, benchmark_vocabulary, make_synthetic_scenes
+from mavias.benchmarks import (
+    SyntheticScenesConfig,
+    benchmark_vocabulary,
+    make_synthetic_scenes,
+)
 from mavias.discover.counting import CountingJudge
 from mavias.encode import EmbeddingStore, TextEncoder, bias_prompt
 from mavias.encode.defaults import OPENCLIP_MODEL

@@ -144,7 +144,8 @@ def serve(
     work: Annotated[Path, typer.Option(help="working folder (server log)")] = Path("runs/bench-serve"),
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
 ) -> None:
-    """The model server's requests/s and p50/p99 latency at batch 1 and 32 (CPU) vs a bare ONNX Runtime call."""
+    """The model server's requests/s and p50/p99 latency at batch 1 and 32 (CPU) vs a bare ONNX Runtime call;
+    liveness latency under 8 maximum-size clients; peak RSS under image bombs."""
     from mavias.bench.serve import run_serve_bench
     from mavias.utils.atomic import write_json
 
@@ -158,6 +159,13 @@ def serve(
             ("req", server["requests_per_s"]), ("p50", server["p50_ms"]), ("p99", server["p99_ms"]),
             ("req", bare["requests_per_s"]), ("p50", bare["p50_ms"]), ("p99", bare["p99_ms"])]))
     console.print(table)
-    console.print(f"goal: {report['goal']}: {'met' if report['meets_goal'] else 'NOT met'}")
+    console.print(f"goal: {report['goal']}: {'met' if report['meets_goal'] else 'NOT met'} "
+                  f"({report['results'][0]['overhead_ms']:.2f} ms)")
+    live, bombs = report["liveness_under_load"], report["bombs"]
+    console.print(f"liveness while {live['clients']} clients send {live['request']}: p50 {live['p50_ms']:.1f} ms, "
+                  f"p99 {live['p99_ms']:.1f} ms, max {live['max_ms']:.1f} ms ({live['probes']} probes; infer "
+                  f"statuses {live['infer_statuses']})")
+    console.print(f"image bombs: peak RSS {bombs['peak_rss_mib']:.0f} MiB (baseline {bombs['baseline_rss_mib']:.0f} "
+                  f"MiB); statuses {bombs['statuses']}")
     if json_out is not None:
         write_json(json_out, report)

@@ -1,1 +1,2 @@
-"""Serving the promoted model: kserve's model server on ONNX Runtime (no torch), following the model registry."""
+"""Serving the promoted model over the open inference protocol on ONNX Runtime (no torch), following the model
+registry; see docs/serving.md."""

@@ -1,4 +1,5 @@
-"""Finding the serving environment: kserve cannot share one with Airflow, so it usually lives in ``.venv-serve``."""
+"""Finding the serving environment: kserve (its protobuf, its pins) cannot share one with Airflow, so it usually
+lives in ``.venv-serve``."""
 
 from __future__ import annotations
 
@@ -81,6 +82,6 @@ def serve_command(
     ctx: typer.Context,
     help_: Annotated[bool, typer.Option("--help", "-h", help="the server's options")] = False,
 ) -> None:
-    """Serve an exported model (open inference protocol V1/V2 over REST and gRPC, via kserve); see --help."""
+    """Serve an exported model (open inference protocol V1/V2 over REST and gRPC, on 127.0.0.1); see --help."""
     args = [str(require_serve_python()), "-m", "mavias.serve", *(["--help"] if help_ else []), *ctx.args]
     os.execve(args[0], args, _environment())

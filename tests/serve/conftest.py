@@ -6,6 +6,7 @@ environment with Airflow); the tests talk to it with tritonclient over HTTP and 
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import urllib.error
@@ -14,8 +15,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from mavias.export.version import export_checkpoint
 from mavias.serve.launch import RunningServer, running_server, serve_python
@@ -49,12 +52,54 @@ def versions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: exported_version(root, name, seed) for seed, name in enumerate(["v1", "v2"])}
 
 
-def get(server: RunningServer, path: str) -> tuple[int, dict]:
+def request(server: RunningServer, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
+            timeout: float = 30) -> tuple[int, dict]:
+    """GET (no body) or POST ``path``; the status and the JSON answer (4xx/5xx included)."""
+    headers = {"Content-Type": "application/json", **(headers or {})} if body is not None else headers or {}
+    call = urllib.request.Request(f"http://{server.http_url}{path}", data=body, headers=headers,
+                                  method="GET" if body is None else "POST")
     try:
-        with urllib.request.urlopen(f"http://{server.http_url}{path}", timeout=5) as response:
-            return response.status, json.loads(response.read() or b"{}")
+        with urllib.request.urlopen(call, timeout=timeout) as response:
+            return response.status, _answer(response.read())
     except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
+        return err.code, _answer(err.read())
+
+
+def _answer(body: bytes) -> dict:
+    try:
+        return json.loads(body or b"{}")
+    except ValueError:
+        return {"text": body.decode(errors="replace")}
+
+
+def get(server: RunningServer, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    return request(server, path, headers=headers)
+
+
+def post(server: RunningServer, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    return request(server, path, body, headers)
+
+
+def metric(server: RunningServer, name: str, headers: dict[str, str] | None = None) -> float:
+    """The sum of the samples whose line starts with ``name`` (a metric name, or name{labels...)."""
+    call = urllib.request.Request(f"http://{server.http_url}/metrics", headers=headers or {})
+    with urllib.request.urlopen(call, timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith(name))
+
+
+def png(size: tuple[int, int], seed: int = 0, mode: str = "RGB") -> bytes:
+    """A PNG of random pixels (``size`` = width, height)."""
+    channels = {"RGB": 3, "L": 1, "RGBA": 4}[mode]
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], channels), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels.squeeze(-1) if channels == 1 else pixels, mode).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def v2_body(name="image", datatype="FP32", shape=(1, 3, 16, 16), data=None) -> bytes:
+    data = [0.5] * int(np.prod(shape)) if data is None else data
+    return json.dumps({"inputs": [{"name": name, "datatype": datatype, "shape": list(shape), "data": data}]}).encode()
 
 
 @pytest.fixture

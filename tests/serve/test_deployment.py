@@ -36,6 +36,9 @@ def test_inference_service_predictor_is_a_valid_pod_spec():
     service = yaml.safe_load(ISVC.read_text())
     assert (service["apiVersion"], service["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
     predictor = dict(service["spec"]["predictor"])
+    args = predictor["containers"][0]["args"]
+    assert args[args.index("--host") + 1] == "0.0.0.0"  # the server listens on 127.0.0.1 unless told otherwise
+    assert '"--host", "0.0.0.0"]' in (ROOT / "docker" / "Dockerfile.serve").read_text()
     pod_spec = {k: v for k, v in predictor.items() if k not in PREDICTOR_FIELDS}
     validate({"apiVersion": "v1", "kind": "Pod", "metadata": service["metadata"], "spec": pod_spec})
     with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field

@@ -6,7 +6,6 @@ import json
 import shutil
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import tritonclient.grpc as grpcclient
 from mavias.export.session import make_session
 from mavias.registry import ModelRegistry
 from tests.pipeline.s3server import TEST_CREDENTIALS, moto_endpoint, s3_client, s3_settings  # noqa: F401
-from tests.serve.conftest import get
+from tests.serve.conftest import get, metric
 
 pytestmark = pytest.mark.slow
 
@@ -36,12 +35,6 @@ def infer(client: grpcclient.InferenceServerClient) -> tuple[str, np.ndarray]:
     tensor.set_data_from_numpy(BATCH)
     result = client.infer("scenes", [tensor])
     return result.get_response().model_version, result.as_numpy("logits")
-
-
-def metric(server, name: str) -> float:
-    with urllib.request.urlopen(f"http://{server.http_url}/metrics", timeout=5) as response:
-        lines = response.read().decode().splitlines()
-    return sum(float(line.split()[-1]) for line in lines if line.startswith(name))
 
 
 def publish(registry: ModelRegistry, folder, version: str) -> None:
@@ -118,3 +111,66 @@ def test_follows_promotions_refusals_and_rollbacks(start_server, versions, s3_se
     registry.rollback()
     wait_for(lambda: infer(client)[0] == "v1", "the rollback to v1")
     np.testing.assert_allclose(infer(client)[1], expected["v1"], rtol=0, atol=1e-5)
+
+
+def log_events(server, event: str) -> list[dict]:
+    return [json.loads(line) for line in server.log_path.read_text().splitlines() if f'"{event}"' in line]
+
+
+def test_follower_survives_every_error_and_readiness_follows_staleness(start_server, versions, s3_settings,
+                                                                        s3_client, tmp_path):
+    registry = ModelRegistry(s3_client, s3_settings, "scenes")
+    env = {"MAVIAS_S3_ENDPOINT_URL": s3_settings.endpoint_url,
+           **{f"MAVIAS_S3_{k.upper()}": v.get_secret_value() for k, v in TEST_CREDENTIALS.items()}}
+    cache = tmp_path / "cache"
+    server = start_server("--registry", f"s3://{s3_settings.bucket}/models", "--name", "scenes", "--poll-seconds",
+                          "0.2", "--max-staleness-s", "1.5", "--cache-dir", str(cache), env=env)
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    publish(registry, versions["v1"], "2025-01-01-aaaa")  # the registry's name, not the card's "v1"
+    wait_for(lambda: get(server, "/v2/health/ready")[0] == 200, "the first version to load")
+    assert infer(client)[0] == "2025-01-01-aaaa"
+    assert metric(server, 'mavias_serve_version_info{model="scenes",version="2025-01-01-aaaa"}') == 1
+    assert metric(server, 'mavias_serve_requests_total{model="scenes",outcome="ok",version="2025-01-01-aaaa"}') == 1
+    good = s3_client.get_object(Bucket=s3_settings.bucket, Key=registry.pointer_key)["Body"].read()
+
+    # a corrupt pointer, then a pointer naming "../x": each poll fails, is logged with its stack and counted
+    for broken in (b"{not json", good.replace(b'"2025-01-01-aaaa"', b'"../x"')):
+        errors = metric(server, "mavias_registry_poll_errors_total")
+        s3_client.put_object(Bucket=s3_settings.bucket, Key=registry.pointer_key, Body=broken)
+        wait_for(lambda: metric(server, "mavias_registry_poll_errors_total") >= errors + 2, "failed polls counted")
+    failure = log_events(server, "registry_poll_failed")[-1]
+    assert failure["error"] == "CorruptPointer" and "Traceback" in failure["exc_info"]
+    assert infer(client)[0] == "2025-01-01-aaaa"  # the old version keeps serving...
+    wait_for(lambda: get(server, "/v2/health/ready")[0] == 503, "readiness to turn false when stale")
+    assert "not been polled successfully" in get(server, "/v2/health/ready")[1]["error"]
+    assert metric(server, "mavias_registry_poll_age_seconds") > 1.5
+
+    # ...and the follower is alive: a repaired pointer brings readiness back
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=registry.pointer_key, Body=good)
+    wait_for(lambda: get(server, "/v2/health/ready")[0] == 200, "readiness after the repair")
+
+    # an OSError while caching (a file where the version's folder goes) is survived too
+    cache.mkdir(exist_ok=True)
+    (cache / "2025-01-02-bbbb").write_text("in the way")
+    publish(registry, versions["v2"], "2025-01-02-bbbb")
+    wait_for(lambda: log_events(server, "registry_poll_failed")[-1]["error"] in ("FileExistsError",
+                                                                                 "NotADirectoryError"),
+             "the caching error")
+    (cache / "2025-01-02-bbbb").unlink()
+    wait_for(lambda: infer(client)[0] == "2025-01-02-bbbb", "the new version after the caching error")
+
+    # a version whose card disagrees with its graph is refused at hot swap; the serving one stays
+    for change, reason in ((lambda c: c | {"classes": ["a", "b"]}, "2 classes"),
+                           (lambda c: c | {"preprocessing": c["preprocessing"] | {"center_crop": 12}}, "crops 12x12"),
+                           (lambda c: c | {"preprocessing": c["preprocessing"] | {"normalisation": {
+                               "in_model": True, "mean": [0.5] * 3, "std": [0.5] * 3}}}, "normalisation")):
+        folder = tmp_path / f"bad-{reason[:5]}"
+        shutil.copytree(versions["v1"], folder)
+        card = json.loads((folder / "model_card.json").read_text())
+        (folder / "model_card.json").write_text(json.dumps(change(card)))
+        refusals = len(log_events(server, "model_refused"))
+        publish(registry, folder, f"bad-{reason[:5].replace(' ', '-')}")
+        wait_for(lambda: len(log_events(server, "model_refused")) > refusals, f"the refusal ({reason})")
+        assert reason in log_events(server, "model_refused")[-1]["reason"]
+        assert infer(client)[0] == "2025-01-02-bbbb"
+    assert get(server, "/v2/health/ready")[0] == 200

@@ -5,8 +5,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
@@ -18,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from mavias.export.session import make_session
 from mavias.serve.preprocess import card_preprocessing, preprocess
+from tests.serve.conftest import png, post, v2_body
 
 pytestmark = pytest.mark.slow
 
@@ -25,13 +24,6 @@ pytestmark = pytest.mark.slow
 def bare_logits(version_dir, batch: np.ndarray) -> np.ndarray:
     session = make_session(version_dir / "model.onnx", providers=["CPUExecutionProvider"])
     return session.run(["logits"], {"image": batch})[0]
-
-
-def png(size: tuple[int, int], seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 @pytest.fixture
@@ -75,27 +67,13 @@ def test_encoded_images_preprocessed_as_the_card_says(server, versions):
     np.testing.assert_allclose(got, bare_logits(versions["v1"], ours.astype(np.float32)), rtol=0, atol=1e-5)
 
 
-def post(server, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, method="POST",
-                                     headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"{}")
-
-
-def v2_body(name="image", datatype="FP32", shape=(1, 3, 16, 16), data=None) -> bytes:
-    data = [0.5] * int(np.prod(shape)) if data is None else data
-    return json.dumps({"inputs": [{"name": name, "datatype": datatype, "shape": list(shape), "data": data}]}).encode()
-
-
 @pytest.mark.parametrize(("body", "message"), [
     (v2_body(shape=(1, 3, 8, 8)), "does not match"),
     (v2_body(data=[0.5] * 10), "needs 768"),
     (v2_body(name="pixels"), "unknown input"),
     (v2_body(datatype="INT64", data=[1] * 768), "not accepted"),
-    (v2_body(datatype="BYTES", shape=(1,), data=["not an image"]), "cannot decode"),
+    (v2_body(datatype="BYTES", shape=(1,), data=[base64.b64encode(b"not an image").decode()]), "cannot decode"),
+    (v2_body(datatype="BYTES", shape=(1,), data=["not base64!"]), "not base64"),
     (b"{not json", ""),
 ])
 def test_malformed_v2_requests_get_a_4xx_with_a_message(server, body, message):
