@@ -1,5 +1,5 @@
-"""Built-in offline benchmarks: ``synthetic-scenes``, ``shape-colours``, ``shape-textures`` (images, tags, ground-truth
-relevance) and ``two-moons-3d``."""
+"""Built-in offline benchmarks: ``synthetic-scenes``, ``shape-colours``, ``shape-textures``, ``digit-backgrounds`` (images,
+tags, ground-truth relevance) and ``two-moons-3d``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel
 
+from mavias.benchmarks.digits import DigitsConfig, make_digits
 from mavias.benchmarks.shapes import ShapesConfig, ShapeTexturesConfig, make_shapes
 from mavias.benchmarks.synthetic_scenes import (
     SyntheticScenesConfig,
@@ -28,18 +29,21 @@ BENCHMARKS: dict[str, Benchmark] = {
     "synthetic-scenes": Benchmark(SyntheticScenesConfig, make_synthetic_scenes),
     "shape-colours": Benchmark(ShapesConfig, make_shapes),
     "shape-textures": Benchmark(ShapeTexturesConfig, make_shapes),
+    "digit-backgrounds": Benchmark(DigitsConfig, make_digits),
     "two-moons-3d": Benchmark(TwoMoons3DConfig, make_two_moons_3d),
 }
 
 __all__ = [
     "BENCHMARKS",
     "Benchmark",
+    "DigitsConfig",
     "ShapeTexturesConfig",
     "ShapesConfig",
     "SyntheticScenesConfig",
     "TwoMoons3DConfig",
     "benchmark_vocabulary",
     "ground_truth_relevance",
+    "make_digits",
     "make_shapes",
     "make_synthetic_scenes",
     "make_two_moons_3d",

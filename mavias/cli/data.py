@@ -1,5 +1,5 @@
-"""`mavias data`: ``make synthetic-scenes|shape-colours|shape-textures|two-moons-3d`` writes a built-in benchmark
-into a folder (options left out keep the config's defaults: :class:`SyntheticScenesConfig`, :class:`TwoMoons3DConfig`);
+"""`mavias data`: ``make synthetic-scenes|shape-colours|shape-textures|digit-backgrounds|two-moons-3d`` writes a
+built-in benchmark into a folder (options left out keep the config's defaults, e.g. :class:`SyntheticScenesConfig`);
 ``import imagefolder|s3|waterbirds|celeba|urbancars|imagenet9`` writes OUT/manifest.parquet, dataset.json and
 quarantine.csv (the data folder itself is only read).
 """
@@ -62,7 +62,7 @@ def synthetic_scenes(
     _make("synthetic-scenes", options.pop("out"), options)
 
 
-def _add_shapes_command(name: str, summary: str) -> None:
+def _add_single_shortcut_command(name: str, summary: str) -> None:
     def command(
         out: OutOption,
         seed: SeedOption = None,
@@ -70,7 +70,7 @@ def _add_shapes_command(name: str, summary: str) -> None:
         n_val: Annotated[int | None, typer.Option()] = None,
         n_test_per_cell: Annotated[int | None, typer.Option(help="test images per (class, attribute value)")] = None,
         image_size: Annotated[int | None, typer.Option()] = None,
-        bias_align: Annotated[float | None, typer.Option(help="P(shortcut aligned) in shortcut classes")] = None,
+        bias_align: Annotated[float | None, typer.Option(help="P(shortcut aligned) in the shortcut classes")] = None,
     ) -> None:
         _make(name, out, {"seed": seed, "n_train": n_train, "n_val": n_val, "n_test_per_cell": n_test_per_cell,
                           "image_size": image_size, "bias_align": bias_align})
@@ -79,8 +79,9 @@ def _add_shapes_command(name: str, summary: str) -> None:
     make_app.command(name)(command)
 
 
-_add_shapes_command("shape-colours", "10 shape classes; the shape's colour is a 95% shortcut in half of them.")
-_add_shapes_command("shape-textures", "12 shape classes; the background texture is a 95% shortcut in a third of them.")
+_add_single_shortcut_command("shape-colours", "10 shape classes; the shape's colour is a 95% shortcut in half of them.")
+_add_single_shortcut_command("shape-textures", "12 shape classes; the background texture is a 95% shortcut in a third of them.")
+_add_single_shortcut_command("digit-backgrounds", "10 printed digits; the background colour is a 95% shortcut in every class.")
 
 
 @make_app.command("two-moons-3d")

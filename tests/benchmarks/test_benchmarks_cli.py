@@ -26,7 +26,7 @@ def test_make_two_moons_and_reject_invalid_options(tmp_path):
 
 
 def test_registry_names_every_benchmark():
-    assert set(BENCHMARKS) == {"synthetic-scenes", "shape-colours", "shape-textures", "two-moons-3d"}
+    assert set(BENCHMARKS) == {"synthetic-scenes", "shape-colours", "shape-textures", "digit-backgrounds", "two-moons-3d"}
     for benchmark in BENCHMARKS.values():
         benchmark.config()  # defaults are valid
 
