@@ -9,47 +9,46 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from mavias.errors import UserError
 from mavias.evaluate.metrics import MIN_SUPPORT, accuracy, group_key
-from mavias.evaluate.protocols import (
-    celeba_metrics,
-    evaluation_report,
-    find_biased_tags,
-    imagenet9_metrics,
-    openset_groups,
-    urbancars_metrics,
-)
+from mavias.evaluate.openset import PAPER, find_biased_tags, openset_groups, openset_report
+from mavias.evaluate.protocols import celeba_metrics, evaluation_report, imagenet9_metrics, urbancars_metrics
+from mavias.evaluate.shortcuts import SHORTCUT, find_shortcuts
 from mavias.manifest import DatasetInfo
-from mavias.train.config import TrainConfig
+from mavias.train.config import TrainConfig, load_config
 from mavias.train.data import SplitData
 from mavias.train.inference import predict
 from mavias.train.prepare import PreparedData
-from mavias.train.trainer import Trainer, TrainResult, epoch_path, load_main_model
+from mavias.train.trainer import EARLY_CHECKPOINT, Trainer, TrainResult, epoch_path, load_main_model
 from mavias.utils.atomic import atomic_path, write_json
 
 BG_ALIGNED, CO_ALIGNED = "attr_bg_aligned", "attr_coobj_aligned"
-
-
-BIASED_TAGS_FILE = "biased_tags.csv"
+BIASED_TAGS_FILE = "biased_tags.csv"  # B': one row per biased (class, tag)
+EVIDENCE_FILE = "shortcut_evidence.csv"  # every (class, tag) pair tested, with its evidence
+PAPER_TAGS_FILE = "biased_tags_paper.csv"  # B' by the paper's rule, reported alongside
+DISCOVERY_FILE = "biased_tags.json"  # what B' was computed from (a cache key)
+RULES = (SHORTCUT, PAPER)
 
 
 @dataclass
 class Reference:
-    """The ERM reference of the open-set protocol: its biased tags B' and the tag-derived validation groups."""
+    """The ERM reference of the open-set protocol: its biased tags B' (default rule, and the paper's alongside) and
+    the tag-derived validation groups."""
 
     checkpoint: Path
     biased_tags: pd.DataFrame
     val_groups: pd.Series
     run: TrainResult | None = None
-
-    @classmethod
-    def from_biased_tags(cls, checkpoint: Path, biased: pd.DataFrame, data: PreparedData,
-                         run: TrainResult | None = None) -> Reference:
-        return cls(checkpoint, biased, tag_groups(data["val"], biased, data.classes), run)
+    paper_biased_tags: pd.DataFrame | None = None
+    evidence: pd.DataFrame | None = None
 
     def kept_epochs(self, epochs: int) -> Path | None:
         """The reference's run folder when it kept all ``epochs`` of its training (``keep_epochs``), else None."""
@@ -58,33 +57,95 @@ class Reference:
 
 
 def tag_groups(split: SplitData, biased: pd.DataFrame, classes: list[str]) -> pd.Series:
-    """Open-set groups "<class>|biased" / "<class>|unbiased" of a split's samples."""
+    """Open-set groups "<class>|aligned" / "<class>|conflicting" of a split's samples."""
     frame = split.frame.assign(label=split.labels.numpy())
     return openset_groups(frame, frame["irrelevant_tags"], biased, classes)
 
 
+def discover_biased_tags(data: PreparedData, checkpoint: Path, *, rule: str = SHORTCUT,
+                         min_support: int = MIN_SUPPORT) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(B' by ``rule``, the evidence of every pair tested, B' by the paper's rule) from the reference checkpoint's
+    validation predictions (and its run's early checkpoint, the bias-amplified proxy, where kept) and the training
+    split's tags."""
+    if rule not in RULES:
+        raise UserError(f"unknown biased-tag rule {rule!r}; use {' or '.join(RULES)}")
+    val = predict(load_main_model(checkpoint)[0], data["val"])
+    paper = find_biased_tags(val, val["irrelevant_tags"], data.classes, min_support=min_support)
+    if rule == PAPER:
+        return paper, paper, paper
+    early = checkpoint.parent / EARLY_CHECKPOINT
+    models = [val] + ([predict(load_main_model(early)[0], data["val"])] if early.is_file() else [])
+    train = data["train"].frame
+    evidence = find_shortcuts(data["train"].labels.numpy(), train["sample_tags"], train["irrelevant_tags"],
+                              val["label"].to_numpy(), val["sample_tags"], [_log_probs(m, data.classes) for m in models],
+                              data.classes, min_support=min_support)
+    return evidence[evidence["biased"]].reset_index(drop=True), evidence, paper
+
+
+def _log_probs(pred: pd.DataFrame, classes: list[str]) -> np.ndarray:
+    logits = pred[[f"logit_{k}" for k in range(len(classes))]].to_numpy()
+    return logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+
+
+def _fingerprint(data: PreparedData) -> str:
+    """What B' depends on besides the checkpoint: the classes and every train/val sample with its tags."""
+    digest = hashlib.sha256(json.dumps(data.classes).encode())
+    for split in ("train", "val"):
+        frame = data[split].frame
+        for sample, tags in zip(frame["sample_id"], frame["sample_tags"]):
+            digest.update(f"{split}:{sample}:{sorted(tags)}".encode())
+    return digest.hexdigest()[:16]
+
+
+def load_reference(run_dir: str | Path, data: PreparedData, *, rule: str = SHORTCUT,
+                       min_support: int = MIN_SUPPORT, run: TrainResult | None = None) -> Reference:
+    """Any ERM run folder as the open-set reference: its B' is read from the run when it was computed from the same
+    data and settings, else computed from its ``best_val_acc.pt`` and written there."""
+    run_dir = Path(run_dir)
+    checkpoint = _reference_checkpoint(run_dir, data)
+    early = run_dir / EARLY_CHECKPOINT
+    key = {"rule": rule, "min_support": min_support, "data": _fingerprint(data), "checkpoint": checkpoint.name,
+           "checkpoint_mtime": checkpoint.stat().st_mtime_ns,
+           "early_mtime": early.stat().st_mtime_ns if early.is_file() else None}
+    meta = run_dir / DISCOVERY_FILE
+    if meta.is_file() and json.loads(meta.read_text()) == key:
+        tables = [pd.read_csv(run_dir / f, keep_default_na=False) for f in (BIASED_TAGS_FILE, EVIDENCE_FILE, PAPER_TAGS_FILE)]
+    else:
+        tables = list(discover_biased_tags(data, checkpoint, rule=rule, min_support=min_support))
+        for name, table in zip((BIASED_TAGS_FILE, EVIDENCE_FILE, PAPER_TAGS_FILE), tables):
+            with atomic_path(run_dir / name) as tmp:
+                table.to_csv(tmp, index=False)
+        write_json(meta, key)
+    biased, evidence, paper = tables
+    return Reference(checkpoint, biased, tag_groups(data["val"], biased, data.classes), run, paper, evidence)
+
+
+def _reference_checkpoint(run_dir: Path, data: PreparedData) -> Path:
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError(f"{run_dir} is not a run folder (no config.yaml); pass the --out folder of "
+                        "`mavias train --set method=erm`")
+    method = load_config(run_dir / "config.yaml").method
+    if method != "erm":
+        raise UserError(f"{run_dir} is a {method} run; the reference must be an ERM run: "
+                        f"mavias train --set method=erm --out REFERENCE_DIR, then --reference REFERENCE_DIR")
+    checkpoint = run_dir / "best_val_acc.pt"
+    if not checkpoint.is_file():
+        raise UserError(f"{checkpoint} does not exist: the reference run has not finished an epoch; "
+                        f"train it again with the same --out to resume it")
+    _, classes, _ = load_main_model(checkpoint)
+    if classes != data.classes:
+        raise UserError(f"the reference {run_dir} was trained on classes {classes}, this data has {data.classes}: "
+                        "use a reference trained on this dataset")
+    return checkpoint
+
+
 def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *, tag_min_support: int = MIN_SUPPORT,
-                    progress: bool = True, keep_epochs: bool = False) -> Reference:
+                    rule: str = SHORTCUT, progress: bool = True, keep_epochs: bool = False) -> Reference:
     """The ERM reference; with ``keep_epochs`` its training also serves as the ERM baseline (`erm_baseline`)."""
     cfg = cfg.model_copy(update={"method": "erm", "selection": "val_acc"})
     run = Trainer(cfg, data["train"], data["val"], data.classes, out_dir, progress=progress,
                   keep_epochs=keep_epochs).fit()
-    checkpoint = run.checkpoint("val_acc")
-    model, _, _ = load_main_model(checkpoint)
-    val_pred = predict(model, data["val"])
-    biased = find_biased_tags(val_pred, val_pred["irrelevant_tags"], data.classes, min_support=tag_min_support)
-    with atomic_path(Path(out_dir) / BIASED_TAGS_FILE) as tmp:
-        biased.to_csv(tmp, index=False)
-    return Reference.from_biased_tags(checkpoint, biased, data, run)
-
-
-def load_reference(run_dir: str | Path, data: PreparedData) -> Reference:
-    run_dir = Path(run_dir)
-    path = run_dir / BIASED_TAGS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: {run_dir} is not an ERM reference run (mavias train --set method=erm)")
-    biased = pd.read_csv(path, keep_default_na=False)
-    return Reference.from_biased_tags(run_dir / "best_val_acc.pt", biased, data)
+    return load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
 
 
 def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference | None,
@@ -105,6 +166,29 @@ def erm_baseline(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, refe
     return trainer.reselect(source) if source is not None else trainer.fit()
 
 
+def _open_set(pred: pd.DataFrame, reference: Reference, classes: list[str], n_boot: int, seed: int) -> tuple[dict, pd.DataFrame]:
+    """Open-set metrics under the reference's B', with the paper rule's B' and its worst group alongside."""
+    def report(biased: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+        return openset_report(pred, pred["irrelevant_tags"], pred["sample_tags"], biased, classes, n_boot=n_boot,
+                              seed=seed)
+
+    metrics, table = report(reference.biased_tags)
+    rule = str(reference.biased_tags["rule"].iloc[0]) if len(reference.biased_tags) else SHORTCUT
+    metrics.update(protocol="open-set", biased_tag_rule=rule, n_biased_tags=len(reference.biased_tags),
+                   biased_tags=_pairs(reference.biased_tags))
+    if reference.paper_biased_tags is not None:
+        paper, _ = report(reference.paper_biased_tags)
+        metrics["paper_rule"] = {"n_biased_tags": len(reference.paper_biased_tags),
+                                 "biased_tags": _pairs(reference.paper_biased_tags),
+                                 "worst_group": paper["worst_group"],
+                                 "worst_group_accuracy": paper["worst_group_accuracy"]}
+    return metrics, table
+
+
+def _pairs(biased: pd.DataFrame) -> list[list[str]]:
+    return [[str(c), str(t)] for c, t in zip(biased["class"], biased["tag"])]
+
+
 def training_proportions(data: PreparedData, attrs: list[str]) -> dict[str, float]:
     names = group_key(data["train"].frame, ["label", *attrs])
     return (names.value_counts() / len(names)).to_dict()
@@ -123,9 +207,7 @@ def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: R
     result: dict = {"split": split, "checkpoint": str(checkpoint), "n_samples": len(pred),
                     "accuracy": float(pred["correct"].mean()), "tables": {}}
     if reference is not None:
-        metrics, table = evaluation_report(pred, tag_groups(target, reference.biased_tags, classes), n_boot=n_boot, seed=seed)
-        result["open_set"] = metrics
-        result["tables"]["open_set"] = table
+        result["open_set"], result["tables"]["open_set"] = _open_set(pred, reference, classes, n_boot, seed)
     if closed_set_attrs:
         proportions = training_proportions(data, closed_set_attrs)
         groups = group_key(pred.assign(label=pred["label_name"]), ["label", *closed_set_attrs])

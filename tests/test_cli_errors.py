@@ -105,15 +105,15 @@ def test_bad_yaml_in_reviewed_decisions(files):
         ("{bad", "cannot read it as JSON"),
         ("[0.01]", "expected a JSON object of settings"),
         ('{"alfa": 0.01}', "unknown setting(s) alfa"),
-        ('{"alpha": 5}', "alpha = 5 is outside the searched range [0.001, 0.1]"),
-        ('{"epochs": 100}', "epochs = 100 is outside the searched range"),
+        ('{"mavias.alpha": 5}', "mavias.alpha = 5 is outside the searched range [0.001, 1]"),
+        ('{"epochs": 100}', "epochs = 100 is outside the searched range [5, 15]"),
     ],
 )
 def test_a_bad_warm_start_for_the_search(files, content, expect):
     (files / "warm.json").write_text(content)
     fails_cleanly("tune", "--manifest", files / "manifest.csv", "--relevance", files / "truth.csv",
                   "--reference", files, "--out", files / "search", "--warm-start", files / "warm.json",
-                  expect=expect)  # fmt: skip
+                  "--set", "epochs=10", expect=expect)  # fmt: skip
     assert not (files / "search").exists()  # refused before any data is prepared
 
 
@@ -122,9 +122,10 @@ def test_an_unknown_benchmark_for_the_criteria_analysis(tmp_path):
                   expect="use --benchmark synthetic-scenes or shape-colours or shape-textures")
 
 
-def test_an_unknown_benchmark_for_the_core_bench(tmp_path):
-    fails_cleanly("bench", "core", "--benchmark", "shape-colors", "--work", tmp_path,
-                  expect="use --benchmark synthetic-scenes or shape-colours or shape-textures or two-moons-3d")
+@pytest.mark.parametrize("bench", ["core", "audit"])
+def test_an_unknown_benchmark_for_the_core_and_audit_benches(tmp_path, bench):
+    fails_cleanly("bench", bench, "--benchmark", "shape-colors", "--work", tmp_path,
+                  expect="use --benchmark synthetic-scenes or shape-colours or shape-textures or digit-backgrounds")
 
 
 @pytest.mark.parametrize("args", [["criteria", "--seed", "-1"], ["core", "--seeds", "0"], ["core", "--trials", "0"]])

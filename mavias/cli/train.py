@@ -68,18 +68,18 @@ def train(
 ) -> None:
     """Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes checkpoints,
     metrics.csv and TensorBoard logs."""
-    from mavias.workflow import load_reference, train_method, train_reference
+    from mavias.workflow import BIASED_TAGS_FILE, load_reference, train_method
 
     cfg = load_config(config, preset=preset, overrides=_overrides(set_))
     weights_file(cfg.backbone)  # a missing pretrained file fails now, not after the data is prepared
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
-    if cfg.method == "erm" and cfg.selection == "val_acc" and reference is None:
-        ref = train_reference(data, cfg, out)
-        console.print(f"[green]ERM reference trained[/]; biased tags: {out / 'biased_tags.csv'}")
-        result = ref.run
-    else:
-        ref = None if reference is None else load_reference(reference, data)
-        result = train_method(data, cfg, out, ref)
+    ref = None if reference is None else load_reference(reference, data)
+    result = train_method(data, cfg, out, ref)
+    for warning in result.warnings:
+        console.print(f"[bold red]warning:[/] {warning}")
+    if cfg.method == "erm" and reference is None:  # any ERM run is a reference: its B' is computed now
+        found = load_reference(out, data).biased_tags
+        console.print(f"[green]ERM reference trained[/]: {len(found)} biased tag(s) in {out / BIASED_TAGS_FILE}")
     console.print(f"best checkpoints: {json.dumps(result.best)}\nnext: mavias evaluate --run {out} --manifest {manifest} ...")
 
 

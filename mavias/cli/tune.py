@@ -1,4 +1,4 @@
-"""`mavias tune`: search MAVias's hyperparameters on validation, write the best run as a normal run folder."""
+"""`mavias tune`: search a method's settings on validation, write the best run as a normal run folder."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ console = make_console()
 def tune_command(
     manifest: Manifest,
     relevance: Relevance,
-    reference: Annotated[Path, typer.Option("--reference", help="ERM reference run folder (its biased tags B')", exists=True)],
     out: Annotated[Path, typer.Option("--out", help="search folder (study.db, trials/, trials.csv, best/); resumes")],
+    reference: Annotated[Path | None, typer.Option(
+        "--reference", help="ERM reference run folder: its biased tags B' form the validation groups of the criterion "
+        "(without it the criterion is the balanced validation accuracy)", exists=True)] = None,
     trials: Annotated[int, typer.Option("--trials", min=1, help="trials to finish in all (resumed ones count)")] = 12,
     timeout: Annotated[float | None, typer.Option("--timeout", help="stop starting trials after this many seconds")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="base YAML training config")] = None,
@@ -31,17 +33,20 @@ def tune_command(
     group_attrs: GroupAttrs = "",
     workspace: Workspace = Path(".mavias"),
 ) -> None:
-    """Search alpha, lambda, projection lr multiplier, lr and epochs (Optuna TPE, median pruning), selecting by
-    the bias-unaware validation criterion only."""
+    """Search the learning rate (two decades around the recipe's), the epochs and the method's own settings
+    (`--set method=...`, default mavias) with Optuna TPE and median pruning, selecting by the bias-unaware validation
+    criterion only."""
     from mavias.tune.search import load_warm_start, tune
     from mavias.workflow import load_reference
 
-    base = load_config(config, preset=preset, overrides={**_overrides(set_), "method": "mavias"})
-    start = None if warm_start is None else load_warm_start(warm_start, base)
+    base = load_config(config, preset=preset, overrides=_overrides(set_))
+    if warm_start is not None:  # what can be checked before any data is prepared
+        load_warm_start(warm_start, base)
     data = _prepare(manifest, relevance, tags, workspace, base, group_attrs, out)
-    ref = load_reference(reference, data)
-    result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=start, seed=seed, progress=True)
+    ref = None if reference is None else load_reference(reference, data)
+    result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=warm_start, seed=seed, progress=True)
     console.print(f"best ({base.selection} {result.best_value:.4f}): {json.dumps(result.best_params)}")
     if result.selection_fallback:
         console.print(f"[yellow]{base.selection} was constant over epochs; the checkpoint is {result.selection_fallback}'s[/]")
-    console.print(f"trials: {out / 'trials.csv'}\nnext: mavias evaluate --run {result.best_dir} --manifest {manifest} ...")
+    console.print(f"trials: {out / 'trials.csv'}; pruning: the trials cost {result.cost_ratio:.0%} of as many full "
+                  f"trainings\nnext: mavias evaluate --run {result.best_dir} --manifest {manifest} ...")

@@ -1,4 +1,5 @@
-"""Group metrics and evaluation protocols (open-set, closed-set CelebA / Waterbirds / UrbanCars)."""
+"""Group metrics, label-free shortcut discovery (B') and the evaluation protocols (open-set, closed-set CelebA /
+Waterbirds / UrbanCars / ImageNet-9)."""
 
 from mavias.evaluate.metrics import (
     MIN_SUPPORT,
@@ -11,19 +12,18 @@ from mavias.evaluate.metrics import (
     group_table,
     worst_group,
 )
+from mavias.evaluate.openset import decoy_groups, find_biased_tags, openset_groups, openset_report
 from mavias.evaluate.protocols import (
     as_bool,
     bias_conflicting_accuracy,
     celeba_metrics,
     evaluation_report,
-    find_biased_tags,
     imagenet9_metrics,
-    openset_evaluation,
-    openset_groups,
     unbiased_accuracy,
     urbancars_metrics,
     write_evaluation,
 )
+from mavias.evaluate.shortcuts import find_shortcuts
 
 __all__ = [
     "MIN_SUPPORT",
@@ -34,14 +34,16 @@ __all__ = [
     "bias_conflicting_accuracy",
     "celeba_metrics",
     "correctness",
+    "decoy_groups",
     "evaluation_report",
     "find_biased_tags",
+    "find_shortcuts",
     "format_group_key",
     "group_key",
     "group_table",
     "imagenet9_metrics",
-    "openset_evaluation",
     "openset_groups",
+    "openset_report",
     "unbiased_accuracy",
     "urbancars_metrics",
     "worst_group",

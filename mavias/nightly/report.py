@@ -20,7 +20,7 @@ from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
 from mavias.evaluate.metrics import GROUP_TABLE_COLUMNS
-from mavias.evaluate.protocols import BIASED_TAG_COLUMNS
+from mavias.evaluate.shortcuts import SHORTCUT_COLUMNS
 from mavias.export.parity import VerificationResult
 from mavias.gates import GateReport, load_gate_config
 from mavias.nightly.artifacts import NightResults, Notified, Reported
@@ -156,7 +156,7 @@ def build_report_context(
     gates = GateReport.from_dict(results["gates"]) if has_candidate else GateReport(load_gate_config(cfg.gates), [])
     tables = _candidate_tables(results, gates) if has_candidate else {
         "candidate_groups": _empty_groups(), "reference_groups": _empty_groups(),
-        "biased_tags": pd.DataFrame(columns=BIASED_TAG_COLUMNS),
+        "biased_tags": pd.DataFrame(columns=SHORTCUT_COLUMNS),
     }
     packaged, promoted, discovered = results.get("packaged") or {}, results.get("promoted"), results.get("discovered")
     context = ReportContext(

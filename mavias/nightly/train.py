@@ -18,7 +18,8 @@ from mavias.nightly.dataset import load_prepared
 from mavias.nightly.layout import layout
 from mavias.train.config import TrainConfig
 from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial
-from mavias.tune.search import settings_params
+from mavias.tune.search import resolve_base
+from mavias.tune.space import current_values, search_space
 from mavias.utils.atomic import atomic_path
 from mavias.workflow import load_reference, train_reference
 
@@ -37,13 +38,22 @@ def _candidate_base(cfg: NightlyConfig) -> TrainConfig:
     return cfg.train.resolve().model_copy(update={"method": "mavias"})
 
 
+def _resolved_base(cfg: NightlyConfig, dataset: Dataset, data=None) -> TrainConfig:
+    """The candidate's settings with the recipe's choices for tonight's data (the range test runs once a night; its
+    result is kept in the tuning folder)."""
+    return resolve_base(data or load_prepared(dataset), _candidate_base(cfg), Path(dataset["dir"]) / TUNING_DIR)
+
+
 def plan_trials(cfg: NightlyConfig, dataset: Dataset) -> list[TrialJob]:
     """Tonight's trials: one trial is exactly the configured settings; with more, the previous night's best settings
-    (else the configured ones) come first, then TPE's picks."""
-    base = _candidate_base(cfg)
+    (those still inside tonight's search space; else the configured ones) come first, then TPE's picks."""
+    base = _resolved_base(cfg, dataset)
+    space = {param.key: param for param in search_space(base)}
     previous = layout(cfg).root / TUNING_DIR / PREVIOUS_BEST
-    searching = cfg.train.tune_trials > 1 and previous.exists()
-    warm = json.loads(previous.read_text()) if searching else settings_params(base)
+    warm = current_values(base, list(space.values()))
+    if cfg.train.tune_trials > 1 and previous.exists():
+        best = json.loads(previous.read_text())
+        warm |= {key: value for key, value in best.items() if key in space and space[key].contains(value)}
     return plan_batch(Path(dataset["dir"]) / TUNING_DIR, base, cfg.train.tune_trials, batch=dataset["night"],
                       warm_start=warm)
 
@@ -51,14 +61,15 @@ def plan_trials(cfg: NightlyConfig, dataset: Dataset) -> list[TrialJob]:
 def run_trial(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, job: TrialJob) -> TrialResult:
     """Train one planned trial on the accumulated data (resumable; a finished trial is reused)."""
     data = load_prepared(dataset)
-    return run_planned_trial(data, load_reference(reference["dir"], data), _candidate_base(cfg),
+    return run_planned_trial(data, load_reference(reference["dir"], data), _resolved_base(cfg, dataset, data),
                              Path(dataset["dir"]) / TUNING_DIR, dict(job))
 
 
 def select_candidate(cfg: NightlyConfig, dataset: Dataset, trials: list[TrialResult]) -> Candidate:
     """The trial with the best validation criterion becomes the candidate; its settings warm-start the next night."""
-    selection = _candidate_base(cfg).selection
-    tuned = finish_batch(Path(dataset["dir"]) / TUNING_DIR, trials, selection)
+    base = _candidate_base(cfg)
+    selection = base.selection
+    tuned = finish_batch(Path(dataset["dir"]) / TUNING_DIR, trials, base)
     with atomic_path(layout(cfg).root / TUNING_DIR / PREVIOUS_BEST) as tmp:
         tmp.write_text(json.dumps(tuned.best_params))
     summary = json.loads((tuned.best_dir / "train_summary.json").read_text())

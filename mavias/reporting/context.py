@@ -60,7 +60,7 @@ class ReportContext(BaseModel):
     validations: dict[str, dict[str, Any]]  # partition -> ValidationResult.to_dict()
     candidate_groups: pd.DataFrame  # group table (evaluate_checkpoint "tables") of the gates' wg_source
     reference_groups: pd.DataFrame
-    biased_tags: pd.DataFrame  # find_biased_tags table of the ERM reference
+    biased_tags: pd.DataFrame  # B' of the ERM reference (mavias.evaluate.shortcuts.SHORTCUT_COLUMNS)
     logit_summary: pd.DataFrame | None = None  # logit_summary() rows of the ERM reference and of MAVias
     bias_strength_label: str = "biased tags of its class present in the sample"
     history: list[HistoryEntry] = []  # past nights and tonight's entry (append_history before rendering)

@@ -85,7 +85,7 @@ def append_history(path: str | Path, *entries: HistoryEntry) -> list[HistoryEntr
 
 
 def biased_tags_by_class(biased_tags: pd.DataFrame, top_k: int = TOP_K) -> dict[str, list[str]]:
-    """Class -> its top-k biased tags in rank order (a biased tags table of :func:`find_biased_tags`)."""
+    """Class -> its top-k biased tags in rank order (B' of the ERM reference, with its ``rank`` column)."""
     require_columns(biased_tags, ["class", "tag", "rank"])
     top = biased_tags[biased_tags["rank"] <= top_k].sort_values(["class", "rank"])
     return {str(c): list(tags) for c, tags in top.groupby("class", sort=True)["tag"]}

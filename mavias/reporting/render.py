@@ -174,7 +174,7 @@ def _biased_tag_rows(context: ReportContext, new_tags: Mapping[str, list[str]]) 
     top = context.biased_tags[context.biased_tags["rank"] <= TOP_K].sort_values(["class", "rank"])
     return [
         {"class": name, "tags": [
-            {"tag": row.tag, "lift": row.lift, "new": row.tag in new_tags.get(name, [])}
+            {"tag": row.tag, "score": row.score, "new": row.tag in new_tags.get(name, [])}
             for row in rows.itertuples()
         ]}
         for name, rows in top.groupby("class", sort=True)

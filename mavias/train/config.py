@@ -33,23 +33,33 @@ class BackboneConfig(_Strict):
 class PreprocessConfig(_Strict):
     """Image preprocessing (torchvision transforms v2 on PIL images); normalisation is inside the model."""
 
-    augment: bool = Field(False, description="training: RandomResizedCrop(image_size) + horizontal flip")
+    augment: bool | None = Field(
+        None, description="training: RandomResizedCrop(image_size) (+ flip); unset: the recipe's (on)")
     crop_scale: tuple[float, float] = Field((0.7, 1.0), description="RandomResizedCrop area range (GroupDRO's Waterbirds/CelebA)")
     crop_ratio: tuple[float, float] = Field((0.75, 4 / 3), description="RandomResizedCrop aspect-ratio range")
-    flip: bool = Field(True, description="random horizontal flip when augment is on")
+    flip: bool | None = Field(None, description="random horizontal flip when augment is on; unset: the recipe's (on "
+                              "for pretrained backbones; off from scratch, where orientation may be the class)")
     resize: int | None = Field(
         None, ge=8, description="evaluation: shorter side resized to this, then CenterCrop(image_size); default image_size"
     )
 
 
+Schedule = Literal["none", "step_thirds", "cosine"]
+
+
 class OptimConfig(_Strict):
-    name: Literal["sgd", "adam"] = "sgd"
-    lr: float = Field(1e-3, gt=0)
+    """Unset fields come from the backbone family's recipe (:mod:`mavias.train.recipe`) when training starts; the run's
+    config.yaml records the resolved values and why."""
+
+    name: Literal["sgd", "adam", "adamw"] | None = Field(None, description="unset: sgd, adamw for vision transformers")
+    lr: float | None = Field(None, gt=0, description="unset: found by a learning-rate range test before training")
     momentum: float = Field(0.9, ge=0, lt=1)
-    weight_decay: float = Field(1e-4, ge=0)
-    schedule: Literal["none", "step_thirds"] = Field(
-        "none", description="step_thirds: lr / 10 after 1/3 and after 2/3 of the epochs (paper, CelebA and ImageNet-9)"
+    weight_decay: float | None = Field(None, ge=0, description="unset: 5e-4 from scratch, 1e-4 pretrained, 0.05 adamw")
+    schedule: Schedule | None = Field(
+        None, description="step_thirds: lr / 10 after 1/3 and 2/3 of the epochs (paper); cosine: linear warm-up over "
+        "warmup_fraction of the steps, then cosine to 0; unset: cosine"
     )
+    warmup_fraction: float = Field(0.05, ge=0, lt=1, description="share of the steps warmed up (cosine schedule)")
 
 
 class MaviasConfig(_Strict):
@@ -118,9 +128,9 @@ class TrainConfig(_Strict):
     lff: LfFConfig = LfFConfig()
     sd: SDConfig = SDConfig()
     flac: FLACConfig = FLACConfig()
-    epochs: int = Field(10, ge=1)
+    epochs: int | None = Field(None, ge=1, description="unset: scaled to the training set size (recipe)")
     batch_size: int = Field(64, ge=1)
-    image_size: int = Field(64, ge=8)
+    image_size: int | None = Field(None, ge=8, description="unset: the training images' median shorter side, at most 224")
     encoder: str = Field(MINILM, description="text encoder of the bias embeddings: minilm or openclip:<model>/<pretrained>")
     preprocessing: PreprocessConfig = PreprocessConfig()
     seed: int = 0
@@ -142,9 +152,18 @@ class TrainConfig(_Strict):
         if self.backbone.name == "mlp" and self.backbone.weights:
             raise ValueError("backbone.weights applies to torchvision backbones only")
         parse_encoder(self.encoder)
-        if self.preprocessing.resize is not None and self.preprocessing.resize < self.image_size:
-            raise ValueError(f"preprocessing.resize ({self.preprocessing.resize}) must be >= image_size ({self.image_size})")
+        size = self.image_size
+        if self.preprocessing.resize is not None and size is not None and self.preprocessing.resize < size:
+            raise ValueError(f"preprocessing.resize ({self.preprocessing.resize}) must be >= image_size ({size})")
         return self
+
+    @property
+    def resolved(self) -> bool:
+        """Every setting the recipe fills is set (a run's saved config always is)."""
+        o = self.optim
+        p = self.preprocessing
+        image = () if self.backbone.name == "mlp" else (self.image_size, p.augment, p.flip)
+        return None not in (o.name, o.lr, o.weight_decay, o.schedule, self.epochs, *image)
 
 
 def load_config(path: str | Path | None = None, *, preset: str | None = None, overrides: dict | None = None) -> TrainConfig:
@@ -175,9 +194,11 @@ def preset_path(name: str) -> Path:
     return path
 
 
-def save_config(config: TrainConfig, path: str | Path) -> Path:
+def save_config(config: TrainConfig, path: str | Path, *, comments: list[str] = ()) -> Path:
+    """The config as YAML; ``comments`` (e.g. why the recipe chose a value) become comment lines at its top."""
+    header = "".join(f"# {line}\n" for line in comments)
     with atomic_path(path) as tmp:
-        tmp.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        tmp.write_text(header + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     return Path(path)
 
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from mavias.manifest import resolve_uri
-from mavias.train.transforms import Transform, load_transformed
+from mavias.train.transforms import DECODE, Transform, load_transformed
 from mavias.utils.progress import progress_bar
 
 PRELOAD_LIMIT_BYTES = 2 * 1024**3
@@ -22,19 +22,26 @@ class ImageSplit(Dataset):
     """Images of one split as uint8 [3, H, W] after ``transform``.
 
     A deterministic (evaluation) transform whose outputs fit in ``PRELOAD_LIMIT_BYTES`` is applied once and the
-    tensors held in memory (the small synthetic benchmarks); a random (augmenting) transform, or a split too large,
-    decodes lazily per item, in DataLoader workers when configured.
+    tensors held in memory (the small synthetic benchmarks). With a random (augmenting) transform the decoded
+    images are held instead, when they fit, and transformed anew per item; a split too large decodes lazily per
+    item, in DataLoader workers when configured.
     """
 
     def __init__(self, paths: list[Path], transform: Transform, size: int, *, random: bool = False,
                  progress: str | None = None):
         self.paths = paths
         self.transform = transform
+        self.size = size
+        self.random = random
         self.cache: torch.Tensor | None = None
+        self.sources: list[torch.Tensor] | None = None
         if not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
             images = [load_transformed(p, transform)
                       for p in progress_bar(paths, desc=progress or "loading images", enabled=bool(progress))]
             self.cache = torch.stack(images) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)
+        elif random and paths and len(paths) * load_transformed(paths[0], DECODE).numel() <= PRELOAD_LIMIT_BYTES:
+            self.sources = [load_transformed(p, DECODE)
+                            for p in progress_bar(paths, desc=progress or "loading images", enabled=bool(progress))]
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -42,6 +49,8 @@ class ImageSplit(Dataset):
     def __getitem__(self, i: int) -> torch.Tensor:
         if self.cache is not None:
             return self.cache[i]
+        if self.sources is not None:
+            return self.transform(self.sources[i])
         return load_transformed(self.paths[i], self.transform)
 
 
@@ -54,6 +63,19 @@ class FeatureSplit(Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return self.cache[i]
+
+
+class IndexedInputs(Dataset):
+    """Yields (input, index) so per-sample tensors (labels, embeddings, groups) are gathered by index."""
+
+    def __init__(self, inputs: Dataset):
+        self.inputs = inputs
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, i: int):
+        return self.inputs[i], i
 
 
 @dataclass
@@ -77,6 +99,15 @@ class SplitData:
     @property
     def is_image(self) -> bool:
         return isinstance(self.inputs, ImageSplit)
+
+    @property
+    def image_size(self) -> int | None:
+        return self.inputs.size if isinstance(self.inputs, ImageSplit) else None
+
+    @property
+    def augmented(self) -> bool:
+        """Drawn through a random (augmenting) transform."""
+        return isinstance(self.inputs, ImageSplit) and self.inputs.random
 
 
 def class_index(classes: list[str], labels: pd.Series) -> torch.Tensor:

@@ -16,6 +16,14 @@ def to_model_input(x: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
 
 
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but no CUDA device is available; use device: auto or cpu")
+    return torch.device(name)
+
+
 def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 

@@ -59,9 +59,12 @@ def group_dro_step(
 
 
 def generalized_ce(logits: torch.Tensor, y: torch.Tensor, q: float) -> torch.Tensor:
-    """Per-sample generalised cross-entropy (Zhang and Sabuncu 2018; the LfF biased model): (1 - p_y^q) / q."""
-    p_y = F.softmax(logits.float(), dim=1).gather(1, y[:, None]).squeeze(1)
-    return (1 - p_y.clamp(min=1e-8) ** q) / q
+    """Per-sample generalised cross-entropy of the LfF biased model as the LfF authors' code computes it: CE weighted
+    by the detached q * p_y^q. Its gradient, q * p_y^q * grad CE, is q times that of (1 - p_y^q) / q (Zhang and
+    Sabuncu 2018); the loss value is a weighted CE, not the GCE itself."""
+    logits = logits.float()
+    p_y = F.softmax(logits, dim=1).gather(1, y[:, None]).squeeze(1)
+    return F.cross_entropy(logits, y, reduction="none") * (q * p_y.detach() ** q)
 
 
 def ema_update(buffer: torch.Tensor, seen: torch.Tensor, idx: torch.Tensor, values: torch.Tensor, decay: float) -> None:
@@ -93,9 +96,11 @@ def flac_divergence(bias_features: torch.Tensor, features: torch.Tensor, y: torc
     """FLAC (Sarridis et al. 2023): Jeffreys divergence between the main model's feature similarities and the
     bias-capturing model's dissimilarities, over the pairs the bias model gets wrong: same class but dissimilar bias
     features, or other class but similar bias features (threshold: the midpoint of the batch's bias similarities).
-    Each row is normalised over its selected pairs; the mean over selected pairs is returned, 0 when there are none."""
-    bias_similarity = _pairwise_similarity(bias_features.detach(), d)
-    similarity = _pairwise_similarity(features, d)
+    Both feature sets are L2-normalised first, as in the FLAC authors' code, so the kernel does not depend on the
+    feature scale. Each row is normalised over its selected pairs; the mean over selected pairs is returned, 0 when
+    there are none."""
+    bias_similarity = _pairwise_similarity(F.normalize(bias_features.detach().float(), dim=1), d)
+    similarity = _pairwise_similarity(F.normalize(features.float(), dim=1), d)
     threshold = (bias_similarity.max() + bias_similarity.min()) / 2
     same_class = y[:, None] == y[None, :]
     pairs = (same_class & (bias_similarity < threshold)) | (~same_class & (bias_similarity > threshold))

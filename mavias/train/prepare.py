@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +14,7 @@ from mavias.manifest import load_manifest, quarantine_undecodable
 from mavias.relevance import irrelevant_tags
 from mavias.train.config import TrainConfig
 from mavias.train.data import SplitData, attach_groups, image_split
+from mavias.train.recipe import resolve_image_settings
 from mavias.train.transforms import split_transforms
 
 
@@ -23,6 +24,7 @@ class PreparedData:
     splits: dict[str, SplitData]
     quarantined: pd.DataFrame
     prompts_encoded: int = 0
+    image_notes: dict[str, str] = field(default_factory=dict)  # why the image settings were chosen (unset ones)
 
     def __getitem__(self, split: str) -> SplitData:
         if split not in self.splits:
@@ -71,11 +73,13 @@ def prepare_image_data(
         if image_size is None:
             raise ValueError("pass the training config or an image_size")
         config = TrainConfig(image_size=image_size)
-    transforms = split_transforms(config)
     manifest_path = Path(manifest_path)
     manifest = load_manifest(manifest_path, check_files=False)
     manifest, quarantined = quarantine_undecodable(manifest, manifest_path.parent, quarantine_csv)
-    manifest["irrelevant_tags"] = irrelevant_tags(manifest["label"], sample_tags(manifest, tags_table), relevance)
+    config, image_notes = resolve_image_settings(config, manifest, manifest_path.parent)
+    transforms = split_transforms(config)
+    manifest["sample_tags"] = sample_tags(manifest, tags_table)
+    manifest["irrelevant_tags"] = irrelevant_tags(manifest["label"], manifest["sample_tags"], relevance)
     classes = sorted(manifest.loc[manifest["split"] == "train", "label"].unique())
     if not classes:
         raise ValueError(f"{manifest_path}: no usable training images")
@@ -91,7 +95,7 @@ def prepare_image_data(
         encoded = sum(attach_embeddings(split, encoder, store) for split in splits.values())
     if group_attrs:
         attach_true_groups(splits, group_attrs)
-    return PreparedData(classes, splits, quarantined, encoded)
+    return PreparedData(classes, splits, quarantined, encoded, image_notes)
 
 
 def attach_true_groups(splits: dict[str, SplitData], group_attrs: list[str]) -> None:

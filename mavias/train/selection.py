@@ -4,7 +4,7 @@
 accuracy, each group's accuracy shrunk toward its class accuracy by ``PRIOR_STRENGTH`` pseudo-samples; groups
 smaller than ``MIN_GROUP_SUPPORT`` are pooled, and a pool still that small counts only through its class accuracy.
 
-Why not the plain worst group (``val_tag_wg``): with a 95%-aligned validation split some "<class>|unbiased" group
+Why not the plain worst group (``val_tag_wg``): with a 95%-aligned validation split some "<class>|conflicting" group
 holds 1–3 images, often all wrong, and the minimum is 0.0 at every epoch: it selects nothing. Shrinkage keeps a
 small group's estimate near its class until the group has evidence, pooling stops a single image from forming a
 group, and averaging over classes (instead of one minimum) lets every class's bias-conflicting samples count.

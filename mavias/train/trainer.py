@@ -7,7 +7,7 @@ import os
 import random
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,16 +17,20 @@ from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
 from torch.utils.tensorboard import SummaryWriter
 
 from mavias.errors import UserError
-from mavias.train.config import OptimConfig, TrainConfig, load_config, save_config
-from mavias.train.data import SplitData
-from mavias.train.inference import predict_logits, to_model_input
+from mavias.train.config import TrainConfig, load_config
+from mavias.train.data import IndexedInputs, SplitData
+from mavias.train.inference import predict_logits, resolve_device, to_model_input
 from mavias.train.methods import Method, build_method
 from mavias.train.model import MainModel, build_main_model
+from mavias.train.optim import batches_per_epoch, drop_last, make_optimizer, make_scheduler
+from mavias.train.recipe import resolve_config
+from mavias.train.sanity import chance_warnings, check_finite
 from mavias.train.selection import is_uninformative, robust_selection_score
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.utils.progress import progress_bar
 
 CRITERIA = ("val_acc", "val_tag_wg", "val_robust")
+EARLY_CHECKPOINT = "early.pt"
 
 
 def run_checkpoint(run: Path, criterion: str | None) -> Path:
@@ -53,6 +57,7 @@ class TrainResult:
     history: pd.DataFrame
     best: dict[str, dict]
     completed: bool
+    warnings: list[str] = field(default_factory=list)  # a model a trivial rule explains (mavias.train.sanity)
 
     def checkpoint(self, criterion: str) -> Path:
         return self.out_dir / f"best_{criterion}.pt"
@@ -62,32 +67,11 @@ class TrainResult:
         return float(self.history["seconds"].mean())
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested but no CUDA device is available; use device: auto or cpu")
-    return torch.device(name)
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
-
-
-class _Indexed(torch.utils.data.Dataset):
-    """Yields (input, index) so per-sample tensors (labels, embeddings, groups) are gathered by index."""
-
-    def __init__(self, inputs):
-        self.inputs = inputs
-
-    def __len__(self) -> int:
-        return len(self.inputs)
-
-    def __getitem__(self, i: int):
-        return self.inputs[i], i
 
 
 class Trainer:
@@ -103,7 +87,6 @@ class Trainer:
         progress: bool = True,
         keep_epochs: bool = False,
     ):
-        self.cfg = cfg
         self.train_split = train
         self.val_split = val
         self.classes = classes
@@ -112,6 +95,8 @@ class Trainer:
         self.progress = progress
         self.keep_epochs = keep_epochs  # keep every epoch's main model, so another criterion can reselect later
         self.device = resolve_device(cfg.device)
+        self.recipe = resolve_config(cfg, train, len(classes), self.out_dir, self.device)
+        self.cfg = cfg = self.recipe.config
         seed_everything(cfg.seed)
         self.model: MainModel = build_main_model(cfg.backbone, train.in_channels, len(classes)).to(self.device)
         self.channels_last = cfg.channels_last and self.device.type == "cuda" and self.model.image_input
@@ -135,8 +120,8 @@ class Trainer:
     def _build_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler | None:
         if self.cfg.optim.schedule == "none":
             return None
-        return torch.optim.lr_scheduler.MultiStepLR(self.optimizer, milestones=step_thirds_milestones(self.cfg.epochs),
-                                                    gamma=0.1)
+        steps = batches_per_epoch(len(self.train_split), self.cfg.batch_size)
+        return make_scheduler(self.cfg.optim, self.optimizer, self.cfg.epochs, steps)
 
     def _autocast(self):
         if self.device.type == "cuda" and self.cfg.amp:
@@ -147,7 +132,7 @@ class Trainer:
         # A generator seeded by (seed, epoch) makes the sample order a function of the epoch alone, so a resumed
         # run sees exactly the batches an uninterrupted run would have seen.
         generator = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
-        data = _Indexed(self.train_split.inputs)
+        data = IndexedInputs(self.train_split.inputs)
         if weights is not None:
             sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True, generator=generator)
         else:
@@ -158,7 +143,7 @@ class Trainer:
             sampler=sampler,
             num_workers=self._num_workers(),
             pin_memory=self.device.type == "cuda",
-            drop_last=False,
+            drop_last=drop_last(len(data), self.cfg.batch_size),
         )
 
     def _num_workers(self) -> int:
@@ -223,7 +208,8 @@ class Trainer:
         self.best[criterion] = {"epoch": self.epoch, "score": score, "val_acc": val_acc}
 
     # --- loop ----------------------------------------------------------------------------------------------
-    def _run_epoch(self, method: Method, epoch: int, optimizer: torch.optim.Optimizer, desc: str) -> dict[str, float]:
+    def _run_epoch(self, method: Method, epoch: int, optimizer: torch.optim.Optimizer, desc: str,
+                   scheduler: torch.optim.lr_scheduler.LRScheduler | None = None) -> dict[str, float]:
         method.model.train()
         sums: dict[str, float] = {}
         batches = 0
@@ -238,6 +224,9 @@ class Trainer:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            check_finite(stats["loss"], epoch, optimizer.param_groups[0]["lr"])
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
             batches += 1
@@ -254,6 +243,7 @@ class Trainer:
         logits = predict_logits(self.model, self.val_split, batch_size=max(256, self.cfg.batch_size))
         correct = (logits.argmax(1) == self.val_split.labels).numpy()
         metrics = {"val_acc": float(correct.mean()),
+                   "val_balanced": float(pd.Series(correct).groupby(self.val_split.labels.numpy()).mean().mean()),
                    "val_robust": robust_selection_score(correct, self.val_split.labels.numpy(), self.val_groups)}
         if self.val_groups is not None:
             accs = pd.Series(correct).groupby(self.val_groups).mean()
@@ -275,7 +265,7 @@ class Trainer:
     def fit(self, *, resume: bool = True, stop_after: int | None = None) -> TrainResult:
         """Train to ``cfg.epochs``; with ``stop_after`` run at most that many epochs now (time-sliced jobs)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        save_config(self.cfg, self.out_dir / "config.yaml")
+        self.recipe.write(self.out_dir)
         if resume and self.last_path.exists():
             self.load_checkpoint(self.last_path)
         else:
@@ -286,14 +276,15 @@ class Trainer:
         while self.epoch < self.cfg.epochs and (stop_after is None or run_epochs < stop_after):
             self.epoch += 1
             start = time.perf_counter()
-            row = self._run_epoch(self.method, self.epoch, self.optimizer, f"{self.cfg.method} epoch {self.epoch}/{self.cfg.epochs}")
+            row = self._run_epoch(self.method, self.epoch, self.optimizer,
+                                  f"{self.cfg.method} epoch {self.epoch}/{self.cfg.epochs}", self.scheduler)
             seconds = time.perf_counter() - start
-            if self.scheduler is not None:
-                self.scheduler.step()
             row.update(self._validate())
             row.update({"epoch": self.epoch, "seconds": seconds, "lr": self.optimizer.param_groups[0]["lr"]})
             if self.keep_epochs:
                 self._save_model(epoch_path(self.out_dir, self.epoch), row["val_acc"])
+            if self.epoch == early_epoch(self.cfg.epochs):
+                self._save_model(self.out_dir / EARLY_CHECKPOINT, row["val_acc"])
             self._record(row, writer)
             run_epochs += 1
         writer.close()
@@ -309,7 +300,7 @@ class Trainer:
         if state["epoch"] < self.cfg.epochs or not epoch_path(source, state["epoch"]).exists():
             raise ValueError(f"{source} is unfinished or kept no epochs (Trainer keep_epochs=True); train this run instead")
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        save_config(self.cfg, self.out_dir / "config.yaml")
+        self.recipe.write(self.out_dir)
         self.history, self.best = [], {}
         writer = SummaryWriter(str(self.out_dir / "tensorboard"))
         for trained in state["history"]:
@@ -329,14 +320,18 @@ class Trainer:
         self._log(writer, row)
 
     def _finish(self) -> TrainResult:
+        warnings: list[str] = []
         if self.epoch >= self.cfg.epochs:
             self._fall_back_where_uninformative()
             self.save_checkpoint()
-        result = TrainResult(self.out_dir, pd.DataFrame(self.history), dict(self.best), self.epoch >= self.cfg.epochs)
+            best = max(self.history, key=lambda row: row["val_acc"])
+            warnings = chance_warnings(best["val_acc"], best["val_balanced"], len(self.classes), self.val_split.frame)
+        result = TrainResult(self.out_dir, pd.DataFrame(self.history), dict(self.best), self.epoch >= self.cfg.epochs,
+                             warnings)
         fallbacks = {c: b["fallback"] for c, b in self.best.items() if "fallback" in b}
         write_json(self.out_dir / "train_summary.json", {"best": self.best, "completed": result.completed,
                                                          "epochs": self.epoch, "classes": self.classes,
-                                                         "selection_fallbacks": fallbacks})
+                                                         "selection_fallbacks": fallbacks, "warnings": warnings})
         return result
 
     def _log(self, writer: SummaryWriter, row: dict) -> None:
@@ -352,25 +347,20 @@ def _training_settings(config: dict) -> dict:
     return {key: value for key, value in config.items() if key != "selection"}
 
 
+def early_epoch(epochs: int) -> int:
+    """The epoch kept as ``early.pt``: the first twentieth of the run. An early-stopped ERM leans on shortcuts more
+    openly than the final model (a bias-amplified proxy for the audit, :mod:`mavias.evaluate.shortcuts`)."""
+    return max(1, epochs // 20)
+
+
 def epoch_path(run: Path, epoch: int) -> Path:
     """The main model after ``epoch`` in a run trained with ``keep_epochs``."""
     return Path(run) / "epochs" / f"epoch_{epoch:03d}.pt"
 
 
-def step_thirds_milestones(epochs: int) -> list[int]:
-    """Epochs after which ``step_thirds`` divides the lr by 10: after 1/3 and after 2/3 of the run (twice)."""
-    return sorted({max(1, epochs // 3), max(1, 2 * epochs // 3)})
-
-
 def _selection_key(score: float, val_acc: float) -> tuple[float, float]:
     """Ties of a worst-group score (frequent: small groups give few distinct values) go to the higher val accuracy."""
     return (score, val_acc)
-
-
-def make_optimizer(o: OptimConfig, groups: list[dict]) -> torch.optim.Optimizer:
-    if o.name == "sgd":
-        return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-    return torch.optim.Adam(groups, lr=o.lr, weight_decay=o.weight_decay)
 
 
 def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[MainModel, list[str], TrainConfig]:

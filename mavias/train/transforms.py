@@ -18,6 +18,7 @@ from mavias.train.config import TrainConfig
 from mavias.train.model import IMAGENET_MEAN, IMAGENET_STD
 
 Transform = v2.Transform
+DECODE = v2.PILToTensor()  # an image decoded as it is, uint8 [3, H, W]
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,17 @@ def eval_transform(cfg: TrainConfig) -> Transform:
 
 
 def train_transform(cfg: TrainConfig) -> Transform:
-    """RandomResizedCrop(image_size) + horizontal flip with ``preprocessing.augment``; else the evaluation transform."""
+    """RandomResizedCrop(image_size) (+ horizontal flip) with ``preprocessing.augment``; else the evaluation
+    transform. It takes a decoded uint8 image (PIL or tensor) and returns a uint8 tensor."""
     p = cfg.preprocessing
     if not p.augment:
         return eval_transform(cfg)
-    steps: list[Transform] = [v2.RandomResizedCrop(cfg.image_size, scale=p.crop_scale, ratio=p.crop_ratio,
+    steps: list[Transform] = [v2.ToImage(),
+                              v2.RandomResizedCrop(cfg.image_size, scale=p.crop_scale, ratio=p.crop_ratio,
                                                    interpolation=InterpolationMode.BILINEAR, antialias=True)]
     if p.flip:
         steps.append(v2.RandomHorizontalFlip())
-    return v2.Compose([*steps, v2.PILToTensor()])
+    return v2.Compose([*steps, v2.ToPureTensor()])
 
 
 def split_transforms(cfg: TrainConfig) -> SplitTransforms:

@@ -1,5 +1,6 @@
-"""Automatic hyperparameter search for MAVias (`mavias tune`)."""
+"""Automatic hyperparameter search for any training method (`mavias tune`)."""
 
-from mavias.tune.search import TuneResult, suggest_config, tune
+from mavias.tune.search import TuneResult, tune
+from mavias.tune.space import search_space, suggest_config
 
-__all__ = ["TuneResult", "suggest_config", "tune"]
+__all__ = ["TuneResult", "search_space", "suggest_config", "tune"]

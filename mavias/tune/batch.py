@@ -12,7 +12,8 @@ import optuna
 
 from mavias.train.config import TrainConfig
 from mavias.train.prepare import PreparedData
-from mavias.tune.search import TuneResult, open_study, suggest_config, trial_dir, write_outcome
+from mavias.tune.search import TuneResult, open_study, trial_dir, write_outcome
+from mavias.tune.space import search_space, suggest_config
 from mavias.workflow import Reference, train_method
 
 BATCH_ATTR = "batch"
@@ -29,7 +30,7 @@ def plan_batch(study_dir: Path, base: TrainConfig, n_trials: int, *, batch: str,
         for _ in range(n_trials):
             trial = study.ask()
             trial.set_user_attr(BATCH_ATTR, batch)
-            trial.set_user_attr("run_dir", str(trial_dir(study_dir, suggest_config(trial, base))))
+            trial.set_user_attr("run_dir", str(trial_dir(study_dir, suggest_config(trial, base, search_space(base)))))
         planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(BATCH_ATTR) == batch]
     return [{"number": t.number, "params": t.params} for t in planned]
 
@@ -37,15 +38,15 @@ def plan_batch(study_dir: Path, base: TrainConfig, n_trials: int, *, batch: str,
 def run_planned_trial(data: PreparedData, reference: Reference, base: TrainConfig, study_dir: Path,
                       job: dict) -> dict:
     """Train one planned trial to the end (resumable) and return its criterion score."""
-    cfg = suggest_config(optuna.trial.FixedTrial(job["params"]), base)
+    cfg = suggest_config(optuna.trial.FixedTrial(job["params"]), base, search_space(base))
     run = train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=False)
     best = run.best[cfg.selection]
     return {"number": job["number"], "value": best["score"]}
 
 
-def finish_batch(study_dir: Path, results: list[dict], criterion: str) -> TuneResult:
+def finish_batch(study_dir: Path, results: list[dict], base: TrainConfig) -> TuneResult:
     """Tell the study every trial's score and write ``best/`` and ``trials.csv`` (idempotent)."""
     study = open_study(study_dir, requeue_stale=False)
     for result in results:
         study.tell(result["number"], result["value"], skip_if_finished=True)
-    return write_outcome(study, study_dir, criterion)
+    return write_outcome(study, study_dir, base)

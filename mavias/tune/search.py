@@ -1,8 +1,10 @@
-"""Hyperparameter search for MAVias with Optuna: TPE sampling, median pruning per epoch, resumable SQLite study.
+"""Hyperparameter search for any method with Optuna: TPE sampling, median pruning per epoch, resumable SQLite study.
 
 Trials are scored only by the run's bias-unaware selection criterion (``cfg.selection``, default ``val_robust``) on
-the validation split; the test split is never read. A trial's run folder is named by its settings, so a trial cut
-off mid-training resumes from its last checkpoint when the search is started again.
+the validation split; the test split is never read. The base settings are resolved first (the recipe's learning
+rate range test, epochs for the data size: ``base/`` in the search folder) and tried first; the search covers
+:mod:`mavias.tune.space`. A trial's run folder is named by its settings, so a trial cut off mid-training resumes from
+its last checkpoint when the search is started again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import pandas as pd
 from mavias.errors import UserError
 from mavias.train.config import TrainConfig
 from mavias.train.prepare import PreparedData
+from mavias.train.recipe import resolve_config
+from mavias.tune.space import Param, current_values, known_space, search_space, searched_keys, suggest_config
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.workflow import Reference, train_method
 
@@ -26,12 +30,9 @@ STUDY_NAME = "mavias"
 STORAGE_FILE = "study.db"
 TRIALS_FILE = "trials.csv"
 BEST_DIR = "best"
+BASE_DIR = "base"
 TUNE_SUMMARY = "tune.json"
-# Ranges around the paper's four presets (alpha 0.001-0.05, lambda 0.4-0.7), not fitted to any benchmark.
-ALPHA_RANGE = (1e-3, 0.1)
-LAM_RANGE = (0.3, 0.8)
-PROJECTION_LR_MULT_RANGE = (0.5, 10.0)
-LR_FACTOR_RANGE = (1 / 3, 3.0)
+MIN_TRIALS = 2  # the starting settings and at least one other
 
 
 @dataclass
@@ -41,54 +42,35 @@ class TuneResult:
     best_value: float
     trials: pd.DataFrame
     selection_fallback: str | None
+    base: TrainConfig | None = None
+    cost_ratio: float | None = None  # epochs trained / epochs N full trainings would have taken
 
 
-def search_ranges(base: TrainConfig) -> dict[str, tuple[float, float]]:
-    """The searched settings and their (low, high) bounds around ``base``."""
-    return {"alpha": ALPHA_RANGE, "lam": LAM_RANGE, "projection_lr_mult": PROJECTION_LR_MULT_RANGE,
-            "lr": (base.optim.lr * LR_FACTOR_RANGE[0], base.optim.lr * LR_FACTOR_RANGE[1]),
-            "epochs": (max(1, base.epochs // 2), base.epochs)}
+def resolve_base(data: PreparedData, base: TrainConfig, out_dir: Path) -> TrainConfig:
+    """``base`` with the recipe's choices (kept in ``out_dir/base`` so a resumed search reuses them)."""
+    return resolve_config(base, data["train"], len(data.classes), Path(out_dir) / BASE_DIR).config
 
 
-def suggest_config(trial: optuna.Trial, base: TrainConfig) -> TrainConfig:
-    """The trial's MAVias config: alpha, lambda, projection lr multiplier, learning rate and epochs."""
-    ranges = search_ranges(base)
-    mavias = base.mavias.model_copy(update={
-        "alpha": trial.suggest_float("alpha", *ranges["alpha"], log=True),
-        "lam": trial.suggest_float("lam", *ranges["lam"]),
-        "projection_lr_mult": trial.suggest_float("projection_lr_mult", *ranges["projection_lr_mult"], log=True),
-    })
-    lr = trial.suggest_float("lr", *ranges["lr"], log=True)
-    epochs = trial.suggest_int("epochs", *map(int, ranges["epochs"]))
-    return base.model_copy(update={"method": "mavias", "mavias": mavias, "optim": base.optim.model_copy(update={"lr": lr}),
-                                   "epochs": epochs})
-
-
-def load_warm_start(path: Path, base: TrainConfig) -> dict:
+def load_warm_start(path: Path, base: TrainConfig, space: list[Param] | None = None) -> dict:
     """The settings of ``path`` (JSON, e.g. a previous search's ``best/tune.json`` ``params``), checked against the
-    search ranges; a :class:`UserError` saying what to fix otherwise."""
-    ranges = search_ranges(base)
+    search: its keys, and the ranges ``space`` (default: those ``base`` already fixes) sets; a :class:`UserError`
+    saying what to fix otherwise."""
+    ranges = {param.key: param for param in (space or known_space(base))}
+    keys = searched_keys(base.method)
     try:
         params = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise UserError(f"--warm-start {path}: cannot read it as JSON ({err}); give a JSON object such as "
-                        '{"alpha": 0.01, "lam": 0.5}') from None
+                        '{"optim.lr": 0.05, "epochs": 20}') from None
     if not isinstance(params, dict) or not params:
-        raise UserError(f"--warm-start {path}: expected a JSON object of settings ({', '.join(ranges)})")
-    if unknown := sorted(set(params) - set(ranges)):
-        raise UserError(f"--warm-start {path}: unknown setting(s) {', '.join(unknown)}; searched: {', '.join(ranges)}")
+        raise UserError(f"--warm-start {path}: expected a JSON object of settings ({', '.join(keys)})")
+    if unknown := sorted(set(params) - set(keys)):
+        raise UserError(f"--warm-start {path}: unknown setting(s) {', '.join(unknown)}; searched: {', '.join(keys)}")
     for name, value in params.items():
-        low, high = ranges[name]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-            raise UserError(f"--warm-start {path}: {name} = {value!r} is outside the searched range [{low:g}, {high:g}]")
+        if name in ranges and not ranges[name].contains(value):
+            raise UserError(f"--warm-start {path}: {name} = {value!r} is outside the searched range "
+                            f"[{ranges[name].low:g}, {ranges[name].high:g}]")
     return params
-
-
-def settings_params(cfg: TrainConfig) -> dict:
-    """A config's values of the searched settings (to warm-start a search with them)."""
-    m = cfg.mavias
-    return {"alpha": m.alpha, "lam": m.lam, "projection_lr_mult": m.projection_lr_mult, "lr": cfg.optim.lr,
-            "epochs": cfg.epochs}
 
 
 def trial_dir(out_dir: Path, cfg: TrainConfig) -> Path:
@@ -96,15 +78,16 @@ def trial_dir(out_dir: Path, cfg: TrainConfig) -> Path:
     return out_dir / "trials" / digest
 
 
-def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference, base: TrainConfig, out_dir: Path,
-              progress: bool = False) -> float:
+def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference | None, base: TrainConfig,
+              space: list[Param], out_dir: Path, progress: bool = False) -> float:
     """Train one configuration epoch by epoch, reporting the best criterion so far so the pruner can stop it."""
-    cfg = suggest_config(trial, base)
+    cfg = suggest_config(trial, base, space)
     run_dir = trial_dir(out_dir, cfg)
     trial.set_user_attr("run_dir", str(run_dir))
     while True:
         result = train_method(data, cfg, run_dir, reference, progress=progress, stop_after=1)
         score = result.best[cfg.selection]["score"]
+        trial.set_user_attr("epochs_trained", len(result.history))
         trial.report(score, step=len(result.history))
         if result.completed:
             return score
@@ -152,25 +135,36 @@ def finished_trials(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=done))
 
 
-def tune(data: PreparedData, reference: Reference, base: TrainConfig, out_dir: str | Path, *, trials: int,
-         timeout: float | None = None, warm_start: dict | None = None, seed: int = 0,
+def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out_dir: str | Path, *, trials: int,
+         timeout: float | None = None, warm_start: dict | Path | None = None, seed: int = 0,
          progress: bool = False) -> TuneResult:
-    """Run (or resume) the search until ``trials`` trials have finished, then write ``best/`` and ``trials.csv``."""
+    """Run (or resume) the search until ``trials`` trials have finished, then write ``best/`` and ``trials.csv``.
+    ``warm_start``: the settings to try first (a dict, or a JSON file checked against the search space)."""
+    if trials < MIN_TRIALS:
+        raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
+                        f"--trials {MIN_TRIALS} or more (8-20 to learn something; pruning keeps them cheap)")
     out_dir = Path(out_dir)
+    base = resolve_base(data, base, out_dir)
+    space = search_space(base)
+    if isinstance(warm_start, Path):
+        warm_start = load_warm_start(warm_start, base, space)
     study = open_study(out_dir, seed, n_startup=startup_trials(trials), prune_after=pruning_warmup(base.epochs))
     # The starting settings go first, so the search never ends worse than them on its own criterion.
-    study.enqueue_trial(warm_start or settings_params(base), skip_if_exists=True)
+    study.enqueue_trial(warm_start or current_values(base, space), skip_if_exists=True)
     remaining = trials - finished_trials(study)
     if remaining > 0:
-        study.optimize(lambda t: run_trial(t, data, reference, base, out_dir, progress), n_trials=remaining,
+        study.optimize(lambda t: run_trial(t, data, reference, base, space, out_dir, progress), n_trials=remaining,
                        timeout=timeout, catch=(), show_progress_bar=progress)
-    return write_outcome(study, out_dir, base.selection)
+    return write_outcome(study, out_dir, base, timeout)
 
 
-def write_outcome(study: optuna.Study, out_dir: Path, criterion: str) -> TuneResult:
+def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout: float | None = None) -> TuneResult:
+    criterion = base.selection
     completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not completed:
-        raise RuntimeError(f"no trial of {out_dir} completed; raise --trials or --timeout")
+        hint = f"--timeout {timeout:g} s ended it before" if timeout else "no trial finished"
+        raise UserError(f"no trial of {out_dir} completed ({hint}); a trial trains up to {base.epochs} epochs: raise "
+                        "--timeout or --trials and run the same command again (finished epochs are kept)")
     best = study.best_trial
     best_dir = out_dir / BEST_DIR
     staging = out_dir / f".{BEST_DIR}.tmp"
@@ -180,9 +174,21 @@ def write_outcome(study: optuna.Study, out_dir: Path, criterion: str) -> TuneRes
     staging.rename(best_dir)
     summary = json.loads((best_dir / "train_summary.json").read_text())
     fallback = summary["best"][criterion].get("fallback")  # the criterion was constant over the best run's epochs
+    ratio = cost_ratio(study, base.epochs)
     write_json(best_dir / TUNE_SUMMARY, {"trial": best.number, "params": best.params, "value": best.value,
-                                         "selection_fallback": fallback, "n_trials": len(study.trials)})
+                                         "selection_fallback": fallback, "n_trials": len(study.trials),
+                                         "cost_ratio": ratio, "base": base.model_dump(mode="json")})
     table = study.trials_dataframe(attrs=("number", "value", "state", "params", "duration", "user_attrs"))
     with atomic_path(out_dir / TRIALS_FILE) as tmp:
         table.to_csv(tmp, index=False)
-    return TuneResult(best_dir, dict(best.params), float(best.value), table, fallback)
+    return TuneResult(best_dir, dict(best.params), float(best.value), table, fallback, base, ratio)
+
+
+def cost_ratio(study: optuna.Study, base_epochs: int) -> float | None:
+    """Epochs the finished trials trained, over the epochs their full trainings would have taken (pruning's saving)."""
+    done = [t for t in study.get_trials(deepcopy=False)
+            if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    if not done:
+        return None
+    trained = sum(t.user_attrs.get("epochs_trained", t.last_step or 0) for t in done)
+    return trained / sum(t.params.get("epochs", base_epochs) for t in done)

@@ -56,8 +56,8 @@ def group_tables(rng: np.random.Generator, classes: list[str]) -> tuple[pd.DataF
 
 def biased_tags_table(tags: dict[str, list[str]]) -> pd.DataFrame:
     rows = [
-        {"class": name, "tag": tag, "support": 200 - 12 * rank, "tag_accuracy": 0.95, "class_accuracy": 0.8,
-         "lift": 0.15 - 0.01 * rank, "rank": rank + 1, "in_top_k": rank < 10}
+        {"class": name, "tag": tag, "support": 200 - 12 * rank, "log_odds": 4.0, "score": 0.6 - 0.05 * rank,
+         "biased": True, "rank": rank + 1, "rule": "shortcut"}
         for name, names in tags.items() for rank, tag in enumerate(names)
     ]
     return pd.DataFrame(rows)
@@ -288,8 +288,8 @@ def test_logit_summary_by_bias_strength():
 
 
 def test_settings_search_lists_trials_and_marks_the_chosen_one(context):
-    chosen = {"alpha": 0.01, "lam": 0.5, "projection_lr_mult": 1.0, "lr": 0.05, "epochs": 12}
-    other = {"alpha": 0.03, "lam": 0.42, "projection_lr_mult": 4.2, "lr": 0.02, "epochs": 9}
+    chosen = {"mavias.alpha": 0.01, "mavias.lam": 0.5, "mavias.projection_lr_mult": 1.0, "optim.lr": 0.05, "epochs": 12}
+    other = {"mavias.alpha": 0.03, "mavias.lam": 0.42, "mavias.projection_lr_mult": 4.2, "optim.lr": 0.02, "epochs": 9}
     tuning = {"chosen": chosen, "value": 0.71, "fallback": None, "trials": [
         {"number": 0, "value": 0.71, "state": "COMPLETE", "params": chosen},
         {"number": 1, "value": 0.64, "state": "COMPLETE", "params": other}]}

@@ -15,22 +15,19 @@ from mavias.train.losses import (
 )
 
 
-def test_generalized_ce_matches_one_minus_p_to_the_q_over_q():
+def test_generalized_ce_is_the_lff_authors_weighted_ce():
     logits = torch.tensor([[0.0, math.log(3.0)], [math.log(4.0), 0.0]])  # p = [1/4, 3/4], [4/5, 1/5]
     y = torch.tensor([1, 1])
-    expected = [(1 - 0.75**0.7) / 0.7, (1 - 0.2**0.7) / 0.7]
+    expected = [-math.log(0.75) * 0.7 * 0.75**0.7, -math.log(0.2) * 0.7 * 0.2**0.7]
     assert generalized_ce(logits, y, 0.7).tolist() == pytest.approx(expected, rel=1e-6)
-    # q -> 0 recovers cross-entropy; q = 1 is the MAE-like 1 - p_y
-    assert generalized_ce(logits, y, 1.0).tolist() == pytest.approx([0.25, 0.8], rel=1e-6)
-    assert generalized_ce(logits, y, 1e-4).tolist() == pytest.approx([-math.log(0.75), -math.log(0.2)], rel=1e-3)
 
 
-def test_generalized_ce_gradient_is_ce_gradient_times_p_to_the_q():
+def test_generalized_ce_gradient_is_q_times_the_gce_gradient():
     logits = torch.tensor([[0.0, math.log(3.0)]], requires_grad=True)
     generalized_ce(logits, torch.tensor([1]), 0.7).sum().backward()
-    # d/dz (1 - p^q)/q = p^q * d/dz(-log p) = p^q * (softmax - onehot)
+    # the GCE (1 - p^q)/q has gradient p^q * (softmax - onehot); the authors' code scales it by q
     p = torch.tensor([[0.25, 0.75]])
-    assert torch.allclose(logits.grad, 0.75**0.7 * (p - torch.tensor([[0.0, 1.0]])), atol=1e-6)
+    assert torch.allclose(logits.grad, 0.7 * 0.75**0.7 * (p - torch.tensor([[0.0, 1.0]])), atol=1e-6)
 
 
 def test_ema_takes_the_first_value_then_decays():
@@ -65,23 +62,30 @@ def _kernel(distance: float) -> float:  # FLAC's similarity 1 / (1 + dist^d) at 
     return 1 / (1 + math.sqrt(distance**2 + 1e-6))
 
 
+def _unit(degrees: float) -> list[float]:
+    return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees))]
+
+
 def test_flac_divergence_matches_the_papers_formula_by_hand():
-    # 1-d bias features 0, 0.5, 0.25, 5 (classes 0, 0, 1, 1): bias similarities 1/(1 + |b_i - b_j|)
-    s = {(0, 1): _kernel(0.5), (0, 2): _kernel(0.25), (0, 3): _kernel(5), (1, 2): _kernel(0.25), (1, 3): _kernel(4.5),
-         (2, 3): _kernel(4.75)}
-    threshold = (_kernel(0) + _kernel(5)) / 2  # midpoint of the batch's largest (diagonal) and smallest similarity
+    # unit bias features at 0, 20, 10 and 180 degrees (classes 0, 0, 1, 1): chord distances 2 sin(angle / 2)
+    chord = {pair: 2 * math.sin(math.radians(angle) / 2)
+             for pair, angle in {(0, 1): 20, (0, 2): 10, (0, 3): 180, (1, 2): 10, (1, 3): 160, (2, 3): 170}.items()}
+    s = {pair: _kernel(distance) for pair, distance in chord.items()}
+    threshold = (_kernel(0) + _kernel(2)) / 2  # midpoint of the largest (diagonal) and smallest similarity
     assert s[(0, 1)] > threshold > s[(2, 3)] and s[(0, 2)] > threshold > s[(0, 3)]
     # selected pairs: same class and dissimilar bias (2-3), other class and similar bias (0-2, 1-2); rows 0, 1 and 3
     # select one pair each, so their distributions are both 1 and add 0; row 2 selects 0, 1 and 3
-    main = torch.tensor([[0.0], [0.0], [0.0], [1.0]])  # main-model features of the four images
+    main = torch.tensor([_unit(90), _unit(90), _unit(90), _unit(0)])  # main-model features, unit length
     target = [1 - s[(0, 2)], 1 - s[(1, 2)], 1 - s[(2, 3)]]
-    matched = [_kernel(0), _kernel(0), _kernel(1)]
+    matched = [_kernel(0), _kernel(0), _kernel(math.sqrt(2))]
     p = [t / sum(target) for t in target]
     q = [m / sum(matched) for m in matched]
     expected = sum((pi - qi) * (math.log(pi) - math.log(qi)) for pi, qi in zip(p, q)) / 6  # 6 selected pairs
-    bias = torch.tensor([[0.0], [0.5], [0.25], [5.0]])
+    bias = torch.tensor([_unit(0), _unit(20), _unit(10), _unit(180)])
     y = torch.tensor([0, 0, 1, 1])
     assert flac_divergence(bias, main, y, d=1.0).item() == pytest.approx(expected, rel=1e-5)
+    # features are L2-normalised first (FLAC authors' code): the scale of either feature set changes nothing
+    assert flac_divergence(7.0 * bias, 0.01 * main, y, d=1.0).item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_flac_divergence_is_zero_without_selected_pairs_and_has_finite_gradients():

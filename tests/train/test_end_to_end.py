@@ -40,4 +40,6 @@ def test_make_train_evaluate_end_to_end(tmp_path):
     assert closed["worst_group_accuracy"] == groups["accuracy"].min()
     assert closed["worst_group_ci_low"] <= closed["worst_group_accuracy"] <= closed["worst_group_ci_high"]
     assert set(metrics["urbancars"]) == {"id_accuracy", "bg_gap", "coobj_gap", "both_gap"}
-    assert metrics["open_set"]["n_groups"] <= 6
+    assert metrics["open_set"]["n_groups"] <= 9  # per class: aligned, conflicting and decoys
+    opened = pd.read_csv(tmp_path / "eval" / "groups_open_set.csv")
+    assert {g.split("|")[1] for g in opened["group"]} <= {"aligned", "conflicting", "decoys"}

@@ -1,9 +1,14 @@
+import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
 
 from mavias.errors import UserError
-from mavias.train.config import PRESET_DIR, BackboneConfig, load_config
-from mavias.train.model import BACKBONES, build_main_model, build_projection
+from mavias.train.config import PRESET_DIR, BackboneConfig, TrainConfig, load_config
+from mavias.train.data import feature_split
+from mavias.train.losses import mavias_loss
+from mavias.train.model import BACKBONES, build_main_model
+from mavias.train.trainer import Trainer, load_main_model
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
@@ -45,9 +50,43 @@ def test_missing_local_weights_say_what_to_do(tmp_path):
         build_main_model(BackboneConfig(name="resnet18", weights=str(tmp_path / "absent.pt")), 3, 2)
 
 
-def test_projection_maps_embeddings_into_the_feature_space_and_is_not_part_of_the_main_model():
-    model = build_main_model(BackboneConfig(width=8), 3, 3)
-    projection = build_projection(384, model.feature_dim)
-    z_tag = model.head(projection(torch.rand(5, 384)))
-    assert z_tag.shape == (5, 3)
-    assert not any(p is q for p in model.parameters() for q in projection.parameters())
+def test_bias_logits_go_through_the_main_models_own_head_and_only_the_main_model_is_kept(tmp_path):
+    """z_tag = head(g(e)) with the very head the main model uses; the checkpoint that evaluation and export load
+    is that main model, without g."""
+    frame = pd.DataFrame({"sample_id": ["a", "b", "c", "d"], "label": ["x", "y", "x", "y"],
+                          "x0": [0.0, 1.0, 0.2, 0.9], "x1": [1.0, 0.0, 0.8, 0.1]})
+    train = feature_split(frame, ["x", "y"])
+    train.embeddings = torch.rand(4, 384)
+    cfg = TrainConfig.model_validate({"method": "mavias", "backbone": {"name": "mlp", "width": 8}, "epochs": 1,
+                                      "batch_size": 2, "optim": {"lr": 0.1}})
+    trainer = Trainer(cfg, train, train, ["x", "y"], tmp_path, progress=False)
+    method = trainer.method
+    assert method.model is trainer.model
+    embeddings = train.embeddings
+    features = method.projection(embeddings)
+    assert torch.equal(method.tag_logits(embeddings), trainer.model.head(features))
+    with torch.no_grad():
+        trainer.model.head.weight.add_(1.0)  # a change to the main model's head changes the bias logits too
+    assert torch.equal(method.tag_logits(embeddings), trainer.model.head(features))
+    trainer.fit()
+    served, _, _ = load_main_model(tmp_path / "best_val_acc.pt")
+    inputs = train.inputs.cache
+    assert torch.equal(served(inputs), trainer.model.eval()(inputs))
+    assert not any(name.startswith("projection") for name in served.state_dict())
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+def test_a_preset_alignment_term_has_the_magnitude_the_papers_setting_implies(preset):
+    """The paper's alphas were tuned with the authors' code, whose alignment term is the squared difference of the
+    batch's Frobenius norms; a preset pairs them with that form, not with the ~2 x batch-size weaker per-sample one."""
+    cfg = load_config(preset=preset)
+    generator = torch.Generator().manual_seed(0)
+    z_main = 3.0 * torch.randn(cfg.batch_size, 2, generator=generator)
+    z_tag = torch.randn(cfg.batch_size, 2, generator=generator)
+    y = torch.zeros(cfg.batch_size, dtype=torch.long)
+    m = cfg.mavias
+    term = mavias_loss(z_main, z_tag, y, alpha=m.alpha, lam=m.lam, align=m.align).total - F.cross_entropy(z_main + z_tag, y)
+    authors = m.alpha * (z_main.norm() - m.lam * z_tag.norm()) ** 2
+    assert term.item() == pytest.approx(authors.item(), rel=1e-5)
+    per_sample = m.alpha * 0.5 * ((z_main.norm(dim=1) - m.lam * z_tag.norm(dim=1)) ** 2).mean()
+    assert term.item() > 50 * per_sample.item()

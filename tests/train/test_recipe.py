@@ -16,7 +16,8 @@ from mavias.train.config import BackboneConfig, TrainConfig, parse_encoder
 from mavias.train.data import attach_groups, feature_split
 from mavias.train.encoder import encoder_from_spec
 from mavias.train.model import build_main_model, pretrained_cache_path
-from mavias.train.trainer import Trainer, step_thirds_milestones
+from mavias.train.optim import step_thirds_milestones
+from mavias.train.trainer import Trainer
 
 CLASSES = ["a", "b"]
 

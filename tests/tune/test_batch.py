@@ -10,11 +10,11 @@ from mavias.relevance import load_relevance
 from mavias.train.config import TrainConfig
 from mavias.train.prepare import prepare_image_data
 from mavias.tune.batch import finish_batch, plan_batch, run_planned_trial
-from mavias.tune.search import settings_params
+from mavias.tune.space import current_values, search_space
 from mavias.workflow import train_reference
 
 BASE = TrainConfig.model_validate({"method": "mavias", "epochs": 2, "image_size": 16, "batch_size": 64,
-                                   "backbone": {"name": "small_cnn", "width": 8}})
+                                   "optim": {"lr": 0.05}, "backbone": {"name": "small_cnn", "width": 8}})
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +31,15 @@ def prepared(tmp_path_factory):
 @pytest.mark.slow
 def test_plan_run_select(tmp_path, prepared):
     data, reference = prepared
-    warm = settings_params(BASE) | {"lam": 0.6}
+    warm = current_values(BASE, search_space(BASE)) | {"mavias.lam": 0.6}
     jobs = plan_batch(tmp_path, BASE, 2, batch="night-1", warm_start=warm)
     assert len(jobs) == 2 and jobs[0]["params"] == warm
     assert plan_batch(tmp_path, BASE, 2, batch="night-1", warm_start=warm) == jobs  # a retried planner asks nothing new
     results = [run_planned_trial(data, reference, BASE, tmp_path, job) for job in jobs]
-    tuned = finish_batch(tmp_path, results, BASE.selection)
+    tuned = finish_batch(tmp_path, results, BASE)
     assert tuned.best_value == max(r["value"] for r in results)
     assert json.loads((tuned.best_dir / "tune.json").read_text())["params"] == tuned.best_params
     assert (tuned.best_dir / f"best_{BASE.selection}.pt").exists()
-    assert finish_batch(tmp_path, results, BASE.selection).best_params == tuned.best_params  # idempotent
+    assert finish_batch(tmp_path, results, BASE).best_params == tuned.best_params  # idempotent
     next_dataset = plan_batch(tmp_path / "next", BASE, 1, batch="night-2", warm_start=tuned.best_params)
     assert [j["params"] for j in next_dataset] == [tuned.best_params]

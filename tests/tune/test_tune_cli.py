@@ -59,14 +59,15 @@ def test_tune_two_trials_resumed_after_a_kill(tmp_path):
     trials = pd.read_csv(search / "trials.csv")
     assert (trials["state"] == "COMPLETE").sum() == 2
     starting = trials.sort_values("number").iloc[0]  # the base settings are tried first
-    assert (starting["params_alpha"], starting["params_lam"], starting["params_epochs"]) == (0.01, 0.5, 4)
-    cut_off = trials[(trials["state"] == "FAIL") & trials["params_alpha"].notna()]
+    assert (starting["params_mavias.alpha"], starting["params_mavias.lam"], starting["params_epochs"]) == (0.01, 0.5, 4)
+    cut_off = trials[(trials["state"] == "FAIL") & trials["params_mavias.alpha"].notna()]
     for _, failed in cut_off.iterrows():  # the trial the kill cut off was run again with the same settings
-        same = trials[(trials["state"] == "COMPLETE") & (trials["params_alpha"] == failed["params_alpha"])]
+        same = trials[(trials["state"] == "COMPLETE") & (trials["params_mavias.alpha"] == failed["params_mavias.alpha"])]
         assert len(same) == 1
     summary = json.loads((search / "best" / "tune.json").read_text())
     assert summary["value"] == trials["value"].max()
-    assert set(summary["params"]) == {"alpha", "lam", "projection_lr_mult", "lr", "epochs"}
+    assert set(summary["params"]) == {"mavias.alpha", "mavias.lam", "mavias.projection_lr_mult", "optim.lr", "epochs"}
+    assert 0 < summary["cost_ratio"] <= 1
 
     out = _invoke("evaluate", "--run", str(search / "best"), *common, "--reference", str(tmp_path / "erm"),
                   "--group-attrs", "attr_bias_aligned", "--out", str(tmp_path / "eval"))

@@ -1,0 +1,173 @@
+"""Label-free shortcut discovery: the biased tags B' of each class, from tags and a reference model alone.
+
+A tag t (irrelevant to class c) is a shortcut of c when two kinds of evidence, measured on disjoint samples, agree:
+
+1. *association*, on the training split (what a model can learn): c carries t more often than the other classes.
+   Log odds ratio with the Haldane-Anscombe correction and a 95% Wald interval; one-sided hypergeometric (Fisher
+   exact) test; Benjamini-Hochberg over every (class, tag) pair with at least ``min_support`` training samples of c
+   carrying t.
+2. *reliance*, on the validation split, which the reference never trained on: the reference's log-probability of c
+   is higher where t is present. *Within*: class-c samples with t against class-c samples without it. *Cross*:
+   samples of the other classes with t against those without it, each centred on its own class's median. One-sided
+   Mann-Whitney tests, combined by Stouffer's method, Benjamini-Hochberg over the pairs the association screened in.
+   Probabilities, not 0/1 accuracy, so a reference that is 99.5% accurate on biased validation data still shows how
+   much more confident t makes it. Where the reference run kept an early checkpoint (a bias-amplified proxy: an
+   early-stopped ERM leans on shortcuts more openly, as in FACTS), each pair takes the stronger of the two models'
+   evidence, its p-value doubled (Bonferroni over the two).
+
+Because the pairs are screened on training samples and confirmed on validation samples, the samples that choose a
+pair are not the samples that test it. A pair is in B' when its association q-value and its reliance q-value are both
+at most ``MAX_Q_VALUE`` and both effects point the same way; ``score`` = the reliance effect 2·AUC − 1 (averaged over
+the parts measured) ranks the tags of a class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.stats import combine_pvalues, false_discovery_control, hypergeom, mannwhitneyu
+
+MAX_Q_VALUE = 0.05
+Z_95 = 1.959964
+SHORTCUT = "shortcut"
+SHORTCUT_COLUMNS = [
+    "class", "tag", "support", "class_n", "others_with_tag", "log_odds", "log_odds_ci_low", "log_odds_ci_high",
+    "association_q", "within_auc", "within_n_with", "within_n_without", "cross_auc", "cross_n_with",
+    "reliance_p", "reliance_q", "score", "model", "biased", "reason", "rank", "rule",
+]
+
+
+def tag_presence(tags: pd.Series) -> pd.DataFrame:
+    """Long table (row, tag) of the tags each row carries (lists; missing = no tags)."""
+    sets = tags.map(lambda value: sorted(set(value)) if isinstance(value, list | tuple | np.ndarray) else [])
+    long = sets.explode().dropna()
+    return pd.DataFrame({"row": long.index, "tag": long.to_numpy()})
+
+
+def association(labels: np.ndarray, tags: pd.Series, irrelevant: pd.Series, n_classes: int,
+                min_support: int) -> pd.DataFrame:
+    """Association of every (class, irrelevant tag) pair with ``min_support`` carriers in the class (training)."""
+    presence = tag_presence(tags.reset_index(drop=True))
+    presence["label"] = labels[presence["row"].to_numpy()]
+    carried = presence.groupby(["label", "tag"]).size().rename("support").reset_index()
+    candidates = _irrelevant_pairs(labels, irrelevant.reset_index(drop=True))
+    pairs = candidates.merge(carried, on=["label", "tag"], how="left").fillna({"support": 0})
+    pairs = pairs[pairs["support"] >= min_support].copy()
+    class_n = np.bincount(labels, minlength=n_classes)
+    tag_n = presence.groupby("tag").size()
+    pairs["class_n"] = class_n[pairs["label"].to_numpy()]
+    pairs["others_with_tag"] = pairs["tag"].map(tag_n).to_numpy() - pairs["support"]
+    a, b = pairs["support"].to_numpy(float), (pairs["class_n"] - pairs["support"]).to_numpy(float)
+    c = pairs["others_with_tag"].to_numpy(float)
+    d = len(labels) - pairs["class_n"].to_numpy(float) - c
+    log_odds = np.log((a + 0.5) * (d + 0.5) / ((b + 0.5) * (c + 0.5)))
+    se = np.sqrt(1 / (a + 0.5) + 1 / (b + 0.5) + 1 / (c + 0.5) + 1 / (d + 0.5))
+    pairs["log_odds"] = log_odds
+    pairs["log_odds_ci_low"], pairs["log_odds_ci_high"] = log_odds - Z_95 * se, log_odds + Z_95 * se
+    p = hypergeom.sf(a - 1, len(labels), a + c, a + b)  # P(at least `a` carriers in c by chance)
+    pairs["association_q"] = false_discovery_control(p) if len(p) else p
+    return pairs.reset_index(drop=True)
+
+
+def _irrelevant_pairs(labels: np.ndarray, irrelevant: pd.Series) -> pd.DataFrame:
+    presence = tag_presence(irrelevant)
+    presence["label"] = labels[presence["row"].to_numpy()]
+    return presence[["label", "tag"]].drop_duplicates()
+
+
+def reliance(pairs: pd.DataFrame, labels: np.ndarray, tags: pd.Series,
+             log_probs: np.ndarray | Sequence[np.ndarray]) -> pd.DataFrame:
+    """Within- and cross-class reliance on each pair (validation split) of one model, or of the strongest of several
+    (``log_probs`` per model; the p-value multiplied by their number)."""
+    models = [log_probs] if isinstance(log_probs, np.ndarray) else list(log_probs)
+    has = _has_tag(tags.reset_index(drop=True), set(pairs["tag"]))
+    rows = []
+    for label, tag in zip(pairs["label"], pairs["tag"]):
+        mask = has.get(tag, np.zeros(len(labels), bool))
+        per_model = [_pair_reliance(int(label), tag, labels, mask, model) for model in models]
+        best = min(range(len(models)), key=lambda i: np.inf if np.isnan(per_model[i]["reliance_p"])
+                   else per_model[i]["reliance_p"])
+        row = per_model[best]
+        rows.append({**row, "reliance_p": min(1.0, row["reliance_p"] * len(models)), "model": best})
+    return pd.DataFrame(rows, index=pairs.index, columns=RELIANCE_COLUMNS)
+
+
+RELIANCE_COLUMNS = ["within_auc", "within_n_with", "within_n_without", "cross_auc", "cross_n_with", "reliance_p",
+                    "score", "model"]
+
+
+def _has_tag(tags: pd.Series, wanted: set[str]) -> dict[str, np.ndarray]:
+    presence = tag_presence(tags)
+    presence = presence[presence["tag"].isin(wanted)]
+    out = {}
+    for tag, rows in presence.groupby("tag")["row"]:
+        mask = np.zeros(len(tags), bool)
+        mask[rows.to_numpy()] = True
+        out[tag] = mask
+    return out
+
+
+def _pair_reliance(label: int, tag: str, labels: np.ndarray, has: np.ndarray, log_probs: np.ndarray) -> dict:
+    score = log_probs[:, label]
+    own = labels == label
+    within = _one_sided(score[own & has], score[own & ~has])
+    centred = score - _class_medians(score, labels)
+    cross = _one_sided(centred[~own & has], centred[~own & ~has])
+    parts = [part for part in (within, cross) if part is not None]
+    p = combine_pvalues([part[1] for part in parts], method="stouffer").pvalue if parts else np.nan
+    effect = float(np.mean([2 * part[0] - 1 for part in parts])) if parts else np.nan
+    return {"within_auc": np.nan if within is None else within[0], "within_n_with": int((own & has).sum()),
+            "within_n_without": int((own & ~has).sum()), "cross_auc": np.nan if cross is None else cross[0],
+            "cross_n_with": int((~own & has).sum()), "reliance_p": float(p), "score": effect}
+
+
+def _class_medians(score: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    medians = pd.Series(score).groupby(labels).transform("median")
+    return medians.to_numpy()
+
+
+def _one_sided(with_tag: np.ndarray, without_tag: np.ndarray) -> tuple[float, float] | None:
+    """(AUC, one-sided p) that ``with_tag`` scores exceed ``without_tag`` scores; None when a side is empty."""
+    if len(with_tag) == 0 or len(without_tag) == 0:
+        return None
+    test = mannwhitneyu(with_tag, without_tag, alternative="greater")
+    return float(test.statistic / (len(with_tag) * len(without_tag))), float(test.pvalue)
+
+
+def find_shortcuts(
+    train_labels: np.ndarray, train_tags: pd.Series, train_irrelevant: pd.Series,
+    val_labels: np.ndarray, val_tags: pd.Series, val_log_probs: np.ndarray | Sequence[np.ndarray],
+    class_names: Sequence[str],
+    *, min_support: int,
+) -> pd.DataFrame:
+    """Every screened (class, tag) pair with its evidence; ``biased`` marks B' (see the module docstring).
+    ``val_log_probs``: the reference's log-probabilities, or a list of models' (``model`` is the index of the one whose
+    evidence a pair took)."""
+    pairs = association(np.asarray(train_labels), train_tags, train_irrelevant, len(class_names), min_support)
+    screened = pairs[(pairs["association_q"] <= MAX_Q_VALUE) & (pairs["log_odds_ci_low"] > 0)]
+    evidence = reliance(screened, np.asarray(val_labels), val_tags, val_log_probs)
+    pairs = pairs.join(evidence)
+    tested = pairs["reliance_p"].notna()
+    pairs["reliance_q"] = np.nan
+    if tested.any():
+        pairs.loc[tested, "reliance_q"] = false_discovery_control(pairs.loc[tested, "reliance_p"].to_numpy())
+    pairs["biased"] = (pairs["reliance_q"] <= MAX_Q_VALUE) & (pairs["score"] > 0)
+    pairs["reason"] = [_reason(row) for row in pairs.itertuples()]
+    pairs["class"] = [class_names[label] for label in pairs["label"]]
+    pairs = pairs.sort_values(["label", "biased", "score", "log_odds", "tag"],
+                              ascending=[True, False, False, False, True], na_position="last")
+    pairs["rank"] = pairs.groupby("label").cumcount() + 1
+    pairs["rule"] = SHORTCUT
+    return pairs.reindex(columns=SHORTCUT_COLUMNS).reset_index(drop=True)
+
+
+def _reason(row) -> str:
+    if row.association_q > MAX_Q_VALUE or row.log_odds_ci_low <= 0:
+        return f"not more frequent in the class than elsewhere (association q {row.association_q:.2g})"
+    if np.isnan(row.reliance_p):
+        return "no validation sample to measure the reference's reliance (with and without the tag)"
+    if not row.biased:
+        return f"the reference does not lean on it (reliance q {row.reliance_q:.2g}, effect {row.score:+.2f})"
+    return f"associated (log odds {row.log_odds:.1f}) and relied on (effect {row.score:+.2f}, q {row.reliance_q:.2g})"

@@ -1,0 +1,69 @@
+"""The learning-rate range test (Smith 2017) with torch-lr-finder: the loss over ``steps`` batches while the learning
+rate grows exponentially from ``start`` to ``end``; the suggestion is the rate where the smoothed loss falls fastest."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from torch_lr_finder import LRFinder, TrainDataLoaderIter
+
+from mavias.train.data import SplitData
+from mavias.train.inference import to_model_input
+from mavias.train.model import MainModel
+
+SKIP_START, SKIP_END = 10, 5  # torch-lr-finder's own suggestion skips these points: too noisy, or diverging
+MIN_RELATIVE_DROP = 0.02  # a loss that never falls 2% below its start says nothing about the learning rate
+
+
+@dataclass
+class RangeTest:
+    lrs: list[float]
+    losses: list[float]
+    suggestion: float | None  # None: the test could not tell (the loss never fell, or diverged at once)
+    reason: str
+    steps: int = field(default=0)
+
+
+class _Batches(TrainDataLoaderIter):
+    def __init__(self, loader: DataLoader, split: SplitData, device: torch.device):
+        super().__init__(loader)
+        self.split, self.device = split, device
+
+    def inputs_labels_from_batch(self, batch):
+        x, idx = batch
+        return to_model_input(x, self.device), self.split.labels[idx]
+
+
+def range_test(model: MainModel, optimizer: torch.optim.Optimizer, loader: DataLoader, split: SplitData,
+               device: torch.device, *, start: float, end: float, steps: int) -> RangeTest:
+    """Run the test on a copy of ``model`` (the model and optimiser are left as they were)."""
+    model = copy.deepcopy(model)
+    optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)
+    finder = LRFinder(model, optimizer, _FloatCrossEntropy(), device=device)
+    finder.range_test(_Batches(loader, split, device), start_lr=start, end_lr=end, num_iter=steps, diverge_th=4)
+    lrs, losses = list(finder.history["lr"]), list(finder.history["loss"])
+    suggestion, reason = suggest(np.asarray(lrs), np.asarray(losses))
+    return RangeTest(lrs, losses, suggestion, reason, steps)
+
+
+def suggest(lrs: np.ndarray, losses: np.ndarray) -> tuple[float | None, str]:
+    """The steepest descent of the smoothed loss between the noisy start and the diverging end."""
+    usable = slice(SKIP_START, max(SKIP_START + 2, len(losses) - SKIP_END))
+    if len(losses) < SKIP_START + 3 or not np.isfinite(losses[usable]).all():
+        return None, f"the loss diverged after {len(losses)} steps (at lr {lrs[-1]:.2g})"
+    drop = 1 - losses[usable].min() / losses[0]
+    if drop < MIN_RELATIVE_DROP:
+        return None, f"the loss never fell (best {drop:.1%} below its start) between lr {lrs[0]:.2g} and {lrs[-1]:.2g}"
+    index = usable.start + int(np.gradient(losses[usable]).argmin())
+    return float(lrs[index]), (f"lr range test: the smoothed loss fell fastest at lr {lrs[index]:.3g} "
+                               f"({len(losses)} steps from {lrs[0]:.2g} to {lrs[-1]:.2g})")
+
+
+class _FloatCrossEntropy(torch.nn.Module):
+    def forward(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float(), y)
