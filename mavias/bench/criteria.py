@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from mavias.bench.core import IMAGE_BENCHMARKS, _config, prepare_benchmark
-from mavias.errors import UserError
+from mavias.bench.suite import choose, default_config, prepare
 from mavias.evaluate.metrics import group_key
-from mavias.train.config import MINILM, TrainConfig
+from mavias.evaluate.openset import ALIGNED, CONFLICTING
+from mavias.train.config import TrainConfig
 from mavias.train.inference import predict
 from mavias.train.prepare import PreparedData
 from mavias.train.selection import robust_selection_score
@@ -30,6 +30,8 @@ from mavias.utils.atomic import write_json
 from mavias.utils.progress import StepProgress
 from mavias.workflow import Reference, train_reference
 
+# the analysis's fixed training settings (a constant learning rate, 12 epochs), so its figures stay reproducible
+ANALYSIS_BASE = {"optim": {"name": "sgd", "lr": 0.05, "weight_decay": 1e-4, "schedule": "none"}, "epochs": 12}
 MAVIAS_SETTINGS = [  # (alpha, lambda, projection lr multiplier, lr): the base settings first
     (0.01, 0.5, 1.0, 0.05), (0.01, 0.4, 10.0, 0.05), (0.05, 0.5, 3.0, 0.05), (0.003, 0.7, 10.0, 0.05),
     (0.1, 0.3, 5.0, 0.05), (0.01, 0.5, 1.0, 0.02),
@@ -53,15 +55,15 @@ class Validation:
     """What the criteria read besides a checkpoint's correctness: labels, the reference's tag groups and errors."""
 
     labels: np.ndarray
-    tag_groups: np.ndarray  # "<class>|biased" / "<class>|unbiased" from the ERM reference's B'
+    tag_groups: np.ndarray  # "<class>|aligned" / "<class>|conflicting" from the ERM reference's B'
     reference_correct: np.ndarray
     true_groups: np.ndarray  # (class, bias attribute): the oracle's groups, for comparison only
 
     def pools(self) -> dict[str, np.ndarray]:
         """The likely bias-conflicting images each pooled criterion reads."""
         errors = ~self.reference_correct
-        with_biased = {g.split("|")[0] for g in self.tag_groups if g.endswith("|biased")}
-        unbiased = np.array([g.endswith("|unbiased") and g.split("|")[0] in with_biased for g in self.tag_groups])
+        with_biased = {g.split("|")[0] for g in self.tag_groups if g.endswith(f"|{ALIGNED}")}
+        unbiased = np.array([g.endswith(f"|{CONFLICTING}") and g.split("|")[0] in with_biased for g in self.tag_groups])
         return {"reference errors": errors, "pooled unbiased-tag groups": unbiased, "union of both": errors | unbiased}
 
 
@@ -122,23 +124,20 @@ def _correct(checkpoint: Path, split) -> np.ndarray:
 def run_criteria_bench(work: Path, *, benchmark: str = "shape-colours", seed: int = 0,
                        json_path: Path | None = None, progress: bool = False) -> dict:
     start = time.perf_counter()
-    bench = next((b for b in IMAGE_BENCHMARKS if b.name == benchmark), None)
-    if bench is None:
-        raise UserError(f"unknown benchmark {benchmark!r}; use --benchmark "
-                        f"{' or '.join(b.name for b in IMAGE_BENCHMARKS)}")
-    data, _ = prepare_benchmark(work, bench)
-    base = {**bench.base, "encoder": MINILM}
-    runs = settings(base)
+    bench = choose([benchmark])[0]
+    data, _ = prepare(work, bench)
+    runs = settings(ANALYSIS_BASE)
     steps = StepProgress(1 + len(runs), desc="bench criteria", unit="run", enabled=progress)
     with steps.step(f"{bench.name} seed {seed}: ERM reference"):
-        reference = train_reference(data, _config(base, {"method": "erm"}, seed, "val_acc"),
-                                    work / bench.name / f"seed{seed}" / "reference", progress=False, keep_epochs=True)
+        reference = train_reference(data, default_config("erm", seed, **ANALYSIS_BASE),
+                                    work / "criteria" / f"{bench.name}-seed{seed}" / "reference", progress=False,
+                                    keep_epochs=True)
     val = Validation(data["val"].labels.numpy(), np.asarray(reference.val_groups, dtype=str),
                      _correct(reference.checkpoint, data["val"]), _true_groups(data["val"], bench.attrs))
     test_groups = _true_groups(data["test"], bench.attrs)
     rows = []
     for name, overrides in runs.items():
-        cfg = _config(base, overrides, seed)
+        cfg = default_config(overrides["method"], seed, **{**ANALYSIS_BASE, **overrides})
         with steps.step(f"{name}: train, score every epoch"):
             kept = _kept_epochs(data, cfg, work / "criteria" / f"{bench.name}-seed{seed}" / _folder_name(name),
                                 reference)

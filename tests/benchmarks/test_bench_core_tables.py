@@ -1,45 +1,46 @@
-"""`mavias bench core` bookkeeping on hand-made runs: one test per selected checkpoint, the floors' arithmetic."""
+"""`mavias bench core` bookkeeping on hand-made outcomes: the summary over seeds and the floors' arithmetic."""
 
-from pathlib import Path
+import pytest
 
-import pandas as pd
-
-from mavias.bench.core import ORACLE, MethodOutcome, _outcomes, floors, summarise
-from mavias.train.trainer import TrainResult
+from mavias.bench.core import DEFAULTS, ORACLE, benchmark_floors, peer_floor, summarise
 
 
-def _run(best: dict) -> TrainResult:
-    return TrainResult(Path("run"), pd.DataFrame({"seconds": [1.0]}), best, completed=True)
+def _outcome(method: str, seed: int, wg: float, avg: float, criterion: str = "val_robust") -> dict:
+    return {"benchmark": "b", "method": method, "seed": seed, "criterion": criterion, "epoch": 1,
+            "metrics": {"wg_acc": wg, "avg_acc": avg}}
 
 
-def test_criteria_that_chose_the_same_epoch_are_tested_once():
-    tested = []
-
-    def metrics_of(checkpoint: Path) -> dict:
-        tested.append(checkpoint.name)
-        return {"wg_acc": 0.5}
-
-    same = _run({"val_robust": {"score": 0.9, "epoch": 7}, "val_acc": {"score": 0.95, "epoch": 7}})
-    assert [o.metrics for o in _outcomes("ERM", 0, {}, same, metrics_of)] == [{"wg_acc": 0.5}] * 2
-    assert tested == ["best_val_robust.pt"]
-    tested.clear()
-    apart = _run({"val_robust": {"score": 0.9, "epoch": 7}, "val_acc": {"score": 0.95, "epoch": 9}})
-    outcomes = _outcomes("ERM", 0, {}, apart, metrics_of)
-    assert tested == ["best_val_robust.pt", "best_val_acc.pt"]
-    assert [o.selected_epoch for o in outcomes] == [7, 9]
+def _outcomes(mavias_wg: float, lff_wg: float = 0.41) -> list[dict]:
+    rows = [_outcome(DEFAULTS, s, 0.20, 0.70, "val_acc") for s in (0, 1)]
+    for method, wg in (("ERM", 0.30), ("JTT", 0.35), ("LfF", lff_wg), ("SD", 0.20), ("FLAC-B", 0.25),
+                       ("DebiAN", 0.33), (ORACLE, 0.50), ("MAVias", mavias_wg)):
+        rows += [_outcome(method, s, wg + 0.02 * (2 * s - 1), 0.80) for s in (0, 1)]  # seeds spread +-2 points
+    return rows
 
 
-def test_floors_compare_mavias_with_erm_every_baseline_and_the_oracle():
-    def outcome(method: str, criterion: str, wg: float, avg: float) -> MethodOutcome:
-        return MethodOutcome(method, 0, criterion, {}, 0.0, {"wg_acc": wg, "avg_acc": avg})
+def test_the_summary_is_the_mean_and_sd_over_seeds():
+    summary = summarise(_outcomes(0.42))
+    mavias = next(r for r in summary if r["method"] == "MAVias")
+    assert mavias["seeds"] == 2 and mavias["wg_acc"] == pytest.approx({"mean": 0.42, "std": 0.02})
 
-    rows = [outcome(m, c, wg, avg) for c in ("val_robust", "val_acc") for m, wg, avg in
-            (("ERM", 0.30, 0.80), ("JTT", 0.35, 0.80), ("LfF", 0.41, 0.79), ("SD", 0.20, 0.80), ("FLAC-B", 0.25, 0.8),
-             ("DebiAN", 0.33, 0.81),
-             (ORACLE, 0.50, 0.86 if c == "val_acc" else 0.84), ("MAVias", 0.42, 0.83))]
-    result = floors(summarise(rows))
-    assert result["met"] == {"mavias wg >= erm + 10 points": True,
-                             "mavias wg >= every bias-unaware baseline": True,
-                             "mavias balanced acc >= oracle - 3 points": True}  # 0.86 - 0.83: the oracle's better criterion
-    rows[2] = outcome("LfF", "val_robust", 0.43, 0.79)
-    assert not floors(summarise(rows))["met"]["mavias wg >= every bias-unaware baseline"]
+
+def test_floors_of_a_benchmark():
+    floors = benchmark_floors(summarise(_outcomes(0.42)), n_classes=3)
+    assert floors["mavias_minus_defaults_wg"] == pytest.approx(0.22)
+    assert floors["mavias_minus_peer_wg"]["LfF"] == pytest.approx(0.01)
+    assert floors["met"] == {"ERM (CLI defaults) balanced acc >= 2 x chance": True,
+                             "tuned MAVias WG >= ERM (CLI defaults) WG + 10": True,
+                             "every method above chance": True}
+    assert not benchmark_floors(summarise(_outcomes(0.29)), n_classes=3)["met"][
+        "tuned MAVias WG >= ERM (CLI defaults) WG + 10"]
+    assert not benchmark_floors(summarise(_outcomes(0.42)), n_classes=1)["met"]["every method above chance"]
+
+
+def test_mavias_must_lead_on_two_thirds_of_the_benchmarks_and_stay_within_3_points_elsewhere():
+    def benchmarks(*mavias_wgs: float) -> dict:
+        return {f"b{i}": {"floors": benchmark_floors(summarise(_outcomes(wg)), n_classes=3)}
+                for i, wg in enumerate(mavias_wgs)}
+
+    assert peer_floor(benchmarks(0.45, 0.42, 0.39))["met"]  # 2 of 3 ahead, the third 2 points behind LfF
+    assert not peer_floor(benchmarks(0.45, 0.42, 0.37))["met"]  # 4 points behind LfF
+    assert not peer_floor(benchmarks(0.45, 0.40, 0.40))["met"]  # ahead on 1 of 3 only

@@ -10,8 +10,8 @@ from mavias.bench.criteria import CRITERIA, Validation, analyse, criterion_score
 # images 3 and 7 wrong.
 VAL = Validation(
     labels=np.array([0, 0, 0, 0, 1, 1, 1, 1]),
-    tag_groups=np.array(["0|biased", "0|biased", "0|unbiased", "0|unbiased", "1|unbiased", "1|unbiased",
-                         "1|unbiased", "1|unbiased"]),
+    tag_groups=np.array(["0|aligned", "0|aligned", "0|conflicting", "0|conflicting", "1|conflicting", "1|conflicting",
+                         "1|conflicting", "1|conflicting"]),
     reference_correct=np.array([True, True, True, False, True, True, True, False]),
     true_groups=np.array(["0|a", "0|a", "0|c", "0|c", "1|a", "1|a", "1|a", "1|c"]),
 )
@@ -33,7 +33,7 @@ def test_each_criterion_by_hand():
 
 
 def test_without_any_biased_tag_the_pooled_criterion_is_the_balanced_accuracy():
-    val = Validation(VAL.labels, np.array([g.replace("|biased", "|unbiased") for g in VAL.tag_groups]),
+    val = Validation(VAL.labels, np.array([g.replace("|aligned", "|conflicting") for g in VAL.tag_groups]),
                      VAL.reference_correct, VAL.true_groups)
     correct = np.array([1, 1, 1, 0, 1, 1, 0, 0], dtype=bool)
     assert criterion_scores(correct, val)["pooled unbiased-tag groups"] == pytest.approx((3 / 4 + 2 / 4) / 2)
