@@ -11,7 +11,7 @@ from PIL import Image
 from mavias.errors import UserError
 from mavias.train.config import BackboneConfig, TrainConfig
 from mavias.train.data import feature_split
-from mavias.train.lr_range import suggest
+from mavias.train.lr_range import steepest, suggest
 from mavias.train.optim import batches_per_epoch, drop_last, schedule_factor
 from mavias.train.recipe import RECIPES, TARGET_STEPS, median_shorter_side, recipe_for, resolve_image_settings
 from mavias.train.sanity import chance_warnings, trivial_rates
@@ -59,11 +59,14 @@ def test_what_the_user_sets_wins_and_no_range_test_runs(tmp_path):
     assert trainer.cfg == cfg and trainer.recipe.range_test is None and trainer.recipe.notes == {}
 
 
-def test_the_range_test_suggests_the_steepest_descent_or_says_it_cannot():
+def test_the_range_test_suggests_a_tenth_of_the_minimum_or_says_it_cannot():
     lrs = np.logspace(-5, 1, 100)
-    losses = 2.3 - 1.5 / (1 + np.exp(-(np.log10(lrs) + 2) * 4))  # falls fastest around lr 1e-2
+    # falls fastest around lr 1e-3, keeps falling to its minimum at lr 0.3, then blows up
+    losses = 2.3 - 1.5 / (1 + np.exp(-(np.log10(lrs) + 3) * 4)) - 0.2 * np.log10(lrs / 1e-5) / 4.5
+    losses[lrs > 0.3] += 5 * np.log10(lrs[lrs > 0.3] / 0.3)
     lr, reason = suggest(lrs, losses)
-    assert lr == pytest.approx(1e-2, rel=0.3) and "fell fastest" in reason
+    assert lr == pytest.approx(0.03, rel=0.2) and "a tenth of lr" in reason
+    assert steepest(lrs, losses) == pytest.approx(1e-3, rel=0.3)
     assert suggest(lrs, np.full(100, 2.3))[0] is None  # a flat loss says nothing
     exploded = losses.copy()
     exploded[50:] = np.nan
