@@ -69,6 +69,7 @@ def training_throughput(work: Path, *, batches: int, batch_size: int, image_size
     speeds = {}
     for method in ("erm", "mavias"):
         cfg = TrainConfig.model_validate({"method": method, "backbone": {"name": "resnet18"}, "epochs": 2,
+                                          "optim": {"lr": 0.01},  # a set rate: no range test inside the timing
                                           "batch_size": batch_size, "image_size": image_size, "selection": "val_acc",
                                           "device": device})
         history = Trainer(cfg, train, val, CLASSES, work / f"train-{method}", progress=False).fit(resume=False).history

@@ -6,7 +6,9 @@ projection of MAVias hardly moved), so it is recorded, not used."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,7 +51,9 @@ def range_test(model: MainModel, optimizer: torch.optim.Optimizer, loader: DataL
     model = copy.deepcopy(model)
     optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)
     finder = LRFinder(model, optimizer, _FloatCrossEntropy(), device=device)
-    finder.range_test(_Batches(loader, split, device), start_lr=start, end_lr=end, num_iter=steps, diverge_th=4)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # its bar and prints
+        finder.range_test(_Batches(loader, split, device), start_lr=start, end_lr=end, num_iter=steps,
+                          diverge_th=4)
     lrs, losses = list(finder.history["lr"]), list(finder.history["loss"])
     lrs_array, losses_array = np.asarray(lrs), np.asarray(losses)
     suggestion, reason = suggest(lrs_array, losses_array)

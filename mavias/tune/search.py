@@ -114,6 +114,7 @@ def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_st
     RUNNING by a killed search are marked failed and queued again with the same settings. A trial below the median
     of the finished ones may be pruned only after ``prune_after`` epochs."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is the caller's to show, not Optuna's
     study = optuna.create_study(
         study_name=STUDY_NAME,
         storage=f"sqlite:///{out_dir / STORAGE_FILE}",
