@@ -152,9 +152,10 @@ def _read_state(home: Path) -> dict | None:
 def up(home: Path, config: Path | None = None, *, port: int = 8080, smtp: tuple[str, int] | None = None,
        executor: Executor = "local", db_port: int | None = None, broker_port: int | None = None,
        database_url: str | None = None, broker_url: str | None = None, heartbeat_timeout_s: int = 120,
-       timeout_s: float = 300.0) -> Stack:
+       database_wait_s: float = 90.0, timeout_s: float = 300.0) -> Stack:
     """Start the stack in the background and return once the API answers (and every worker is connected).
-    On a stack already running in ``home`` with the same executor and port, start only what has died."""
+    On a stack already running in ``home`` with the same executor and port, start only what has died. A given
+    ``database_url`` may still be starting: it is waited for ``database_wait_s``."""
     home = home.resolve()
     config = config_path(config).resolve()
     cfg = load_nightly_config(config)
@@ -168,7 +169,8 @@ def up(home: Path, config: Path | None = None, *, port: int = 8080, smtp: tuple[
         require_free_port(port, "Airflow api-server", "--port")
         state = {"executor": executor, "port": port, "services": {}, "components": {}}
         if executor == "celery":
-            state["services"] = _celery_services(home, db_port, broker_port, database_url, broker_url)
+            state["services"] = _celery_services(home, db_port, broker_port, database_url, broker_url,
+                                                 database_wait_s)
         write_json(home / STATE_NAME, state)
     else:
         _require_services_alive(home, state)
@@ -185,8 +187,13 @@ def up(home: Path, config: Path | None = None, *, port: int = 8080, smtp: tuple[
 
 
 def _celery_services(home: Path, db_port: int | None, broker_port: int | None, database_url: str | None,
-                     broker_url: str | None) -> dict[str, dict]:
-    """Start (or check) the database and the broker; write their URLs to ``home/secrets``."""
+                     broker_url: str | None, wait_s: float) -> dict[str, dict]:
+    """Check the given database and broker, start the others; write their URLs to ``home/secrets``."""
+    if database_url is not None:
+        database_url = re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg2://", database_url)
+        check_database(database_url, timeout_s=wait_s)
+    if broker_url is not None:
+        check_broker(broker_url)
     services: dict[str, dict] = {}
     logs = home / "logs"
     try:
@@ -194,15 +201,10 @@ def _celery_services(home: Path, db_port: int | None, broker_port: int | None, d
             db = start_postgres(home, db_port or free_port(), logs / "postgres.log")
             services["postgres"] = {"pid": db.pid, "data_dir": str(db.data_dir), "temporary": db.temporary}
             database_url = db.url
-        else:
-            database_url = re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg2://", database_url)
-            check_database(database_url)
         if broker_url is None:
             broker = start_redis(home, broker_port or free_port(), logs / "redis.log")
             services["redis"] = {"pid": broker.pid, "data_dir": str(broker.data_dir), "temporary": False}
             broker_url = broker.url
-        else:
-            check_broker(broker_url)
     except BaseException:
         _stop_services(services)
         raise

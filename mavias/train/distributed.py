@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -124,7 +126,8 @@ def fit_distributed(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, n
                     "val_groups": val_groups, "keep_epochs": keep_epochs, "stop_after": stop_after}, job)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                    "-m", "mavias.train.distributed", str(job)]
-        done = subprocess.run(command, env=os.environ | {"PYTHONPATH": _python_path()}, check=False)
+        done = subprocess.run(command, env=os.environ | {"PYTHONPATH": _python_path()}, check=False,
+                              preexec_fn=die_with_parent)  # noqa: PLW1509 - only sets a signal, no locks
         errors = sorted(Path(tmp).glob(ERROR_NAME.format(rank="*")))
         if errors:
             raise UserError(errors[0].read_text())
@@ -138,6 +141,13 @@ def read_result(out_dir: Path) -> TrainResult:
     summary = json.loads((out_dir / "train_summary.json").read_text())
     return TrainResult(out_dir, pd.read_csv(out_dir / "metrics.csv"), summary["best"], summary["completed"],
                        summary["warnings"])
+
+
+def die_with_parent() -> None:
+    """A launcher or rank whose parent is killed (a lost Airflow worker: SIGKILL) is killed too, instead of training
+    on beside the task's retry and writing the same run folder."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _python_path() -> str:
@@ -161,6 +171,7 @@ def _trainer(data: PreparedData, cfg: TrainConfig, job: dict) -> DistributedTrai
 
 
 def main(job_path: str) -> None:
+    die_with_parent()  # the ranks lead sessions of their own: a killed launcher would not take them down
     job = torch.load(job_path, weights_only=False)  # our own file, written by fit_distributed
     device = resolve_device(TrainConfig.model_validate(job["config"]).device)
     if device.type == "cuda":

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
 from mavias.demo.run import make_demo_data
-from mavias.demo.services import DAG_ID, smtp_server
+from mavias.demo.services import smtp_server
 from mavias.nightly import local_airflow
 from mavias.utils.servers import free_port
+from tests.airflow.api import Api
 from tests.airflow.harness import GATES, TEST_TRAINING, make_deployment
 from tests.pipeline.s3server import create_bucket, moto_endpoint  # noqa: F401 - a fixture
 
@@ -29,35 +28,6 @@ pytestmark = pytest.mark.slow
 
 RUN_TIMEOUT_S = 420
 TRAINING = TEST_TRAINING | {"image_size": 16, "epochs": 2, "backbone.width": 8}
-
-
-class Api:
-    """The stack's REST API (the simple auth manager lets everybody in as admin on this local stack)."""
-
-    def __init__(self, url: str):
-        self.client = httpx.Client(base_url=url, timeout=30)
-        token = self.client.get("/auth/token").json()["access_token"]
-        self.client.headers["Authorization"] = f"Bearer {token}"
-
-    def wait_for_dag(self, timeout_s: float = 180) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.client.get(f"/api/v2/dags/{DAG_ID}").status_code != 200:
-            assert time.monotonic() < deadline, "the dag-processor did not parse the DAG in time"
-            time.sleep(2)
-
-    def run_night(self, logical_date: str) -> tuple[str, dict[str, str], float]:
-        """Trigger a run and poll it to its end; (state, task states, seconds)."""
-        started = time.monotonic()
-        reply = self.client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": logical_date, "conf": {}})
-        reply.raise_for_status()
-        run_id = reply.json()["dag_run_id"]
-        while (state := self.client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]) not in (
-            "success", "failed"
-        ):
-            assert time.monotonic() - started < RUN_TIMEOUT_S, f"run {run_id} still {state}"
-            time.sleep(2)
-        tasks = self.client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
-        return state, {t["task_id"]: t["state"] for t in tasks if t["map_index"] < 0}, time.monotonic() - started
 
 
 def _airflow_cli(home: Path, *args: str) -> None:
@@ -96,7 +66,7 @@ def test_missing_pool_fails_the_night_fast_with_what_to_do(stack: tuple) -> None
     deployment, home, api = stack
     _airflow_cli(home, "pools", "delete", "gpu")
     try:
-        state, tasks, seconds = api.run_night("2025-05-01T00:00:00Z")
+        state, tasks, seconds = api.run_night("2025-05-01T00:00:00Z", RUN_TIMEOUT_S)
     finally:
         _airflow_cli(home, "pools", "set", "gpu", "1", "GPU workers")
     assert state == "failed" and tasks["preflight"] == "failed"
@@ -108,7 +78,7 @@ def test_missing_pool_fails_the_night_fast_with_what_to_do(stack: tuple) -> None
 
 def test_one_night_runs_to_the_end_under_the_scheduler(stack: tuple) -> None:
     deployment, _, api = stack
-    state, tasks, seconds = api.run_night("2025-05-02T00:00:00Z")
+    state, tasks, seconds = api.run_night("2025-05-02T00:00:00Z", RUN_TIMEOUT_S)
     assert state == "success", tasks
     for task_id in ("preflight", "sense", "train_reference", "train_mavias", "evaluate", "quality_gates", "report",
                     "notify", "finish"):

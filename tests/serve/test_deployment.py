@@ -81,3 +81,27 @@ def test_rbac_lets_the_task_pods_point_the_inference_service():
     assert yaml.safe_load(values["podTemplate"])["spec"]["serviceAccountName"] == account
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
                                     "namespace": service["metadata"]["namespace"]}]
+
+
+def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_variant():
+    helm = ROOT / "infra" / "helm"
+    kubernetes, celery = (yaml.safe_load((helm / name).read_text())
+                          for name in ("airflow-values.yaml", "airflow-values-celery.yaml"))
+    assert (kubernetes["executor"], celery["executor"]) == ("KubernetesExecutor", "CeleryExecutor")
+    for key in ("images", "secret", "env"):
+        assert celery[key] == kubernetes[key], key
+    assert celery["workers"]["serviceAccount"] == kubernetes["workers"]["serviceAccount"]
+    assert "--queues default" in celery["workers"]["args"][-1]
+    worker = yaml.safe_load((helm / "celery-gpu-worker.yaml").read_text())
+    validate(worker)
+    pod = worker["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][container["args"].index("--queues") + 1] == "gpu"
+    assert container["image"] == f"{celery['images']['airflow']['repository']}:{celery['images']['airflow']['tag']}"
+    assert pod["serviceAccountName"] == celery["workers"]["serviceAccount"]["name"]
+    secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
+    assert {celery["data"][k] for k in ("metadataSecretName", "resultBackendSecretName", "brokerUrlSecretName")} <= secrets
+    assert {s["secretName"] for s in celery["secret"]} <= secrets
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
+        validate(worker | {"spec": worker["spec"] | {"replica": 2}})
