@@ -14,6 +14,7 @@ import resource
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -109,7 +110,7 @@ def run_night(work: Path, endpoint: str, scale: int, base: int) -> ScaleRun:
     for stale in ("workspace", "staging"):  # a night's work is measured from scratch
         shutil.rmtree(root / stale, ignore_errors=True)
     n_train = scale * base
-    data = make_demo_data(root / "data", n_train=n_train, n_val=n_train // 4, n_test_per_cell=5, nights=1,
+    data = make_demo_data(root / "data", n_train=n_train, n_val=n_train // 4, n_test_per_cell=2, nights=1,
                           bg_align=0.95, coobj_align=0.95)
     settings = S3Settings(bucket=f"{BUCKET}-x{scale}", endpoint_url=endpoint,
                           **{k: SecretStr(v) for k, v in CREDENTIALS.items()})
@@ -127,10 +128,9 @@ def run_night(work: Path, endpoint: str, scale: int, base: int) -> ScaleRun:
     }))
     done: dict = {}
     steps = {}
-    context = multiprocessing.get_context("spawn")
     for step in STEPS:
-        with context.Pool(1) as pool:
-            outputs, seconds, peak = pool.apply(_run_step, (str(config), step, done))
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            outputs, seconds, peak = pool.submit(_run_step, str(config), step, done).result()
         done |= outputs
         steps[step] = {"seconds": round(seconds, 2), "peak_mib": round(peak)}
     discovered, sizes = done["discovered"], done["dataset"]["sizes"]
