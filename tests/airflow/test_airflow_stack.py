@@ -14,15 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from mavias.demo.run import make_demo_data
-from mavias.demo.services import smtp_server
 from mavias.nightly import local_airflow
 from mavias.utils.servers import free_port
 from tests.airflow.api import Api
-from tests.airflow.harness import GATES, TEST_TRAINING, make_deployment
-from tests.pipeline.s3server import create_bucket, moto_endpoint  # noqa: F401 - a fixture
+from tests.airflow.harness import TEST_TRAINING, stack_deployment
+from tests.pipeline.s3server import moto_endpoint  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -39,21 +36,11 @@ def _airflow_cli(home: Path, *args: str) -> None:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Iterator[tuple]:  # noqa: F811
     root = tmp_path_factory.mktemp("stack")
-    scenes = make_demo_data(root / "scenes", n_train=60, n_val=24, n_test_per_cell=1, nights=1)
-    with smtp_server(root / "mail") as smtp_port:
-        deployment = make_deployment(
-            root, root / "unused-home", moto_endpoint, create_bucket(moto_endpoint), smtp_port,
-            train={"overrides": TRAINING}, discovery={"tagger": "manifest", "num_shards": 1, "batch_size": 32},
-            evaluation={"version": "v1", "n_boot": 20}, gates=str(GATES),
-            airflow={"schedule": None, "retries": 0},
-        )
-        config = yaml.safe_load((root / "nightly.yaml").read_text())
-        config["s3"] |= {"access_key_id": "testing", "secret_access_key": "testing"}
-        (root / "nightly.yaml").write_text(yaml.safe_dump(config))
-        deployment.upload("evaluation/v1/", scenes, scenes.evaluation, "evaluation")
-        deployment.upload("incoming/night-1/", scenes, scenes.partitions["night-1"], "night-1")
+    with stack_deployment(root, moto_endpoint, train={"overrides": TRAINING}, airflow={"schedule": None, "retries": 0},
+                          discovery={"tagger": "manifest", "num_shards": 1, "batch_size": 32}) as deployment:
         home = root / "airflow"
-        started = local_airflow.up(home, root / "nightly.yaml", port=free_port(), smtp=("127.0.0.1", smtp_port))
+        started = local_airflow.up(home, root / "nightly.yaml", port=free_port(),
+                                   smtp=("127.0.0.1", deployment.smtp_port))
         try:
             api = Api(started.url)
             api.wait_for_dag()

@@ -24,18 +24,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from mavias.cli import app
-from mavias.demo.run import make_demo_data
-from mavias.demo.services import smtp_server
 from mavias.errors import UserError
 from mavias.nightly import local_airflow
 from mavias.utils.servers import free_port
 from tests.airflow.api import Api
-from tests.airflow.harness import GATES, TEST_TRAINING, Deployment, make_deployment
-from tests.pipeline.s3server import create_bucket, moto_endpoint  # noqa: F401 - a fixture
+from tests.airflow.harness import TEST_TRAINING, Deployment, stack_deployment
+from tests.pipeline.s3server import moto_endpoint  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -89,21 +86,11 @@ def _cmdline(process: psutil.Process) -> list[str]:
 @pytest.fixture(scope="module")
 def night(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Iterator[CeleryNight]:  # noqa: F811
     root = tmp_path_factory.mktemp("celery")
-    scenes = make_demo_data(root / "scenes", n_train=60, n_val=24, n_test_per_cell=1, nights=1)
-    with smtp_server(root / "mail") as smtp_port:
-        deployment = make_deployment(
-            root, root / "unused-home", moto_endpoint, create_bucket(moto_endpoint), smtp_port,
-            train={"overrides": TRAINING, "nproc": 2}, gates=str(GATES),
-            discovery={"tagger": "manifest", "num_shards": 2, "batch_size": 32},
-            evaluation={"version": "v1", "n_boot": 20}, airflow={"schedule": None, "retries": 2, "retry_delay_s": 1},
-        )
-        config = yaml.safe_load((root / "nightly.yaml").read_text())
-        config["s3"] |= {"access_key_id": "testing", "secret_access_key": "testing"}
-        (root / "nightly.yaml").write_text(yaml.safe_dump(config))
-        deployment.upload("evaluation/v1/", scenes, scenes.evaluation, "evaluation")
-        deployment.upload("incoming/night-1/", scenes, scenes.partitions["night-1"], "night-1")
+    with stack_deployment(root, moto_endpoint, train={"overrides": TRAINING, "nproc": 2},
+                          discovery={"tagger": "manifest", "num_shards": 2, "batch_size": 32},
+                          airflow={"schedule": None, "retries": 2, "retry_delay_s": 1}) as deployment:
         home = root / "airflow"
-        options = {"port": free_port(), "smtp": ("127.0.0.1", smtp_port), "executor": "celery",
+        options = {"port": free_port(), "smtp": ("127.0.0.1", deployment.smtp_port), "executor": "celery",
                    "heartbeat_timeout_s": HEARTBEAT_TIMEOUT_S}
         stack = local_airflow.up(home, root / "nightly.yaml", **options)
         try:
