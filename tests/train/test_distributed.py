@@ -85,3 +85,27 @@ def test_rank_shares_cover_each_global_batch_once() -> None:
 def test_methods_whose_loss_needs_the_whole_batch_are_refused(method: str) -> None:
     with pytest.raises(UserError, match="--nproc 1"):
         check_supported(_cfg(method=method), 2)
+
+
+def test_mavias_train_nproc_2_on_images_through_the_command_line(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from mavias.cli import app
+
+    def invoke(*args: str) -> str:
+        result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    data = tmp_path / "scenes"
+    invoke("data", "make", "synthetic-scenes", "--out", data, "--n-train", "120", "--n-val", "40",
+           "--n-test-per-cell", "1", "--image-size", "32")
+    out = tmp_path / "erm"
+    invoke("train", "--manifest", data / "manifest.parquet", "--relevance", data / "relevance.parquet",
+           "--workspace", tmp_path / "ws", "--set", "method=erm", "--set", "selection=val_acc", "--set", "epochs=2",
+           "--set", "image_size=32", "--set", "backbone.width=8", "--set", "batch_size=32", "--set", "device=cpu",
+           "--nproc", "2", "--out", out)
+    assert {"last.pt", "best_val_acc.pt", "config.yaml", "recipe.json", "metrics.csv", "train_summary.json",
+            "biased_tags.csv"} <= {p.name for p in out.iterdir()}
+    assert list(pd.read_csv(out / "metrics.csv")["epoch"]) == [1, 2]
+    assert len(list((out / "tensorboard").iterdir())) == 1
