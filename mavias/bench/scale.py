@@ -152,6 +152,9 @@ def plot(runs: list[ScaleRun], path: Path) -> None:
              title="time per step")
     right.set(xscale="log", xlabel="images in the night's partition", ylabel="peak RSS of the step's process (MiB)",
               title="peak memory per step")
+    for axis in (left, right):
+        axis.set_xticks(images, [str(n) for n in images])
+        axis.minorticks_off()
     left.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
