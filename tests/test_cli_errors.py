@@ -139,3 +139,8 @@ def test_out_of_range_bench_settings(tmp_path, args):
 ])
 def test_a_training_that_cannot_be_spread_over_processes(files, args, expect):
     fails_cleanly(*train_args(files, *args), expect=expect)
+
+
+@pytest.mark.parametrize("args", [["--scales", "1,x"], ["--scales", "0,4"], ["--base", "10"]])
+def test_bad_sizes_for_the_scale_bench(tmp_path, args):
+    fails_cleanly("bench", "scale", *args, "--work", tmp_path, expect="Invalid value")
