@@ -27,8 +27,8 @@ def up(
     executor: Annotated[local_airflow.Executor, typer.Option(
         help="local: LocalExecutor on SQLite; celery: CeleryExecutor, PostgreSQL, Redis, a default and a gpu worker."
     )] = "local",
-    db_port: Annotated[int | None, typer.Option(help="celery: port of the PostgreSQL it starts (default: free).")] = None,
-    broker_port: Annotated[int | None, typer.Option(help="celery: port of the Redis it starts (default: free).")] = None,
+    db_port: Annotated[int | None, typer.Option(help="celery: port of its PostgreSQL (default: a free one).")] = None,
+    broker_port: Annotated[int | None, typer.Option(help="celery: port of its Redis (default: a free one).")] = None,
     database_url: Annotated[str | None, typer.Option(
         envvar="MAVIAS_AIRFLOW_DATABASE_URL", help="celery: a running PostgreSQL (postgresql://user:pw@host:port/db) "
         "instead of starting one.")] = None,

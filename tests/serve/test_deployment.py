@@ -101,7 +101,8 @@ def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_var
     assert container["image"] == f"{celery['images']['airflow']['repository']}:{celery['images']['airflow']['tag']}"
     assert pod["serviceAccountName"] == celery["workers"]["serviceAccount"]["name"]
     secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
-    assert {celery["data"][k] for k in ("metadataSecretName", "resultBackendSecretName", "brokerUrlSecretName")} <= secrets
+    data = celery["data"]
+    assert {data[k] for k in ("metadataSecretName", "resultBackendSecretName", "brokerUrlSecretName")} <= secrets
     assert {s["secretName"] for s in celery["secret"]} <= secrets
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
