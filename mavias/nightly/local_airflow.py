@@ -144,7 +144,7 @@ def _airflow(args: list[str], env: dict[str, str], log: Path) -> None:
         raise UserError(f"`airflow {' '.join(args)}` failed (exit {done.returncode}); see {log}")
 
 
-def _read_state(home: Path) -> dict | None:
+def read_state(home: Path) -> dict | None:
     path = home / STATE_NAME
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -160,7 +160,7 @@ def up(home: Path, config: Path | None = None, *, port: int = 8080, smtp: tuple[
     config = config_path(config).resolve()
     cfg = load_nightly_config(config)
     (home / "logs").mkdir(parents=True, exist_ok=True)
-    state = _read_state(home)
+    state = read_state(home)
     new = state is None
     if state is not None and (state["executor"], state["port"]) != (executor, port):
         raise UserError(f"a stack ({state['executor']} executor, port {state['port']}) already runs in {home}: stop "
@@ -271,7 +271,7 @@ def down(home: Path, *, grace_s: float = 20.0) -> list[str]:
     """Stop what :func:`up` started in ``home`` (components with the processes they started, then the services);
     the names stopped."""
     home = home.resolve()
-    state = _read_state(home)
+    state = read_state(home)
     if state is None:
         return []
     _stop(list(state["components"].values()), signal.SIGTERM, grace_s)
