@@ -1,5 +1,5 @@
 # The two entry points of the README: `make demo` (the demo night, offline) and `make test`.
-# Both build .venv from scratch when it is missing and install the one system package the offline judge needs.
+# Both build .venv from scratch when it is missing and install the system packages (system-deps).
 VENV ?= .venv
 SERVE_VENV ?= .venv-serve
 PYTHON ?= python3
@@ -16,9 +16,13 @@ test: system-deps $(VENV)/.installed-test serve-venv
 	PYTHONPATH=plugins $(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q
 
-# WordNet 3.0 for the offline relevance judge (no PyPI package ships its data).
+# WordNet 3.0 for the offline relevance judge (no PyPI package ships its data); PostgreSQL 15 and Redis 7 for the
+# CeleryExecutor stack (`mavias airflow up --executor celery`, started by its test on 127.0.0.1).
+SYSTEM_PACKAGES := wordnet-base postgresql redis-server
 system-deps:
-	@[ -f /usr/share/wordnet/data.noun ] || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q wordnet-base; }
+	@[ -f /usr/share/wordnet/data.noun ] && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 \
+		&& command -v redis-server >/dev/null \
+		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(SYSTEM_PACKAGES); }
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

@@ -25,6 +25,7 @@ from mavias.evaluate.shortcuts import SHORTCUT, find_shortcuts
 from mavias.manifest import DatasetInfo
 from mavias.train.config import TrainConfig, load_config
 from mavias.train.data import SplitData
+from mavias.train.distributed import fit_distributed
 from mavias.train.inference import predict
 from mavias.train.prepare import PreparedData
 from mavias.train.trainer import EARLY_CHECKPOINT, Trainer, TrainResult, epoch_path, load_main_model
@@ -140,19 +141,25 @@ def _reference_checkpoint(run_dir: Path, data: PreparedData) -> Path:
 
 
 def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *, tag_min_support: int = MIN_SUPPORT,
-                    rule: str = SHORTCUT, progress: bool = True, keep_epochs: bool = False) -> Reference:
+                    rule: str = SHORTCUT, progress: bool = True, keep_epochs: bool = False, nproc: int = 1) -> Reference:
     """The ERM reference; with ``keep_epochs`` its training also serves as the ERM baseline (`erm_baseline`)."""
     cfg = cfg.model_copy(update={"method": "erm", "selection": "val_acc"})
-    run = Trainer(cfg, data["train"], data["val"], data.classes, out_dir, progress=progress,
-                  keep_epochs=keep_epochs).fit()
+    if nproc > 1:
+        run = fit_distributed(data, cfg, out_dir, nproc, keep_epochs=keep_epochs)
+    else:
+        run = Trainer(cfg, data["train"], data["val"], data.classes, out_dir, progress=progress,
+                      keep_epochs=keep_epochs).fit()
     return load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
 
 
 def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference | None,
-                 *, progress: bool = True, stop_after: int | None = None) -> TrainResult:
+                 *, progress: bool = True, stop_after: int | None = None, nproc: int = 1) -> TrainResult:
+    """Train one run; with ``nproc`` > 1 data-parallel over that many processes (:mod:`mavias.train.distributed`)."""
     if cfg.selection == "val_tag_wg" and reference is None:
         raise ValueError("selection val_tag_wg needs the ERM reference (train_reference) for its tag-derived groups")
     val_groups = None if reference is None else reference.val_groups
+    if nproc > 1:
+        return fit_distributed(data, cfg, out_dir, nproc, val_groups=val_groups, stop_after=stop_after)
     trainer = Trainer(cfg, data["train"], data["val"], data.classes, out_dir, val_groups=val_groups, progress=progress)
     return trainer.fit(stop_after=stop_after)
 

@@ -131,3 +131,16 @@ def test_an_unknown_benchmark_for_the_core_and_audit_benches(tmp_path, bench):
 @pytest.mark.parametrize("args", [["criteria", "--seed", "-1"], ["core", "--seeds", "0"], ["core", "--trials", "0"]])
 def test_out_of_range_bench_settings(tmp_path, args):
     fails_cleanly("bench", *args, "--work", tmp_path, expect="Invalid value")
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (["--nproc", "2", "--set", "method=lff"], "cannot train data-parallel"),
+    (["--nproc", "0"], "--nproc must be at least 1"),
+])
+def test_a_training_that_cannot_be_spread_over_processes(files, args, expect):
+    fails_cleanly(*train_args(files, *args), expect=expect)
+
+
+@pytest.mark.parametrize("args", [["--scales", "1,x"], ["--scales", "0,4"], ["--base", "10"]])
+def test_bad_sizes_for_the_scale_bench(tmp_path, args):
+    fails_cleanly("bench", "scale", *args, "--work", tmp_path, expect="Invalid value")

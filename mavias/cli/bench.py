@@ -159,6 +159,41 @@ def discovery(
                         json_path=json_out, console=console)
 
 
+@app.command("scale")
+def scale(
+    work: Annotated[Path, typer.Option(help="working folder (data, workspaces, bucket server log)")] = Path(
+        "runs/bench-scale"),
+    scales: Annotated[str, typer.Option(help="comma-separated multiples of the base partition")] = "1,4,16",
+    base: Annotated[int, typer.Option(min=40, help="training images of the 1x partition (validation: a quarter)")] = 240,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write the time and memory plot (PNG)")] = None,
+) -> None:
+    """One night per data size (1x, 4x, 16x a partition): seconds and peak memory per step, with the work done."""
+    from mavias.bench.scale import STEPS, run_scale_bench
+
+    multiples = _multiples(scales)
+    runs = run_scale_bench(work, scales=multiples, base=base, json_path=json_out, plot_path=plot)
+    table = Table(title="a night against its data size: seconds (peak RSS MiB) per step")
+    table.add_column("step")
+    for run in runs:
+        table.add_column(f"{run.scale}x ({run.images} images)", justify="right")
+    for step in STEPS:
+        table.add_row(step, *(f"{run.steps[step]['seconds']:.1f} ({run.steps[step]['peak_mib']:.0f})" for run in runs))
+    for key in runs[0].work:
+        table.add_row(key, *(str(run.work[key]) for run in runs))
+    console.print(table)
+
+
+def _multiples(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"--scales takes positive integers separated by commas, e.g. 1,4,16 (got {text!r})")
+    return values
+
+
 @app.command("data")
 def data(
     work: Annotated[Path, typer.Option(help="working folder (generated trees, runs)")] = Path("runs/bench-data"),

@@ -15,6 +15,7 @@ from mavias.discover import Workspace as DiscoveryWorkspace
 from mavias.manifest import read_dataset_info
 from mavias.relevance import load_relevance
 from mavias.train.config import TrainConfig, load_config, preset_names
+from mavias.train.distributed import check_supported
 from mavias.train.encoder import encoder_from_spec
 from mavias.train.model import weights_file
 from mavias.train.prepare import PreparedData, prepare_image_data
@@ -65,16 +66,19 @@ def train(
     reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run folder (for selection val_tag_wg)")] = None,
     group_attrs: GroupAttrs = "",
     workspace: Workspace = Path(".mavias"),
+    nproc: Annotated[int, typer.Option("--nproc", help="processes, data-parallel (DDP via torch.distributed.run): "
+                                       "one per GPU with NCCL, or CPU processes with gloo")] = 1,
 ) -> None:
     """Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes checkpoints,
     metrics.csv and TensorBoard logs."""
     from mavias.workflow import BIASED_TAGS_FILE, load_reference, train_method
 
     cfg = load_config(config, preset=preset, overrides=_overrides(set_))
+    check_supported(cfg, nproc)
     weights_file(cfg.backbone)  # a missing pretrained file fails now, not after the data is prepared
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data)
-    result = train_method(data, cfg, out, ref)
+    result = train_method(data, cfg, out, ref, nproc=nproc)
     for warning in result.warnings:
         console.print(f"[bold red]warning:[/] {warning}")
     if cfg.method == "erm" and reference is None:  # any ERM run is a reference: its B' is computed now

@@ -55,6 +55,10 @@ class TrainSection(_Section):
         1, ge=1, description="MAVias settings tried per night, one mapped GPU task each; 1: exactly the configured "
         "settings; more: the previous night's best first, then Optuna's TPE picks; the val criterion picks one",
     )
+    nproc: int = Field(
+        1, ge=1, description="processes of each training task, data-parallel (DDP via torch.distributed.run): one "
+        "per GPU of a GPU worker (airflow.gpus_per_task), or CPU processes with gloo",
+    )
 
     def resolve(self) -> TrainConfig:
         return load_config(self.config, preset=self.preset, overrides=self.overrides)

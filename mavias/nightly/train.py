@@ -30,7 +30,8 @@ PREVIOUS_BEST = "best_params.json"
 def train_reference_model(cfg: NightlyConfig, dataset: Dataset) -> TrainedReference:
     """The ERM reference of the open-set protocol (resumes from its last epoch; a finished run is reused)."""
     out = Path(dataset["dir"]) / "reference"
-    reference = train_reference(load_prepared(dataset), cfg.train.resolve(), out, progress=False)
+    reference = train_reference(load_prepared(dataset), cfg.train.resolve(), out, progress=False,
+                                nproc=cfg.train.nproc)
     return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {}}
 
 
@@ -62,7 +63,7 @@ def run_trial(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference,
     """Train one planned trial on the accumulated data (resumable; a finished trial is reused)."""
     data = load_prepared(dataset)
     return run_planned_trial(data, load_reference(reference["dir"], data), _resolved_base(cfg, dataset, data),
-                             Path(dataset["dir"]) / TUNING_DIR, dict(job))
+                             Path(dataset["dir"]) / TUNING_DIR, dict(job), nproc=cfg.train.nproc)
 
 
 def select_candidate(cfg: NightlyConfig, dataset: Dataset, trials: list[TrialResult]) -> Candidate:

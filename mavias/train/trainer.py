@@ -94,6 +94,7 @@ class Trainer:
         self.val_groups = None if val_groups is None else np.asarray(val_groups)
         self.progress = progress
         self.keep_epochs = keep_epochs  # keep every epoch's main model, so another criterion can reselect later
+        self.primary = True  # the one process that writes the run folder (rank 0 of a distributed run)
         self.device = resolve_device(cfg.device)
         self.recipe = resolve_config(cfg, train, len(classes), self.out_dir, self.device)
         self.cfg = cfg = self.recipe.config
@@ -172,6 +173,8 @@ class Trainer:
         }
 
     def save_checkpoint(self) -> None:
+        if not self.primary:
+            return
         with atomic_path(self.last_path) as tmp:
             torch.save(self._state(), tmp)
 
@@ -196,6 +199,8 @@ class Trainer:
         return self.out_dir / f"best_{criterion}.pt"
 
     def _save_model(self, path: Path, score: float) -> None:
+        if not self.primary:
+            return
         with atomic_path(path) as tmp:
             torch.save(
                 {"model": self.model.state_dict(), "epoch": self.epoch, "score": score, "classes": self.classes,
@@ -220,7 +225,7 @@ class Trainer:
                 x = x.contiguous(memory_format=torch.channels_last)
             y = self.train_split.labels[idx].to(self.device)
             with self._autocast():
-                loss, stats = method.loss(x, y, idx)
+                loss, stats = self._loss(method, x, y, idx)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -231,6 +236,9 @@ class Trainer:
                 sums[k] = sums.get(k, 0.0) + v
             batches += 1
         return {f"train_{k}": v / max(batches, 1) for k, v in sums.items()}
+
+    def _loss(self, method: Method, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        return method.loss(x, y, idx)
 
     def _fit_plain(self, model: MainModel, epochs: int) -> None:
         """Train a plain ERM model (JTT's identification stage) with the same data pipeline."""
@@ -257,21 +265,23 @@ class Trainer:
             if criterion == FALLBACK_CRITERION or best is None or "fallback" in best:
                 continue
             if is_uninformative([row[criterion] for row in self.history]):
-                with atomic_path(self.checkpoint_path(criterion)) as tmp:
-                    shutil.copyfile(self.checkpoint_path(FALLBACK_CRITERION), tmp)
+                if self.primary:
+                    with atomic_path(self.checkpoint_path(criterion)) as tmp:
+                        shutil.copyfile(self.checkpoint_path(FALLBACK_CRITERION), tmp)
                 self.best[criterion] = {**self.best[FALLBACK_CRITERION], "score": best["score"],
                                         "fallback": FALLBACK_CRITERION}
 
     def fit(self, *, resume: bool = True, stop_after: int | None = None) -> TrainResult:
         """Train to ``cfg.epochs``; with ``stop_after`` run at most that many epochs now (time-sliced jobs)."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.recipe.write(self.out_dir)
+        if self.primary:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.recipe.write(self.out_dir)
         if resume and self.last_path.exists():
             self.load_checkpoint(self.last_path)
         else:
             seed_everything(self.cfg.seed)
         self.method.prepare(self._fit_plain)
-        writer = SummaryWriter(str(self.out_dir / "tensorboard"))
+        writer = SummaryWriter(str(self.out_dir / "tensorboard")) if self.primary else None
         run_epochs = 0
         while self.epoch < self.cfg.epochs and (stop_after is None or run_epochs < stop_after):
             self.epoch += 1
@@ -287,7 +297,8 @@ class Trainer:
                 self._save_model(self.out_dir / EARLY_CHECKPOINT, row["val_acc"])
             self._record(row, writer)
             run_epochs += 1
-        writer.close()
+        if writer is not None:
+            writer.close()
         return self._finish()
 
     def reselect(self, source: str | Path) -> TrainResult:
@@ -329,12 +340,15 @@ class Trainer:
         result = TrainResult(self.out_dir, pd.DataFrame(self.history), dict(self.best), self.epoch >= self.cfg.epochs,
                              warnings)
         fallbacks = {c: b["fallback"] for c, b in self.best.items() if "fallback" in b}
-        write_json(self.out_dir / "train_summary.json", {"best": self.best, "completed": result.completed,
-                                                         "epochs": self.epoch, "classes": self.classes,
-                                                         "selection_fallbacks": fallbacks, "warnings": warnings})
+        if self.primary:
+            write_json(self.out_dir / "train_summary.json", {"best": self.best, "completed": result.completed,
+                                                             "epochs": self.epoch, "classes": self.classes,
+                                                             "selection_fallbacks": fallbacks, "warnings": warnings})
         return result
 
-    def _log(self, writer: SummaryWriter, row: dict) -> None:
+    def _log(self, writer: SummaryWriter | None, row: dict) -> None:
+        if not self.primary:
+            return
         with atomic_path(self.out_dir / "metrics.csv") as tmp:
             pd.DataFrame(self.history).to_csv(tmp, index=False)
         for key, value in row.items():

@@ -36,10 +36,10 @@ def plan_batch(study_dir: Path, base: TrainConfig, n_trials: int, *, batch: str,
 
 
 def run_planned_trial(data: PreparedData, reference: Reference, base: TrainConfig, study_dir: Path,
-                      job: dict) -> dict:
-    """Train one planned trial to the end (resumable) and return its criterion score."""
+                      job: dict, *, nproc: int = 1) -> dict:
+    """Train one planned trial to the end (resumable; over ``nproc`` processes) and return its criterion score."""
     cfg = suggest_config(optuna.trial.FixedTrial(job["params"]), base, search_space(base))
-    run = train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=False)
+    run = train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=False, nproc=nproc)
     best = run.best[cfg.selection]
     return {"number": job["number"], "value": best["score"]}
 

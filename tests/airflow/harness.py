@@ -13,7 +13,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from email import policy
@@ -26,10 +27,11 @@ import pandas as pd
 import yaml
 from pydantic import SecretStr
 
-from mavias.demo.run import DemoData, upload_manifest_folder
-from mavias.demo.services import DAG_ID, airflow_environment, read_night
+from mavias.demo.run import DemoData, make_demo_data, upload_manifest_folder
+from mavias.demo.services import DAG_ID, airflow_environment, read_night, smtp_server
 from mavias.registry import ModelRegistry
 from mavias.registry.storage import S3Settings, make_s3_client
+from tests.pipeline.s3server import create_bucket
 
 NIGHT_TIMEOUT_S = 480
 GATES = Path(__file__).with_name("gates_test.yaml")
@@ -59,6 +61,7 @@ class Deployment:
     env: dict[str, str]
     mail_dir: Path
     config: dict[str, Any] = field(default_factory=dict)
+    smtp_port: int | None = None
 
     @property
     def client(self):  # noqa: ANN201 - boto3 client
@@ -136,3 +139,22 @@ def make_deployment(root: Path, airflow_home: Path, endpoint: str, bucket: str, 
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     env = airflow_environment(airflow_home, config_path, endpoint, smtp_port)
     return Deployment(root, settings, env, root / "mail", config)
+
+
+@contextmanager
+def stack_deployment(root: Path, endpoint: str, **config_overrides: Any) -> Iterator[Deployment]:
+    """A deployment for a stack of `mavias airflow up` (its connections come from the nightly config, credentials
+    included) with one partition, ``incoming/night-1/``, of tiny synthetic scenes and the evaluation set uploaded."""
+    scenes = make_demo_data(root / "scenes", n_train=60, n_val=24, n_test_per_cell=1, nights=1)
+    with smtp_server(root / "mail") as smtp_port:
+        deployment = make_deployment(
+            root, root / "unused-home", endpoint, create_bucket(endpoint), smtp_port, gates=str(GATES),
+            evaluation={"version": "v1", "n_boot": 20}, **config_overrides,
+        )
+        config = yaml.safe_load((root / "nightly.yaml").read_text())
+        config["s3"] |= {"access_key_id": "testing", "secret_access_key": "testing"}
+        (root / "nightly.yaml").write_text(yaml.safe_dump(config))
+        deployment.upload("evaluation/v1/", scenes, scenes.evaluation, "evaluation")
+        deployment.upload("incoming/night-1/", scenes, scenes.partitions["night-1"], "night-1")
+        deployment.smtp_port = smtp_port
+        yield deployment

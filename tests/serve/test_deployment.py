@@ -3,6 +3,7 @@ manifests validated against the Kubernetes schemas (kubernetes-validate, strict)
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,46 @@ def test_rbac_lets_the_task_pods_point_the_inference_service():
     assert yaml.safe_load(values["podTemplate"])["spec"]["serviceAccountName"] == account
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
                                     "namespace": service["metadata"]["namespace"]}]
+
+
+def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_variant():
+    helm = ROOT / "infra" / "helm"
+    kubernetes, celery = (yaml.safe_load((helm / name).read_text())
+                          for name in ("airflow-values.yaml", "airflow-values-celery.yaml"))
+    assert (kubernetes["executor"], celery["executor"]) == ("KubernetesExecutor", "CeleryExecutor")
+    for key in ("images", "secret", "env"):
+        assert celery[key] == kubernetes[key], key
+    assert celery["workers"]["serviceAccount"] == kubernetes["workers"]["serviceAccount"]
+    assert "--queues default" in celery["workers"]["args"][-1]
+    worker = yaml.safe_load((helm / "celery-gpu-worker.yaml").read_text())
+    validate(worker)
+    pod = worker["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][container["args"].index("--queues") + 1] == "gpu"
+    assert container["image"] == f"{celery['images']['airflow']['repository']}:{celery['images']['airflow']['tag']}"
+    assert pod["serviceAccountName"] == celery["workers"]["serviceAccount"]["name"]
+    secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
+    data = celery["data"]
+    assert {data[k] for k in ("metadataSecretName", "resultBackendSecretName", "brokerUrlSecretName")} <= secrets
+    assert {s["secretName"] for s in celery["secret"]} <= secrets
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
+        validate(worker | {"spec": worker["spec"] | {"replica": 2}})
+
+
+@pytest.mark.parametrize("gpus", [1, 4])
+def test_the_gpu_pod_override_asks_for_n_gpus_and_is_a_valid_pod(gpus):
+    from kubernetes.client import ApiClient
+
+    spec = importlib.util.spec_from_file_location("gpu_resources", ROOT / "plugins" / "mavias_airflow" / "resources.py")
+    resources = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(resources)
+    pod = ApiClient().sanitize_for_serialization(resources.gpu_executor_config(gpus)["pod_override"])
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["limits"] == container["resources"]["requests"] == {"nvidia.com/gpu": str(gpus)}
+    assert ("volumeMounts" in container) == (gpus > 1)  # NCCL's shared memory between the training's processes
+    values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
+    template = yaml.safe_load(values["podTemplate"])
+    assert template["spec"]["nodeSelector"].keys() == pod["spec"]["nodeSelector"].keys()  # replaces the CPU pool's
+    validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "task"},
+              "spec": pod["spec"] | {"containers": [container | {"image": "mavias-airflow"}]}})

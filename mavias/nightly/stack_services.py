@@ -1,0 +1,181 @@
+"""The services under a CeleryExecutor stack, on 127.0.0.1: PostgreSQL (Airflow's metadata database and Celery's
+results) and Redis (the Celery broker), each with its own data folder and a generated password; and the checks
+that name the component at fault and the fix: a port in use, a database or broker that does not answer.
+
+PostgreSQL refuses to run as root: started by root, it runs as the ``postgres`` system account (Debian's package
+creates it) with its data in a temporary folder, removed when the stack stops. Started by another user, it runs as
+that user with its data in ``AIRFLOW_HOME/postgres``, kept between stacks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from mavias.errors import UserError
+
+PG_ACCOUNT = "postgres"
+DB_NAME = DB_USER = "airflow"
+READY_TIMEOUT_S = 90.0
+WORKER_NAME_ENV = "MAVIAS_WORKER_NAME"
+INSTALL_HINT = "run `make system-deps` (Debian/Ubuntu: apt-get install postgresql redis-server)"
+
+
+@dataclass(frozen=True)
+class Service:
+    pid: int
+    url: str  # with its password: kept in AIRFLOW_HOME/secrets only
+    data_dir: Path
+    temporary: bool = False  # removed when the stack stops
+
+
+def worker_hostname() -> str:
+    """Airflow's ``hostname_callable``: the Celery worker's name where set, so that the task instances say which of
+    the workers on this machine ran them."""
+    return os.environ.get(WORKER_NAME_ENV) or socket.getfqdn()
+
+
+def require_free_port(port: int, component: str, option: str) -> None:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: a closed port in TIME_WAIT is free
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            raise UserError(f"port {port} on 127.0.0.1 is in use and the {component} needs it: stop what listens "
+                            f"there, or pass {option} with a free port") from None
+
+
+def _wait(check: Callable[[], None], process: subprocess.Popen | None, what: str, fix: str,
+          timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return check()
+        except Exception as err:  # noqa: BLE001 - any failure to answer means "not up yet"
+            failure = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if process is not None and process.poll() is not None:
+            raise UserError(f"the {what} exited with code {process.returncode} as it started: {fix}")
+        if time.monotonic() > deadline:
+            raise UserError(f"the {what} did not answer within {timeout_s:.0f} s ({failure}): {fix}")
+        time.sleep(0.5)
+
+
+def _host_port(url: str) -> str:
+    parts = urlsplit(url.removeprefix("db+"))
+    return f"{parts.hostname}:{parts.port}"
+
+
+def _connect_database(url: str) -> None:
+    import psycopg2
+
+    psycopg2.connect(re.sub(r"^postgresql\+psycopg2", "postgresql", url), connect_timeout=3).close()
+
+
+def _ping_broker(url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3).ping()
+
+
+def check_database(url: str, *, timeout_s: float = READY_TIMEOUT_S, option: str = "--database-url") -> None:
+    """Wait for the metadata database (it may be starting); fail with what to do."""
+    _wait(lambda: _connect_database(url), None, f"metadata database (PostgreSQL at {_host_port(url)})",
+          f"start it, or fix {option}", timeout_s)
+
+
+def check_broker(url: str, *, timeout_s: float = 10.0, option: str = "--broker-url") -> None:
+    """The Celery broker answers; else no worker can take a task: fail with what to do."""
+    _wait(lambda: _ping_broker(url), None, f"Celery broker (Redis at {_host_port(url)})",
+          f"start Redis there, or fix {option}", timeout_s)
+
+
+def _binary(name: str, candidates: list[Path]) -> str:
+    found = [str(p) for p in candidates if p.is_file()] or [shutil.which(name) or ""]
+    if not found[-1]:
+        raise UserError(f"`{name}` is not installed (the CeleryExecutor stack needs it): {INSTALL_HINT}")
+    return found[-1]
+
+
+def _postgres_binary(name: str) -> str:
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
+    return _binary(name, [folder / name for folder in versions])
+
+
+def start_postgres(home: Path, port: int, log: Path) -> Service:
+    """Start PostgreSQL on 127.0.0.1:``port`` (initialised on first use) and create the ``airflow`` database."""
+    require_free_port(port, "metadata database (PostgreSQL)", "--db-port")
+    as_root = os.geteuid() == 0
+    account = {"user": PG_ACCOUNT, "group": PG_ACCOUNT, "extra_groups": []} if as_root else {}
+    data = Path(tempfile.mkdtemp(prefix="mavias-postgres-")) if as_root else home / "postgres"
+    data.mkdir(mode=0o700, exist_ok=True)
+    if as_root:
+        shutil.chown(data, PG_ACCOUNT, PG_ACCOUNT)
+    secret = home / "secrets" / "postgres-password"
+    if not (data / "pgdata" / "PG_VERSION").exists():
+        _write_secret(secret, secrets.token_urlsafe(24))
+        password_file = data / "password"
+        password_file.write_text(secret.read_text())
+        if as_root:
+            shutil.chown(password_file, PG_ACCOUNT, PG_ACCOUNT)
+        with log.open("ab") as out:
+            subprocess.run([_postgres_binary("initdb"), "-D", str(data / "pgdata"), "-U", DB_USER, "-A",
+                            "scram-sha-256", f"--pwfile={password_file}"], stdout=out, stderr=subprocess.STDOUT,
+                           check=True, **account)
+        password_file.unlink()
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [_postgres_binary("postgres"), "-D", str(data / "pgdata"), "-c", "listen_addresses=127.0.0.1",
+             "-c", f"port={port}", "-c", "unix_socket_directories="],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **account)
+    server = f"postgresql+psycopg2://{DB_USER}:{secret.read_text()}@127.0.0.1:{port}"
+    _wait(lambda: _connect_database(f"{server}/postgres"), process, "metadata database (PostgreSQL)", f"see {log}",
+          READY_TIMEOUT_S)
+    _create_database(f"{server}/postgres")
+    return Service(process.pid, f"{server}/{DB_NAME}", data, temporary=as_root)
+
+
+def _create_database(url: str) -> None:
+    import psycopg2
+
+    connection = psycopg2.connect(url.replace("postgresql+psycopg2", "postgresql"))
+    connection.autocommit = True  # CREATE DATABASE cannot run in a transaction
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,))
+            if cursor.fetchone() is None:
+                cursor.execute(f"CREATE DATABASE {DB_NAME}")
+    finally:
+        connection.close()
+
+
+def start_redis(home: Path, port: int, log: Path) -> Service:
+    """Start Redis on 127.0.0.1:``port`` with a password and an append-only file in ``home/redis``."""
+    require_free_port(port, "Celery broker (Redis)", "--broker-port")
+    data = home / "redis"
+    data.mkdir(mode=0o700, exist_ok=True)
+    password = secrets.token_urlsafe(24)
+    config = data / "redis.conf"
+    _write_secret(config, f"bind 127.0.0.1\nport {port}\nprotected-mode yes\nrequirepass {password}\ndir {data}\n"
+                          "appendonly yes\nsave \"\"\n")
+    with log.open("ab") as out:
+        process = subprocess.Popen([_binary("redis-server", []), str(config)], stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    url = f"redis://:{password}@127.0.0.1:{port}/0"
+    _wait(lambda: _ping_broker(url), process, "Celery broker (Redis)", f"see {log}", READY_TIMEOUT_S)
+    return Service(process.pid, url, data)
+
+
+def _write_secret(path: Path, text: str) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(text)
