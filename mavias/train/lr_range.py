@@ -6,21 +6,29 @@ projection of MAVias hardly moved), so it is recorded, not used."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torch_lr_finder.lr_finder as lr_finder_module
 from torch.utils.data import DataLoader
 from torch_lr_finder import LRFinder, TrainDataLoaderIter
 
 from mavias.train.data import SplitData
 from mavias.train.inference import to_model_input
 from mavias.train.model import MainModel
+from mavias.utils.progress import progress_bar
 
 SKIP_START, SKIP_END = 10, 5  # torch-lr-finder's own suggestion skips these points: too noisy, or diverging
 MIN_RELATIVE_DROP = 0.02  # a loss that never falls 2% below its start says nothing about the learning rate
+
+# torch-lr-finder draws its own tqdm bar and has no switch for it: it follows the package's policy instead (a live
+# bar on a terminal, nothing but the result in a log)
+lr_finder_module.tqdm = lambda steps: progress_bar(steps, desc="learning-rate range test", unit="step", leave=False)
 
 
 @dataclass
@@ -49,7 +57,8 @@ def range_test(model: MainModel, optimizer: torch.optim.Optimizer, loader: DataL
     model = copy.deepcopy(model)
     optimizer = type(optimizer)(model.parameters(), **optimizer.defaults)
     finder = LRFinder(model, optimizer, _FloatCrossEntropy(), device=device)
-    finder.range_test(_Batches(loader, split, device), start_lr=start, end_lr=end, num_iter=steps, diverge_th=4)
+    with contextlib.redirect_stdout(io.StringIO()):  # its prints ("See the graph with {finder_name}.plot()")
+        finder.range_test(_Batches(loader, split, device), start_lr=start, end_lr=end, num_iter=steps, diverge_th=4)
     lrs, losses = list(finder.history["lr"]), list(finder.history["loss"])
     lrs_array, losses_array = np.asarray(lrs), np.asarray(losses)
     suggestion, reason = suggest(lrs_array, losses_array)
