@@ -9,7 +9,9 @@ import open_clip
 import pytest
 import torch
 from PIL import Image
+from typer.testing import CliRunner
 
+from mavias.cli import app
 from mavias.datasets import import_imagefolder, write_import
 from mavias.datasets.generate import write_imagefolder
 from mavias.encode.defaults import OPENCLIP_MODEL
@@ -131,3 +133,19 @@ def photos_partition(tmp_path):
     root = write_imagefolder(tmp_path / "photos", {"cat": 3, "dog": 3})
     write_import(import_imagefolder(root, progress=False), tmp_path / "ds")
     return tmp_path / "ds"
+
+
+def test_discover_with_random_weights_warns_that_its_tags_are_noise(photos_partition, tmp_path):
+    (tmp_path / "vocabulary.txt").write_text("grass\nsofa\nsky\n")
+    result = CliRunner().invoke(app, ["discover", "--partition", str(photos_partition), "--workspace",
+                                      str(tmp_path / "ws"), "--model", "ViT-S-32", "--pretrained", "none",
+                                      "--vocabulary", str(tmp_path / "vocabulary.txt"),
+                                      "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--workers", "0"],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert "warning: the tags come from a randomly initialised model (--pretrained none): they are noise" in output
+    # the default threshold, 10 x uniform, is beyond reach with 3 tags: no tag is kept
+    assert "0 tags kept for all 6 images" in output and "lower --threshold" in output
+    assert f"tags: {tmp_path / 'ws' / 'tags' / 'ds' / 'tags.parquet'}" in output
+    assert f"next: mavias train --manifest {photos_partition / 'manifest.parquet'}" in output
