@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,7 @@ class AuditPaths:
 
     @property
     def workspace(self) -> Path:
+        """A discovery workspace (:class:`mavias.discover.Workspace`) holding the one partition ``data``."""
         return self.root / "workspace"
 
     @property
@@ -143,6 +145,7 @@ class AuditState:
                 raise UserError(f"{paths.root} holds an audit of other data or settings ({self.path}); pass another "
                                 "--out, or delete that folder to start again")
             document = {"inputs": inputs}
+            shutil.rmtree(paths.workspace / "tags", ignore_errors=True)  # shards an interrupted tagger left
         self.document = {"done": {}, **document}
 
     def done(self, step: str) -> dict[str, Any] | None:

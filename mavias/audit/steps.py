@@ -5,7 +5,7 @@ Each returns the path it wrote; :class:`Audit` carries what later steps need."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +124,7 @@ def discover(audit: Audit) -> Path:
     tags = read_tags(audit.workspace.tags_table(PARTITION))
     warnings = tagging_warnings(tagger, tags, audit.counts.images - audit.counts.images_quarantined)
     audit.state.record(tags_are_noise=random_weights(tagger))
-    audit.state.finish("discover", {"counts": audit.counts.__dict__, "warnings": warnings})
+    audit.state.finish("discover", {"counts": asdict(audit.counts), "warnings": warnings})
     return relevance
 
 
