@@ -154,7 +154,7 @@ def summary_table(result: dict) -> tuple[Table, list[str]]:
             table.add_row(protocol, f"{m['worst_group_accuracy']:.3f} [{m['worst_group_ci_low']:.3f}, "
                           f"{m['worst_group_ci_high']:.3f}]{flag}", f"{m['worst_group']} (n={m['worst_group_n']})",
                           f"{m['average_accuracy']:.3f}{' [bold red](small groups)[/]' if m['small_groups'] else ''}",
-                          f"{m['weighted_average_accuracy'] or float('nan'):.3f}")
+                          "n/a" if m["weighted_average_accuracy"] is None else f"{m['weighted_average_accuracy']:.3f}")
             caveats += small_group_caveats(m, protocol.replace("_", "-"))
     return table, caveats
 
