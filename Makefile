@@ -1,18 +1,22 @@
-# The two entry points of the README: `make demo` (the demo night, offline) and `make test`.
-# Both build .venv from scratch when it is missing and install the system packages (system-deps).
+# The two entry points of the README: `make demo` (the demo night, offline) and `make test`. Both start with
+# `make install` (only the installing): .venv from scratch when it is missing, the model server's own virtualenv, and
+# the system packages (system-deps: WordNet for the offline judge, PostgreSQL and Redis for the Celery stack).
 VENV ?= .venv
 SERVE_VENV ?= .venv-serve
+export SERVE_VENV  # `mavias serve` (and the demo and tests through it) looks for the serving environment here
 PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test system-deps serve-venv
+.PHONY: install demo test system-deps serve-venv
 
-demo: system-deps $(VENV)/.installed-all serve-venv
+install: system-deps $(VENV)/.installed-all serve-venv
+
+demo: install
 	$(VENV)/bin/mavias demo
 
 # The import-linter contracts of pyproject.toml first (the layers, no cycles, a model server without torch), then
 # the tests. plugins/ goes on the path for the Airflow plugin; the DAG folder is found from the repository root.
-test: system-deps $(VENV)/.installed-test serve-venv
+test: install $(VENV)/.installed-test
 	PYTHONPATH=plugins $(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q
 

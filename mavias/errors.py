@@ -6,12 +6,13 @@ The CLI prints its message (which must say how to fix the mistake) without a tra
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import typer
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 USER_ERROR_EXIT_CODE = 2
 
@@ -20,13 +21,38 @@ class UserError(Exception):
     """A mistake the user can fix: wrong path, bad config value, unsupported file type, missing column…"""
 
 
-def describe_validation_error(error: ValidationError, *, what: str) -> str:
-    """Pydantic's errors as one line per field: ``mavias.lam: Input should be a valid number (got 'x')``."""
-    problems = [
-        f"{'.'.join(str(part) for part in item['loc']) or '(top level)'}: {item['msg']} (got {item.get('input')!r})"
-        for item in error.errors()
-    ]
+def describe_validation_error(error: ValidationError, *, what: str, model: type[BaseModel] | None = None) -> str:
+    """Pydantic's errors as one line per field: ``mavias.lam: Input should be a valid number (got 'x')``; with the
+    ``model`` validated, an unknown key also names the closest known one (``did you mean method?``)."""
+    problems = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"])
+        hint = did_you_mean(key, model) if model is not None and item["type"] == "extra_forbidden" else ""
+        problems.append(f"{key or '(top level)'}: {item['msg']} (got {item.get('input')!r}){hint}")
     return f"invalid {what}: " + "; ".join(problems)
+
+
+def setting_names(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every dotted setting a model accepts, nested models' fields included (``mavias.lam``)."""
+    names = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names += setting_names(annotation, f"{prefix}{name}.")
+        else:
+            names.append(prefix + name)
+    return names
+
+
+def did_you_mean(key: str, model: type[BaseModel]) -> str:
+    """``"; did you mean X?"`` for the known setting an unknown ``key`` most likely meant: one whose last part it is
+    (``lam`` -> ``mavias.lam``), else the closest spelling beside it (``methd`` -> ``method``); or ``""``."""
+    names = setting_names(model)
+    parent, _, leaf = key.rpartition(".")
+    exact = [name for name in names if name.rsplit(".", 1)[-1] == leaf]
+    siblings = {name.rpartition(".")[2]: name for name in names if name.rpartition(".")[0] == parent}
+    close = exact or [siblings[m] for m in difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)]
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def as_user_error(error: BaseException) -> UserError | None:

@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 
 from mavias.errors import UserError
+from mavias.evaluate.explain import explain_empty_biased_tags
 from mavias.evaluate.metrics import MIN_SUPPORT, accuracy, group_key
 from mavias.evaluate.openset import PAPER, find_biased_tags, openset_groups, openset_report
 from mavias.evaluate.protocols import celeba_metrics, evaluation_report, imagenet9_metrics, urbancars_metrics
-from mavias.evaluate.shortcuts import SHORTCUT, find_shortcuts
+from mavias.evaluate.shortcuts import SHORTCUT, SHORTCUT_COLUMNS, find_shortcuts
 from mavias.manifest import DatasetInfo
 from mavias.train.config import TrainConfig, load_config
 from mavias.train.data import SplitData
@@ -122,6 +123,17 @@ def load_reference(run_dir: str | Path, data: PreparedData, *, rule: str = SHORT
 
 
 def _reference_checkpoint(run_dir: Path, data: PreparedData) -> Path:
+    checkpoint = reference_checkpoint(run_dir)
+    _, classes, _ = load_main_model(checkpoint)
+    if classes != data.classes:
+        raise UserError(f"the reference {run_dir} was trained on classes {classes}, this data has {data.classes}: "
+                        "use a reference trained on this dataset")
+    return checkpoint
+
+
+def reference_checkpoint(run_dir: str | Path) -> Path:
+    """The checkpoint of an ERM run folder that can serve as the reference; checked before any data is prepared."""
+    run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise UserError(f"{run_dir} is not a run folder (no config.yaml); pass the --out folder of "
                         "`mavias train --set method=erm`")
@@ -133,11 +145,21 @@ def _reference_checkpoint(run_dir: Path, data: PreparedData) -> Path:
     if not checkpoint.is_file():
         raise UserError(f"{checkpoint} does not exist: the reference run has not finished an epoch; "
                         f"train it again with the same --out to resume it")
-    _, classes, _ = load_main_model(checkpoint)
-    if classes != data.classes:
-        raise UserError(f"the reference {run_dir} was trained on classes {classes}, this data has {data.classes}: "
-                        "use a reference trained on this dataset")
     return checkpoint
+
+
+def empty_reason(reference: Reference, data: PreparedData, *, min_support: int = MIN_SUPPORT) -> str | None:
+    """Why the reference's B' is empty (None when it is not)."""
+    if len(reference.biased_tags):
+        return None
+    train = data["train"].frame
+    summary = Path(reference.checkpoint).parent / "train_summary.json"
+    val_acc = json.loads(summary.read_text())["best"].get("val_acc", {}).get("val_acc") if summary.is_file() else None
+    names = pd.Series([data.classes[k] for k in data["train"].labels.numpy()], index=train.index)
+    evidence = reference.evidence if reference.evidence is not None else pd.DataFrame(columns=SHORTCUT_COLUMNS)
+    return explain_empty_biased_tags(names, train["sample_tags"], train["irrelevant_tags"], evidence,
+                                     min_support=min_support, reference_val_acc=val_acc,
+                                     n_val=len(data["val"]))
 
 
 def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *, tag_min_support: int = MIN_SUPPORT,
@@ -173,11 +195,12 @@ def erm_baseline(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, refe
     return trainer.reselect(source) if source is not None else trainer.fit()
 
 
-def _open_set(pred: pd.DataFrame, reference: Reference, classes: list[str], n_boot: int, seed: int) -> tuple[dict, pd.DataFrame]:
+def _open_set(pred: pd.DataFrame, reference: Reference, classes: list[str], n_boot: int, seed: int,
+              min_support: int) -> tuple[dict, pd.DataFrame]:
     """Open-set metrics under the reference's B', with the paper rule's B' and its worst group alongside."""
     def report(biased: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
         return openset_report(pred, pred["irrelevant_tags"], pred["sample_tags"], biased, classes, n_boot=n_boot,
-                              seed=seed)
+                              seed=seed, min_support=min_support)
 
     metrics, table = report(reference.biased_tags)
     rule = str(reference.biased_tags["rule"].iloc[0]) if len(reference.biased_tags) else SHORTCUT
@@ -203,9 +226,10 @@ def training_proportions(data: PreparedData, attrs: list[str]) -> dict[str, floa
 
 def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: Reference | None, *, split: str = "test",
                         closed_set_attrs: list[str] | None = None, n_boot: int = 1000, seed: int = 0,
-                        dataset: DatasetInfo | None = None) -> dict:
+                        dataset: DatasetInfo | None = None, min_support: int = MIN_SUPPORT) -> dict:
     """Metrics of the main model on a split: overall, open-set (if a reference), closed-set and UrbanCars-style,
-    plus the CelebA / ImageNet-9 metrics when ``dataset`` (its ``dataset.json``) declares that protocol."""
+    plus the CelebA / ImageNet-9 metrics when ``dataset`` (its ``dataset.json``) declares that protocol. Groups of
+    fewer than ``min_support`` samples are flagged ``small``."""
     model, classes, _ = load_main_model(checkpoint)
     if classes != data.classes:
         raise ValueError(f"{checkpoint} was trained on classes {classes}, the data has {data.classes}")
@@ -214,12 +238,14 @@ def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: R
     result: dict = {"split": split, "checkpoint": str(checkpoint), "n_samples": len(pred),
                     "accuracy": float(pred["correct"].mean()), "tables": {}}
     if reference is not None:
-        result["open_set"], result["tables"]["open_set"] = _open_set(pred, reference, classes, n_boot, seed)
+        result["open_set"], result["tables"]["open_set"] = _open_set(pred, reference, classes, n_boot, seed,
+                                                                     min_support)
     if closed_set_attrs:
         proportions = training_proportions(data, closed_set_attrs)
         groups = group_key(pred.assign(label=pred["label_name"]), ["label", *closed_set_attrs])
         present = {g: proportions.get(g, 0.0) for g in groups.unique()}
-        metrics, table = evaluation_report(pred, groups, train_proportions=present, n_boot=n_boot, seed=seed)
+        metrics, table = evaluation_report(pred, groups, train_proportions=present, n_boot=n_boot, seed=seed,
+                                           min_support=min_support)
         result["closed_set"] = metrics
         result["tables"]["closed_set"] = table
         if {BG_ALIGNED, CO_ALIGNED} <= set(closed_set_attrs):

@@ -5,7 +5,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mavias.cli import app
-from mavias.train.config import preset_names
+from mavias.datasets.generate import write_imagefolder
+from mavias.train.config import TrainConfig, preset_names, save_config
 
 runner = CliRunner()
 
@@ -144,3 +145,54 @@ def test_a_training_that_cannot_be_spread_over_processes(files, args, expect):
 @pytest.mark.parametrize("args", [["--scales", "1,x"], ["--scales", "0,4"], ["--base", "10"]])
 def test_bad_sizes_for_the_scale_bench(tmp_path, args):
     fails_cleanly("bench", "scale", *args, "--work", tmp_path, expect="Invalid value")
+
+
+def test_an_unknown_set_key_names_the_closest_one(files):
+    fails_cleanly(*train_args(files, "--set", "methd=mavias"), expect="did you mean method?")
+    fails_cleanly(*train_args(files, "--set", "lam=0.4"), expect="did you mean mavias.lam?")
+
+
+@pytest.fixture
+def photos(tmp_path):
+    root = write_imagefolder(tmp_path / "photos", {"cat": 10, "dog": 10, "owl": 1})
+    result = runner.invoke(app, ["data", "import", "imagefolder", str(root), "--out", str(tmp_path / "ds")],
+                           env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    return tmp_path, result.output
+
+
+def test_an_import_warns_of_a_class_too_small_to_validate_and_points_at_discover(photos):
+    tmp_path, output = photos
+    assert "class 'owl' has 1 image(s) and no val or test image" in output
+    assert f"next: mavias discover --partition {tmp_path / 'ds'}" in output and "mavias audit" in output
+
+
+def test_training_without_tags_says_where_they_come_from(photos):
+    tmp_path, _ = photos
+    fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),
+                  "--out", tmp_path / "run", expect="has no 'tags' column and no tags table was given: pass the tags "
+                  "that `mavias discover` printed (--tags")  # fmt: skip
+
+
+def files_truth(tmp_path):
+    path = tmp_path / "truth.csv"
+    path.write_text("class,tag,relevant,source\ncat,grass,false,gt\n")
+    return path
+
+
+def test_a_run_that_is_not_a_reference_is_refused_before_the_data_is_read(tmp_path):
+    run = tmp_path / "run"
+    save_config(TrainConfig(method="mavias"), run / "config.yaml")
+    (run / "best_val_robust.pt").write_bytes(b"")
+    (tmp_path / "manifest.csv").write_text("sample_id,uri,label,split\na,missing.png,car,train\n")
+    fails_cleanly("evaluate", "--run", run, "--reference", run, "--manifest", tmp_path / "manifest.csv",
+                  "--relevance", files_truth(tmp_path),
+                  expect=f"{run} is a mavias run; the reference must be an ERM run")
+
+
+def test_discover_without_cached_weights_names_every_way_forward(photos):
+    tmp_path, _ = photos
+    result = fails_cleanly("discover", "--partition", tmp_path / "ds", "--workspace", tmp_path / "ws",
+                           "--weights-dir", tmp_path / "no-weights", expect="are not in the local cache")
+    for fix in ("--allow-download", "--pretrained /path/to/checkpoint", "--tags tags.csv", "--pretrained none"):
+        assert fix in " ".join(result.output.split())

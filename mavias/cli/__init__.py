@@ -1,45 +1,143 @@
 """The `mavias` command line: the root command here, one module per command group beside it. The top layer: it
 imports the library, nothing imports it.
 
+The root imports no command module: each is imported when its command runs (torch, pandas and the rest load only
+then), so ``mavias --help`` answers at once; :data:`COMMANDS` holds the one-line help the listing shows.
+
 A user mistake anywhere below (any :class:`mavias.errors.UserError`, an invalid config, bad YAML, a missing file)
 ends with one red line and exit status 2; ``mavias --debug ...`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import importlib
+import logging
+import sys
+from typing import Annotated, Any, NamedTuple
 
+import click
 import typer
 from typer.core import TyperGroup
 
-from mavias.cli.airflow import app as airflow_app
-from mavias.cli.bench import app as bench_app
-from mavias.cli.data import app as data_app
-from mavias.cli.demo import demo_command
-from mavias.cli.discover import app as discover_app
-from mavias.cli.encode import app as encode_app
-from mavias.cli.export import export_command
-from mavias.cli.judge import app as judge_app
-from mavias.cli.registry import app as registry_app
-from mavias.cli.tag import app as tag_app
-from mavias.cli.train import evaluate, train
-from mavias.cli.tune import tune_command
 from mavias.errors import user_errors_exit
-from mavias.serve.launch import serve_command
 
 DEBUG_ENV = "MAVIAS_DEBUG"
 
 
-class UserErrorGroup(TyperGroup):
-    """The root command: every sub-command runs inside it, so user mistakes of any command are handled here."""
+class Command(NamedTuple):
+    module: str
+    attribute: str  # a typer.Typer (a command group) or a command function
+    help: str  # what `mavias --help` lists; a test keeps it equal to the command's own
+
+
+COMMANDS = {
+    "audit": Command("mavias.cli.audit", "audit_command",
+                     "Audit your own images in one command: import, tag, judge, ERM reference, MAVias, evaluate, "
+                     "export and the HTML report, resumably."),
+    "train": Command("mavias.cli.train", "train",
+                     "Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes "
+                     "checkpoints, metrics.csv and TensorBoard logs."),
+    "evaluate": Command("mavias.cli.train", "evaluate",
+                        "Evaluate a run: overall, open-set (with --reference), closed-set, UrbanCars-style, and the "
+                        "CelebA / ImageNet-9 metrics when the manifest's dataset.json declares that protocol."),
+    "tune": Command("mavias.cli.tune", "tune_command",
+                    "Search the learning rate (two decades around the recipe's), the epochs and the method's own "
+                    "settings (`--set method=...`, default mavias) with Optuna TPE and median pruning, selecting by "
+                    "the bias-unaware validation criterion only."),
+    "demo": Command("mavias.cli.demo", "demo_command",
+                    "Two nights of the nightly DAG on this machine, offline: local S3 and SMTP servers, `airflow dags "
+                    "test`."),
+    "export": Command("mavias.cli.export", "export_command",
+                      "Export the main model (backbone + head, never the bias projection) as ONNX, verified against "
+                      "PyTorch."),
+    "serve": Command("mavias.serve.launch", "serve_command",
+                     "Serve an exported model (open inference protocol V1/V2 over REST and gRPC, on 127.0.0.1); see "
+                     "--help."),
+    "data": Command("mavias.cli.data", "app", "Built-in benchmarks (make) and importers of image folders and "
+                                              "published datasets (import)."),
+    "tag": Command("mavias.cli.tag", "app",
+                   "`mavias tag`: tag the images of a manifest, one shard or all shards, resumably."),
+    "judge": Command("mavias.cli.judge", "app",
+                     "`mavias judge`: decide per class which tags are relevant (intrinsic) and which are potential "
+                     "biases."),
+    "encode": Command("mavias.cli.encode", "app",
+                      "`mavias encode`: irrelevant tags of each sample -> one bias embedding per distinct tag set, "
+                      "stored once."),
+    "discover": Command("mavias.cli.discover", "app",
+                        "`mavias discover --partition P`: tag -> judge -> encode one partition, paying only for what "
+                        "is new."),
+    "registry": Command("mavias.cli.registry", "app",
+                        "Model registry: immutable versions, atomic production pointer, history, rollback."),
+    "bench": Command("mavias.cli.bench", "app", "Benchmarks (speed and quality), recorded in BENCHMARKS.md."),
+    "airflow": Command("mavias.cli.airflow", "app",
+                       "A local Airflow stack (api-server, dag-processor, scheduler; LocalExecutor on SQLite)."),
+}
+COMMAND_SETTINGS = {  # the model server parses its own options
+    "serve": {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
+              "add_help_option": False},
+}
+
+
+def load_command(name: str) -> click.Command:
+    """The real click command of ``name``: its module imported, converted as typer converts a registered command."""
+    spec = COMMANDS[name]
+    target = getattr(importlib.import_module(spec.module), spec.attribute)
+    holder = typer.Typer(add_completion=False)
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name)
+    else:
+        holder.command(name, **COMMAND_SETTINGS.get(name, {}))(target)
+    return typer.main.get_group(holder).commands[name]
+
+
+Resolved = tuple[str | None, click.Command | None, list[str]]
+
+
+class LazyCommands(TyperGroup):
+    """The root group: lists every command from :data:`COMMANDS` and loads one only when it runs. Every sub-command
+    runs inside it, so user mistakes of any command are handled here."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *COMMANDS]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in COMMANDS:  # for the listing: its name and help, nothing imported
+            return click.Command(name, help=COMMANDS[name].help)
+        return super().get_command(ctx, name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Resolved:
+        name, command, rest = super().resolve_command(ctx, args)
+        return name, load_command(name) if name in COMMANDS else command, rest
 
     def invoke(self, ctx: Any) -> Any:
         with user_errors_exit(debug=bool(ctx.params.get("debug"))):
             return super().invoke(ctx)
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record comes (tests swap it)."""
+
+    @property
+    def stream(self):  # noqa: ANN201 - logging's own attribute
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+def show_library_warnings() -> None:
+    """The library's logged warnings as ``warning: ...`` lines on stderr (once: commands do not print them again)."""
+    logger = logging.getLogger("mavias")
+    if not any(isinstance(handler, _CurrentStderr) for handler in logger.handlers):
+        handler = _CurrentStderr()
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter("warning: %(message)s"))
+        logger.addHandler(handler)
+
+
 app = typer.Typer(
-    cls=UserErrorGroup,
+    cls=LazyCommands,
     help="MAVias: find and remove visual biases from image classifiers.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -51,20 +149,4 @@ def main(
     debug: Annotated[bool, typer.Option("--debug", envvar=DEBUG_ENV, help="show tracebacks of errors")] = False,
 ) -> None:
     """MAVias: find and remove visual biases from image classifiers."""
-
-
-app.add_typer(data_app, name="data")
-app.add_typer(tag_app, name="tag")
-app.add_typer(judge_app, name="judge")
-app.add_typer(encode_app, name="encode")
-app.add_typer(discover_app, name="discover")
-app.add_typer(registry_app, name="registry")
-app.add_typer(bench_app, name="bench")
-app.add_typer(airflow_app, name="airflow")
-app.command()(train)
-app.command()(evaluate)
-app.command("tune")(tune_command)
-app.command("demo")(demo_command)
-app.command("export")(export_command)
-app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-            add_help_option=False)(serve_command)
+    show_library_warnings()

@@ -18,10 +18,14 @@ from mavias.datasets.celeba import import_celeba
 from mavias.datasets.imagefolder import SplitOptions, import_imagefolder
 from mavias.datasets.imagenet9 import import_imagenet9
 from mavias.datasets.s3 import import_s3, settings_for
+from mavias.datasets.sidecar import attach_tags
 from mavias.datasets.urbancars import import_urbancars
 from mavias.datasets.waterbirds import import_waterbirds
+from mavias.manifest import small_class_warnings
+from mavias.utils.console import make_console
 
-app = typer.Typer(help="Built-in offline benchmarks.", no_args_is_help=True)
+app = typer.Typer(help="Built-in benchmarks (make) and importers of image folders and published datasets (import).",
+                  no_args_is_help=True)
 make_app = typer.Typer(help="Generate a benchmark into a folder.", no_args_is_help=True)
 import_app = typer.Typer(help="Import a dataset from its folder layout into a manifest.", no_args_is_help=True)
 app.add_typer(make_app, name="make")
@@ -108,21 +112,32 @@ SplitFrom = Annotated[bool, typer.Option("--split-from", help="take splits from 
 Seed = Annotated[int, typer.Option("--seed", help="seed of the stratified split / subsampling")]
 Val = Annotated[float, typer.Option("--val", help="validation fraction of the stratified split")]
 Test = Annotated[float, typer.Option("--test", help="test fraction of the stratified split")]
+Tags = Annotated[Path | None, typer.Option("--tags", help="tags sidecar: CSV image,tags ('a;b', image relative to the "
+                                                          "folder) or Parquet with a list column tags")]
 
 
-def _run(out: Path, root: Path | None, make: Callable[[], ImportResult]) -> None:
+def _run(out: Path, root: Path | None, make: Callable[[], ImportResult], tags: Path | None = None,
+         base: str | None = None) -> None:
     check_out_dir(out, root)
     result = make()
+    warnings = []
+    if tags is not None:
+        result, warnings = attach_tags(result, tags, base or str(root.resolve()))
     path = write_import(result, out)
-    typer.echo(f"{result.info.name}: {result.summary()}\nwrote {path} (quarantine: {out / 'quarantine.csv'})")
-    typer.echo(f"next: mavias tag --manifest {path} ...")
+    console = make_console()
+    for warning in warnings + small_class_warnings(result.manifest):
+        console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True)
+    console.print(f"{result.info.name}: {result.summary()}\nwrote {path} (quarantine: {out / 'quarantine.csv'})",
+                  soft_wrap=True)
+    console.print(f"next: mavias discover --partition {out} --workspace {out.parent / 'workspace'}  (or every step "
+                  f"at once: mavias audit {path} --out {out.parent / 'audit'})", soft_wrap=True)
 
 
 @import_app.command("imagefolder")
 def imagefolder(root: Root, out: Out, split_from: SplitFrom = False, seed: Seed = 0, val: Val = 0.1,
-                test: Test = 0.1) -> None:
+                test: Test = 0.1, tags: Tags = None) -> None:
     """ROOT/<class>/<image> (or ROOT/{train,val,test}/<class>/<image> with --split-from)."""
-    _run(out, root, lambda: import_imagefolder(root, SplitOptions(split_from, seed, val, test)))
+    _run(out, root, lambda: import_imagefolder(root, SplitOptions(split_from, seed, val, test)), tags)
 
 
 @import_app.command("s3")
@@ -135,16 +150,17 @@ def s3(
     test: Test = 0.1,
     endpoint_url: Annotated[str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (MinIO…)")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML with an s3: section (else MAVIAS_S3_*)")] = None,
+    tags: Tags = None,
 ) -> None:
     """The ImageFolder layout under an S3 prefix; uris stay s3:// URIs."""
     settings = settings_for(uri, config=None if config is None else str(config), endpoint_url=endpoint_url)
-    _run(out, None, lambda: import_s3(uri, settings, SplitOptions(split_from, seed, val, test)))
+    _run(out, None, lambda: import_s3(uri, settings, SplitOptions(split_from, seed, val, test)), tags, uri)
 
 
 @import_app.command("waterbirds")
-def waterbirds(root: Root, out: Out) -> None:
+def waterbirds(root: Root, out: Out, tags: Tags = None) -> None:
     """waterbird_complete95_forest2water2/ with metadata.csv (attr_place)."""
-    _run(out, root, lambda: import_waterbirds(root))
+    _run(out, root, lambda: import_waterbirds(root), tags)
 
 
 @import_app.command("celeba")
@@ -154,15 +170,16 @@ def celeba(
     biased: Annotated[bool, typer.Option("--biased", help="Biased-CelebA: subsample training bias-conflicting images")] = False,
     bias_ratio: Annotated[float, typer.Option("--bias-ratio", help="aligned fraction per class with --biased")] = 0.9,
     seed: Seed = 0,
+    tags: Tags = None,
 ) -> None:
     """CelebA (BlondHair target, attr_male) from the txt or csv attribute/partition files."""
-    _run(out, root, lambda: import_celeba(root, biased=biased, bias_ratio=bias_ratio, seed=seed))
+    _run(out, root, lambda: import_celeba(root, biased=biased, bias_ratio=bias_ratio, seed=seed), tags)
 
 
 @import_app.command("urbancars")
-def urbancars(root: Root, out: Out) -> None:
+def urbancars(root: Root, out: Out, tags: Tags = None) -> None:
     """UrbanCars bg-…_co_occur_obj-…/<split>/obj-…_bg-…_co_occur_obj-…/ folders."""
-    _run(out, root, lambda: import_urbancars(root))
+    _run(out, root, lambda: import_urbancars(root), tags)
 
 
 @import_app.command("imagenet9")

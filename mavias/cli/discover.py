@@ -25,12 +25,13 @@ from mavias.cli.tag import (
     Workers,
     counts_table,
 )
-from mavias.discover.run import discover_partition, resolve_manifest
+from mavias.discover import Workspace, discover_partition, partition_name, resolve_manifest
 from mavias.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.encode.factory import make_encoder
 from mavias.judging.factory import make_judge
 from mavias.judging.review import load_review
 from mavias.manifest import load_manifest
+from mavias.tagging.base import read_tags, tagging_warnings
 from mavias.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
 from mavias.tagging.factory import make_tagger, resolve_tagger_kind
 from mavias.tagging.run import DEFAULT_NUM_SHARDS
@@ -69,40 +70,31 @@ def discover(
     weights_dir: WeightsDir = None,
     allow_download: AllowDownload = False,
 ) -> None:
-    """Run tag -> judge -> encode on a partition and print what it cost (zero on a second run)."""
-    manifest = load_manifest(resolve_manifest(partition), check_files=False)
-    counts = discover_partition(
-        partition,
-        workspace,
-        make_tagger(
-            resolve_tagger_kind(tagger, manifest),
-            model=model,
-            pretrained=pretrained,
-            vocabulary=vocabulary,
-            threshold=threshold,
-            top_k=top_k,
-            device=device,
-            cache_dir=cache_dir,
-            weights_dir=weights_dir,
-            allow_download=allow_download,
-        ),
-        make_judge(judge, base_url=base_url, model=llm_model),
-        make_encoder(
-            encoder,
-            model=encoder_model or (model if encoder == "openclip" else None),  # same family as the tagger
-            pretrained=pretrained,
-            mode=mode,
-            device=device,
-            weights_dir=weights_dir,
-            allow_download=allow_download,
-        ),
-        name=name,
-        review=load_review(review) if review else None,
-        num_shards=num_shards,
-        batch_size=batch_size,
-        num_workers=workers,
+    """Run tag -> judge -> encode on a partition and print what it cost (zero on a second run), where its tags and
+    relevance decisions are, and the training command that uses them."""
+    manifest_path = resolve_manifest(partition)
+    manifest = load_manifest(manifest_path, check_files=False)
+    tagger_obj = make_tagger(resolve_tagger_kind(tagger, manifest), model=model, pretrained=pretrained,
+                             vocabulary=vocabulary, threshold=threshold, top_k=top_k, device=device,
+                             cache_dir=cache_dir, weights_dir=weights_dir, allow_download=allow_download)
+    encoder_obj = make_encoder(
+        encoder,
+        model=encoder_model or (model if encoder == "openclip" else None),  # same family as the tagger
+        pretrained=pretrained, mode=mode, device=device, weights_dir=weights_dir, allow_download=allow_download,
     )
+    counts = discover_partition(partition, workspace, tagger_obj, make_judge(judge, base_url=base_url, model=llm_model),
+                                encoder_obj, name=name, review=load_review(review) if review else None,
+                                num_shards=num_shards, batch_size=batch_size, num_workers=workers)
     summary = asdict(counts)
     per_class = summary.pop("llm_requests_per_class")
     summary |= {f"llm requests: {cls}": n for cls, n in per_class.items()}
-    make_console().print(counts_table(f"discovery of {partition}", summary))
+    console = make_console()
+    console.print(counts_table(f"discovery of {partition}", summary))
+    ws, part = Workspace(workspace), partition_name(partition, name)
+    usable = counts.images - counts.images_quarantined
+    for warning in tagging_warnings(tagger_obj, read_tags(ws.tags_table(part)), usable):
+        console.print(f"[bold red]warning:[/] {warning}")
+    console.print(f"tags: {ws.tags_table(part)}\nrelevance decisions: {ws.relevance(part)}\n"
+                  f"next: mavias train --manifest {manifest_path} --relevance {ws.relevance(part)} "
+                  f"--tags {ws.tags_table(part)} --workspace {workspace} --set method=erm --out runs/erm",
+                  soft_wrap=True)

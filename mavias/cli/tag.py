@@ -11,6 +11,7 @@ from rich.table import Table
 
 from mavias.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.manifest import load_manifest
+from mavias.tagging.base import tagging_warnings
 from mavias.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
 from mavias.tagging.factory import make_tagger, resolve_tagger_kind
 from mavias.tagging.run import (
@@ -110,5 +111,7 @@ def tag(
     if missing:
         console.print(f"{len(missing)} of {n} shard(s) still to tag: {missing}")
     else:
-        collect_partition(df, out, n)
+        tags = collect_partition(df, out, n)
+        for warning in tagging_warnings(tagger_obj, tags, len(df)):
+            console.print(f"[bold red]warning:[/] {warning}")
         console.print(f"all {n} shards tagged: {out}/tags.parquet, {out}/class_tag_counts.parquet")

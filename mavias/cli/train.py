@@ -12,7 +12,9 @@ import yaml
 from rich.table import Table
 
 from mavias.discover import Workspace as DiscoveryWorkspace
-from mavias.manifest import read_dataset_info
+from mavias.evaluate.explain import small_group_caveats
+from mavias.evaluate.metrics import MIN_SUPPORT
+from mavias.manifest import load_manifest, read_dataset_info, small_class_warnings
 from mavias.relevance import load_relevance
 from mavias.train.config import TrainConfig, load_config, preset_names
 from mavias.train.distributed import check_supported
@@ -28,6 +30,8 @@ Relevance = Annotated[Path, typer.Option("--relevance", help="relevance table (c
 Tags = Annotated[Path | None, typer.Option("--tags", help="tags table from `mavias tag`; default: the manifest's tags")]
 Workspace = Annotated[Path, typer.Option("--workspace", help="cache folder for bias embeddings")]
 GroupAttrs = Annotated[str, typer.Option("--group-attrs", help="comma-separated attr_* columns forming true groups")]
+MinSupport = Annotated[int, typer.Option("--min-support", min=1, help="samples a (class, tag) pair needs to enter B', "
+                                         "and a group needs for its accuracy to count (smaller ones are flagged)")]
 
 
 def _prepare(manifest: Path, relevance: Path, tags: Path | None, workspace: Path, cfg: TrainConfig, group_attrs: str,
@@ -68,23 +72,32 @@ def train(
     workspace: Workspace = Path(".mavias"),
     nproc: Annotated[int, typer.Option("--nproc", help="processes, data-parallel (DDP via torch.distributed.run): "
                                        "one per GPU with NCCL, or CPU processes with gloo")] = 1,
+    min_support: MinSupport = MIN_SUPPORT,
 ) -> None:
     """Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes checkpoints,
     metrics.csv and TensorBoard logs."""
-    from mavias.workflow import BIASED_TAGS_FILE, load_reference, train_method
+    from mavias.workflow import BIASED_TAGS_FILE, empty_reason, load_reference, reference_checkpoint, train_method
 
     cfg = load_config(config, preset=preset, overrides=_overrides(set_))
     check_supported(cfg, nproc)
     weights_file(cfg.backbone)  # a missing pretrained file fails now, not after the data is prepared
+    if reference is not None:
+        reference_checkpoint(reference)
+    warn(small_class_warnings(load_manifest(manifest, check_files=False)))
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
-    ref = None if reference is None else load_reference(reference, data)
-    result = train_method(data, cfg, out, ref, nproc=nproc)
-    for warning in result.warnings:
-        console.print(f"[bold red]warning:[/] {warning}")
+    ref = None if reference is None else load_reference(reference, data, min_support=min_support)
+    result = train_method(data, cfg, out, ref, nproc=nproc)  # its warnings are logged (shown by the root command)
     if cfg.method == "erm" and reference is None:  # any ERM run is a reference: its B' is computed now
-        found = load_reference(out, data).biased_tags
-        console.print(f"[green]ERM reference trained[/]: {len(found)} biased tag(s) in {out / BIASED_TAGS_FILE}")
+        found = load_reference(out, data, min_support=min_support)
+        console.print(f"[green]ERM reference trained[/]: {len(found.biased_tags)} biased tag(s) in "
+                      f"{out / BIASED_TAGS_FILE}")
+        warn([f"B' is empty: {reason}" for reason in [empty_reason(found, data, min_support=min_support)] if reason])
     console.print(f"best checkpoints: {json.dumps(result.best)}\nnext: mavias evaluate --run {out} --manifest {manifest} ...")
+
+
+def warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True)
 
 
 def evaluate(
@@ -98,37 +111,62 @@ def evaluate(
     group_attrs: GroupAttrs = "",
     workspace: Workspace = Path(".mavias"),
     out: Annotated[Path | None, typer.Option("--out", help="output folder; default RUN/eval-SPLIT-CRITERION")] = None,
+    min_support: MinSupport = MIN_SUPPORT,
 ) -> None:
     """Evaluate a run: overall, open-set (with --reference), closed-set, UrbanCars-style, and the CelebA / ImageNet-9
     metrics when the manifest's dataset.json declares that protocol."""
     from mavias.train.trainer import run_checkpoint
-    from mavias.workflow import evaluate_checkpoint, load_reference, write_run_evaluation
+    from mavias.workflow import (
+        empty_reason,
+        evaluate_checkpoint,
+        load_reference,
+        reference_checkpoint,
+        write_run_evaluation,
+    )
 
     dataset = read_dataset_info(manifest)
     split = split or ("test" if dataset is None or not dataset.eval_splits else dataset.eval_splits[0])
     checkpoint = run_checkpoint(run, criterion)
+    if reference is not None:
+        reference_checkpoint(reference)
     cfg = load_config(run / "config.yaml")
     out = out or run / f"eval-{split}-{checkpoint.stem.removeprefix('best_')}"
     group_attrs = group_attrs or ",".join(dataset.group_attrs if dataset else [])
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
-    ref = None if reference is None else load_reference(reference, data)
-    result = evaluate_checkpoint(data, checkpoint, ref, split=split,
+    ref = None if reference is None else load_reference(reference, data, min_support=min_support)
+    result = evaluate_checkpoint(data, checkpoint, ref, split=split, min_support=min_support,
                                  closed_set_attrs=[a for a in group_attrs.split(",") if a], dataset=dataset)
     write_run_evaluation(out, result)
-    _print_summary(result)
+    print_summary(result)
+    if ref is not None:
+        warn([f"B' is empty, so the open-set groups are whole classes and cannot show a shortcut: {reason}"
+              for reason in [empty_reason(ref, data, min_support=min_support)] if reason])
     console.print(f"wrote {out / 'metrics.json'}")
 
 
-def _print_summary(result: dict) -> None:
+def summary_table(result: dict) -> tuple[Table, list[str]]:
+    """The evaluation as a table, every figure from fewer than the minimum support flagged, and the caveats that say
+    which and why."""
     table = Table(title=f"{result['split']} ({result['n_samples']} samples)")
-    for col in ("protocol", "WG acc [95% CI]", "avg acc", "weighted avg"):
+    for col in ("protocol", "WG acc [95% CI]", "worst group", "avg acc", "weighted avg"):
         table.add_column(col)
+    caveats = []
     for protocol in ("open_set", "closed_set"):
         m = result.get(protocol)
         if m:
-            table.add_row(protocol, f"{m['worst_group_accuracy']:.3f} [{m['worst_group_ci_low']:.3f}, {m['worst_group_ci_high']:.3f}]",
-                          f"{m['average_accuracy']:.3f}", f"{m['weighted_average_accuracy'] or float('nan'):.3f}")
+            flag = " [bold red](too few)[/]" if m["worst_group_small"] else ""
+            table.add_row(protocol, f"{m['worst_group_accuracy']:.3f} [{m['worst_group_ci_low']:.3f}, "
+                          f"{m['worst_group_ci_high']:.3f}]{flag}", f"{m['worst_group']} (n={m['worst_group_n']})",
+                          f"{m['average_accuracy']:.3f}{' [bold red](small groups)[/]' if m['small_groups'] else ''}",
+                          "n/a" if m["weighted_average_accuracy"] is None else f"{m['weighted_average_accuracy']:.3f}")
+            caveats += small_group_caveats(m, protocol.replace("_", "-"))
+    return table, caveats
+
+
+def print_summary(result: dict) -> None:
+    table, caveats = summary_table(result)
     console.print(table)
+    warn(caveats)
     if "urbancars" in result:
         console.print({k: round(v, 4) for k, v in result["urbancars"].items()})
     if "celeba" in result:

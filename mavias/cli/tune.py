@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from mavias.cli.train import GroupAttrs, Manifest, Relevance, Tags, Workspace, _overrides, _prepare
+from mavias.cli.train import GroupAttrs, Manifest, MinSupport, Relevance, Tags, Workspace, _overrides, _prepare
+from mavias.evaluate.metrics import MIN_SUPPORT
 from mavias.train.config import load_config
 from mavias.utils.console import make_console
 
@@ -32,18 +33,21 @@ def tune_command(
     tags: Tags = None,
     group_attrs: GroupAttrs = "",
     workspace: Workspace = Path(".mavias"),
+    min_support: MinSupport = MIN_SUPPORT,
 ) -> None:
     """Search the learning rate (two decades around the recipe's), the epochs and the method's own settings
     (`--set method=...`, default mavias) with Optuna TPE and median pruning, selecting by the bias-unaware validation
     criterion only."""
     from mavias.tune.search import load_warm_start, tune
-    from mavias.workflow import load_reference
+    from mavias.workflow import load_reference, reference_checkpoint
 
     base = load_config(config, preset=preset, overrides=_overrides(set_))
     if warm_start is not None:  # what can be checked before any data is prepared
         load_warm_start(warm_start, base)
+    if reference is not None:
+        reference_checkpoint(reference)
     data = _prepare(manifest, relevance, tags, workspace, base, group_attrs, out)
-    ref = None if reference is None else load_reference(reference, data)
+    ref = None if reference is None else load_reference(reference, data, min_support=min_support)
     result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=warm_start, seed=seed, progress=True)
     console.print(f"best ({base.selection} {result.best_value:.4f}): {json.dumps(result.best_params)}")
     if result.selection_fallback:

@@ -32,6 +32,7 @@ from mavias.tagging.base import Tagger, tag_lists
 from mavias.tagging.run import (
     DEFAULT_NUM_SHARDS,
     QUARANTINED,
+    TAGS_NAME,
     TagCounts,
     TagsStore,
     collect_partition,
@@ -41,6 +42,7 @@ from mavias.tagging.run import (
 from mavias.utils.atomic import write_json
 
 MANIFEST_NAME = "manifest.parquet"
+RELEVANCE_NAME = "relevance.parquet"
 
 
 @dataclass
@@ -75,11 +77,24 @@ class Workspace:
     def partition(self, name: str) -> Path:
         return self.root / "partitions" / name
 
+    def tags_table(self, name: str) -> Path:
+        """A partition's tags table (``mavias train --tags``)."""
+        return self.tags / name / TAGS_NAME
+
+    def relevance(self, name: str) -> Path:
+        """A partition's relevance table (``mavias train --relevance``)."""
+        return self.partition(name) / RELEVANCE_NAME
+
 
 def resolve_manifest(partition: str | Path) -> Path:
     """A partition folder holding ``manifest.parquet``, or a manifest file."""
     path = Path(partition)
     return path / MANIFEST_NAME if path.is_dir() else path
+
+
+def partition_name(partition: str | Path, name: str | None = None) -> str:
+    """``name``, else the manifest's folder name."""
+    return name or resolve_manifest(partition).parent.name
 
 
 def _tag(
@@ -121,7 +136,7 @@ def discover_partition(
     ``review`` holds human-reviewed verdicts, which win over the judge's.
     """
     manifest_path = resolve_manifest(partition)
-    name = name or manifest_path.parent.name
+    name = partition_name(partition, name)
     ws = Workspace(Path(workspace))
     df = load_manifest(manifest_path, check_files=False)  # missing images are quarantined by the tagging step
     out = ws.partition(name)
@@ -132,7 +147,7 @@ def discover_partition(
     )  # fmt: skip
     counting = CountingJudge(judge)
     relevance = _judge(usable["label"], sample_tags, counting, ws.decisions, review)
-    save_relevance(relevance, out / "relevance.parquet")
+    save_relevance(relevance, ws.relevance(name))
     bias_tags = irrelevant_tags(usable["label"], sample_tags, relevance)
     store = EmbeddingStore(ws.embeddings(encoder.encoder_id))
     keys, n_encoded = encode_samples(usable["sample_id"], bias_tags, encoder, store)

@@ -21,6 +21,7 @@ from open_clip.tokenizer import SimpleTokenizer
 from mavias.encode.base import bias_prompt
 from mavias.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.errors import UserError
+from mavias.utils.progress import progress_bar
 
 ENCODE_MODES = ("collective", "separate")
 _EMPTY_PROMPT = bias_prompt([])
@@ -75,17 +76,33 @@ def _cached_checkpoint(cfg: dict, weights_dir: str | None) -> str | None:
     return None
 
 
-def _missing_weights_message(model: str, pretrained: str, cfg: dict, weights_dir: str | None) -> str:
+def _other_ways(model: str, cfg: dict) -> str:
+    """The ways forward without downloading: a checkpoint file, one's own tags, or random weights."""
     where = [f"Hugging Face repo {_hub_candidates(cfg['hf_hub'])[0]}"] if cfg.get("hf_hub") else []
     where += [f"URL {cfg['url']}"] if cfg.get("url") else []
     # a bare checkpoint file carries no activation setting: OpenAI weights need the QuickGELU variant of the model
     architecture = f" --model {model}-quickgelu" if cfg.get("quick_gelu") else ""
+    return (f"fetch the checkpoint yourself (from {' or '.join(where) or 'its publisher'}) and pass the file:"
+            f"{architecture} --pretrained /path/to/checkpoint, or bring your own tags (mavias data import imagefolder "
+            "ROOT --tags tags.csv; `mavias audit --tags`); --pretrained none runs a randomly initialised model, whose "
+            "tags are noise")
+
+
+def _missing_weights_message(model: str, pretrained: str, cfg: dict, weights_dir: str | None) -> str:
     return (
         f"OpenCLIP weights {model!r}/{pretrained!r} are not in the local cache "
         f"({weights_dir or 'default Hugging Face cache and ~/.cache/clip'}); nothing is downloaded by default.\n"
-        f"Either run once with downloading allowed (--allow-download), or fetch the checkpoint yourself "
-        f"(from {' or '.join(where) or 'its publisher'}) and pass the file:{architecture} --pretrained /path/to/checkpoint"
+        f"Either run once with downloading allowed (--allow-download), or {_other_ways(model, cfg)}"
     )
+
+
+def _download(model: str, pretrained: str, cfg: dict, weights_dir: str | None) -> str:
+    try:
+        return open_clip.download_pretrained(cfg, cache_dir=weights_dir)
+    except (OSError, RuntimeError, ValueError) as err:  # no network, hub errors, a broken partial download
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise WeightsNotFoundError(f"could not download the OpenCLIP weights {model!r}/{pretrained!r} ({reason}). "
+                                   f"Check the connection, or {_other_ways(model, cfg)}") from err
 
 
 @dataclass(frozen=True)
@@ -107,7 +124,7 @@ def _locate_weights(
         known = ", ".join(open_clip.list_pretrained_tags_by_model(model)) or "none"
         raise WeightsNotFoundError(f"{pretrained!r} is neither a file nor a pretrained tag of {model} (tags: {known})")
     if allow_download:
-        return _Weights(open_clip.download_pretrained(cfg, cache_dir=weights_dir), pretrained, cfg)
+        return _Weights(_download(model, pretrained, cfg, weights_dir), pretrained, cfg)
     checkpoint = _cached_checkpoint(cfg, weights_dir)
     if checkpoint is None:
         raise WeightsNotFoundError(_missing_weights_message(model, pretrained, cfg, weights_dir))
@@ -139,6 +156,7 @@ class OpenClip:
         self.device = resolve_device(device)
         self.model_name = model
         self.weights_id = weights.weights_id
+        self.random_weights = weights.checkpoint is None  # untrained: what it says of an image is noise
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.model, _, self.preprocess = open_clip.create_model_and_transforms(
@@ -167,10 +185,12 @@ class OpenClip:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")
 
     @torch.inference_mode()
-    def encode_text(self, texts: list[str], *, batch_size: int = 256) -> np.ndarray:
-        """L2-normalised float32 text embeddings; texts beyond the context window are cut by the tokenizer."""
+    def encode_text(self, texts: list[str], *, batch_size: int = 256, progress: str | None = None) -> np.ndarray:
+        """L2-normalised float32 text embeddings; texts beyond the context window are cut by the tokenizer. With
+        ``progress`` (its description) a bar counts the texts."""
         chunks = []
-        for start in range(0, len(texts), batch_size):
+        starts = range(0, len(texts), batch_size)
+        for start in progress_bar(starts, desc=progress, unit="batch", enabled=progress is not None):
             tokens = self.tokenizer(texts[start : start + batch_size]).to(self.device)
             with self._autocast():
                 chunks.append(self.model.encode_text(tokens, normalize=True).float().cpu().numpy())

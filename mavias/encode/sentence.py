@@ -23,7 +23,9 @@ def _resolve_model_path(model: str) -> str:
 class SentenceTransformerEncoder:
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str = "cpu", batch_size: int = 256):
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
 
+        transformers_logging.disable_progress_bar()  # its "Loading weights" bar: a blink on a terminal, noise in a log
         self._name = model
         self._model = SentenceTransformer(_resolve_model_path(model), device=device, local_files_only=True)
         self._batch_size = batch_size

@@ -81,8 +81,10 @@ def build_model_card(
     }
 
 
-def export_checkpoint(checkpoint: Path, out: Path, *, name: str, version: str) -> dict[str, Any]:
-    """Export, verify and write ``model_card.json`` beside ``out``; return the card."""
+def export_checkpoint(checkpoint: Path, out: Path, *, name: str, version: str,
+                      evaluation: Mapping[str, Any] | None = None, gates: GateReport | None = None) -> dict[str, Any]:
+    """Export, verify and write ``model_card.json`` beside ``out`` (with the ``evaluation`` and ``gates`` that were
+    run, when given); return the card."""
     try:
         model, classes, cfg = load_main_model(checkpoint)
         onnx_path = export_onnx(model, out, image_size=cfg.image_size)
@@ -92,10 +94,11 @@ def export_checkpoint(checkpoint: Path, out: Path, *, name: str, version: str) -
     except (ExportError, KeyError, RuntimeError) as err:
         raise UserError(f"cannot export {checkpoint}: {err}") from err
     card = build_model_card(
-        name=name, version=version, classes=classes, onnx_path=onnx_path, verification=verification, evaluation={},
-        gates=GateReport(GateConfig(version=1), []), train_config=cfg,
+        name=name, version=version, classes=classes, onnx_path=onnx_path, verification=verification,
+        evaluation=evaluation or {}, gates=gates or GateReport(GateConfig(version=1), []), train_config=cfg,
         lineage=lineage_from_files([], {"checkpoint": checkpoint}),
     )
-    card["gates"] = {"passed": None, "note": "exported from a run folder: no gates were run"}
+    if gates is None:
+        card["gates"] = {"passed": None, "note": "exported from a run folder: no gates were run"}
     write_model_card(out.with_name(CARD_NAME), card)
     return card

@@ -8,6 +8,7 @@ A manifest is a table with one row per image:
 - optional ``tags`` (list of strings) and optional group attributes ``attr_<name>``.
 """
 
+from mavias.manifest.checks import small_class_warnings
 from mavias.manifest.info import DatasetInfo, read_dataset_info, write_dataset_info
 from mavias.manifest.io import (
     ATTR_PREFIX,
@@ -36,6 +37,7 @@ __all__ = [
     "read_manifest_table",
     "resolve_uri",
     "save_manifest",
+    "small_class_warnings",
     "validate_manifest",
     "write_dataset_info",
 ]

@@ -8,6 +8,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from mavias.evaluate.metrics import MIN_SUPPORT
 from mavias.export.parity import VerificationResult
 from mavias.gates import GateReport
 from mavias.judging.evaluate import ClassChanges
@@ -72,3 +73,5 @@ class ReportContext(BaseModel):
     attempt: int = 1  # reports of one night are immutable: a rerun (cleared run) writes attempt 2, 3, ...
     original_outcome: str | None = None  # on a rerun: attempt 1's verdict (its email subject)
     relevance_changes: RelevanceChanges | None = None  # None: nothing was judged tonight
+    min_support: int = MIN_SUPPORT  # groups under it are flagged small
+    audit: bool = False  # a one-off audit of a data folder (`mavias audit`): nothing is promoted

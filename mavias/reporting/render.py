@@ -19,7 +19,6 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from mavias.evaluate.metrics import MIN_SUPPORT
 from mavias.gates import GateResult
 from mavias.judging.evaluate import ClassChanges
 from mavias.reporting.context import RelevanceChanges, ReportContext
@@ -103,8 +102,18 @@ def _failed_partitions(context: ReportContext) -> dict[str, dict[str, Any]]:
     return {name: result for name, result in context.validations.items() if not result["success"]}
 
 
+def _audit_headline(context: ReportContext) -> Headline:
+    failed = context.gates.failed
+    verdict = f"{len(failed)} gate(s) failed" if failed else "every checked gate passed"
+    serve = [f"Serve the model: mavias serve --model-dir {Path(context.model_uri).parent}"] if context.model_uri else []
+    return Headline(not failed, f"Audit of {context.model_name}: {verdict}",
+                    [_gate_line(g) for g in failed] + context.notes, [NEXT_STEPS[g.name] for g in failed] + serve)
+
+
 def headline(context: ReportContext) -> Headline:
     """The verdict, why, and what the reader should do next."""
+    if context.audit:
+        return _audit_headline(context)
     gates, checked = context.gates, [g for g in context.gates.results if g.status != "skipped"]
     failed_partitions = _failed_partitions(context)
     partition_lines = [f"partition {name}: validation {r['summary']}" for name, r in failed_partitions.items()]
@@ -227,7 +236,7 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         c=context,
         headline=headline(context),
         groups=group_comparison(context.candidate_groups, context.reference_groups).to_dict("records"),
-        min_support=MIN_SUPPORT,
+        min_support=context.min_support,
         validations=_validation_rows(context),
         biased=_biased_tag_rows(context, new_tags),
         drift=drift,

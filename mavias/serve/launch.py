@@ -1,5 +1,6 @@
 """Finding the serving environment: kserve (its protobuf, its pins) cannot share one with Airflow, so it usually
-lives in ``.venv-serve``."""
+lives in its own virtualenv, ``.venv-serve`` (``SERVE_VENV`` in the Makefile and the environment), or wherever
+``MAVIAS_SERVE_PYTHON`` points."""
 
 from __future__ import annotations
 
@@ -19,14 +20,28 @@ from mavias.errors import UserError
 from mavias.utils.servers import free_port, stop_process, wait_until_answering
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SERVE_VENV = REPO_ROOT / ".venv-serve"
+SERVE_PYTHON_ENV = "MAVIAS_SERVE_PYTHON"  # the serving environment's interpreter, wherever it is
+SERVE_VENV_ENV = "SERVE_VENV"  # the Makefile's variable: the virtualenv `make serve-venv` builds
+DEFAULT_SERVE_VENV = ".venv-serve"
+
+
+def serve_venv() -> Path:
+    """``$SERVE_VENV`` (relative to the repository, as the Makefile takes it) or the repository's ``.venv-serve``."""
+    return REPO_ROOT / os.environ.get(SERVE_VENV_ENV, DEFAULT_SERVE_VENV)
 
 
 def serve_python() -> Path | None:
-    """This interpreter when it has kserve, else the repository's ``.venv-serve`` one, else ``None``."""
+    """``$MAVIAS_SERVE_PYTHON``; else this interpreter when it has kserve; else the serving virtualenv's python
+    (:func:`serve_venv`); else ``None``."""
+    explicit = os.environ.get(SERVE_PYTHON_ENV)
+    if explicit:
+        if not Path(explicit).is_file():
+            raise UserError(f"{SERVE_PYTHON_ENV}={explicit} is not a file: point it at the python of the serving "
+                            f"environment (e.g. {DEFAULT_SERVE_VENV}/bin/python) or unset it")
+        return Path(explicit)
     if importlib.util.find_spec("kserve") is not None:
         return Path(sys.executable)
-    candidate = SERVE_VENV / "bin" / "python"
+    candidate = serve_venv() / "bin" / "python"
     return candidate if candidate.exists() else None
 
 
@@ -39,7 +54,8 @@ def _environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 def require_serve_python() -> Path:
     python = serve_python()
     if python is None:
-        raise UserError(f"no serving environment: build it with `make serve-venv` (creates {SERVE_VENV})")
+        raise UserError(f"no serving environment at {serve_venv()}: build it with `make serve-venv`, or point "
+                        f"{SERVE_VENV_ENV} (a virtualenv) or {SERVE_PYTHON_ENV} (its python) at one")
     return python
 
 

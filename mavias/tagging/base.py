@@ -81,3 +81,27 @@ def class_tag_counts(tags: pd.DataFrame, manifest: pd.DataFrame) -> pd.DataFrame
     return counts.sort_values(["class", "count", "tag"], ascending=[True, False, True], ignore_index=True)[
         CLASS_TAG_COUNT_COLUMNS
     ]
+
+
+RANDOM_WEIGHTS_WARNING = ("the tags come from a randomly initialised model (--pretrained none): they are noise, and so "
+                          "is every bias found from them; use pretrained weights (--weights-dir, --allow-download) or "
+                          "your own tags (a tags sidecar: mavias data import imagefolder ROOT --tags tags.csv)")
+
+
+def random_weights(tagger: Tagger) -> bool:
+    """Whether the tagger looks through an untrained model (taggers without weights never do)."""
+    return bool(getattr(tagger, "random_weights", False))
+
+
+def tagging_warnings(tagger: Tagger, tags: pd.DataFrame, n_images: int) -> list[str]:
+    """What to warn about a partition's tags: noise from random weights, and images left without any tag."""
+    warnings = [RANDOM_WEIGHTS_WARNING] if random_weights(tagger) else []
+    untagged = n_images - tags["sample_id"].nunique()
+    if n_images and untagged == n_images:
+        fix = ("give the images tags in the tags sidecar" if tagger.preprocess is None else
+               "lower --threshold (a tag is kept at threshold x 1/|vocabulary|), use pretrained weights, or bring your "
+               "own tags (a tags sidecar)")
+        warnings.append(f"0 tags kept for all {n_images} images: no bias can be found without tags; {fix}")
+    elif untagged > n_images / 2:
+        warnings.append(f"{untagged} of {n_images} images have no tag: biases are only found among tagged images")
+    return warnings

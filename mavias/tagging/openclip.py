@@ -73,6 +73,11 @@ class OpenClipTagger:
         )
 
     @property
+    def random_weights(self) -> bool:
+        """Tags of an untrained model are noise (:func:`mavias.tagging.base.tagging_warnings`)."""
+        return self.clip.random_weights
+
+    @property
     def preprocess(self) -> Callable[[Image.Image], torch.Tensor]:
         return self.clip.preprocess
 
@@ -86,7 +91,8 @@ class OpenClipTagger:
         path = self.vocab_cache_path
         if path.exists():
             return np.load(path)
-        vectors = self.clip.encode_text([TAG_PROMPT.format(t) for t in self.vocabulary])
+        vectors = self.clip.encode_text([TAG_PROMPT.format(t) for t in self.vocabulary],
+                                        progress=f"embedding the {len(self.vocabulary)}-tag vocabulary (once)")
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as fh:
                 np.save(fh, vectors)

@@ -179,7 +179,8 @@ def load_config(path: str | Path | None = None, *, preset: str | None = None, ov
         return TrainConfig.model_validate(data)
     except ValidationError as error:
         raise ConfigError(
-            describe_validation_error(error, what="training config") + "; fix the config file or the --set value"
+            describe_validation_error(error, what="training config", model=TrainConfig)
+            + "; fix the config file or the --set value"
         ) from None
 
 

@@ -14,15 +14,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torch_lr_finder.lr_finder as lr_finder_module
 from torch.utils.data import DataLoader
 from torch_lr_finder import LRFinder, TrainDataLoaderIter
 
 from mavias.train.data import SplitData
 from mavias.train.inference import to_model_input
 from mavias.train.model import MainModel
+from mavias.utils.progress import progress_bar
 
 SKIP_START, SKIP_END = 10, 5  # torch-lr-finder's own suggestion skips these points: too noisy, or diverging
 MIN_RELATIVE_DROP = 0.02  # a loss that never falls 2% below its start says nothing about the learning rate
+
+# torch-lr-finder draws its own tqdm bar and has no switch for it: it follows the package's policy instead (a live
+# bar on a terminal, nothing but the result in a log)
+lr_finder_module.tqdm = lambda steps: progress_bar(steps, desc="learning-rate range test", unit="step", leave=False)
 
 
 @dataclass

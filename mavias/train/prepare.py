@@ -9,6 +9,7 @@ import pandas as pd
 import torch
 
 from mavias.encode import EmbeddingStore, TextEncoder, bias_prompt
+from mavias.errors import UserError
 from mavias.evaluate.metrics import group_key
 from mavias.manifest import load_manifest, quarantine_undecodable
 from mavias.relevance import irrelevant_tags
@@ -32,11 +33,20 @@ class PreparedData:
         return self.splits[split]
 
 
+class NoTagsError(UserError, ValueError):
+    """Neither a tags table nor a manifest with its own tags."""
+
+    def __init__(self) -> None:
+        super().__init__("the manifest has no 'tags' column and no tags table was given: pass the tags that "
+                         "`mavias discover` printed (--tags WORKSPACE/tags/PARTITION/tags.parquet), or import the "
+                         "images with their tags (mavias data import imagefolder ROOT --tags tags.csv --out DATA)")
+
+
 def sample_tags(manifest: pd.DataFrame, tags_table: pd.DataFrame | None) -> pd.Series:
     """Tags per sample: from a tagger's tags table when given, else the manifest's own ``tags`` column."""
     if tags_table is None:
         if "tags" not in manifest.columns:
-            raise ValueError("the manifest has no 'tags' column; tag the images first (`mavias tag`) and pass the tags table")
+            raise NoTagsError()
         return manifest["tags"]
     grouped = tags_table.groupby("sample_id")["tag"].agg(lambda t: sorted(set(t)))
     return manifest["sample_id"].map(grouped).map(lambda t: t if isinstance(t, list) else [])
@@ -75,6 +85,8 @@ def prepare_image_data(
         config = TrainConfig(image_size=image_size)
     manifest_path = Path(manifest_path)
     manifest = load_manifest(manifest_path, check_files=False)
+    if tags_table is None and "tags" not in manifest.columns:
+        raise NoTagsError()  # before any image is read
     manifest, quarantined = quarantine_undecodable(manifest, manifest_path.parent, quarantine_csv)
     config, image_notes = resolve_image_settings(config, manifest, manifest_path.parent)
     transforms = split_transforms(config)

@@ -27,7 +27,7 @@ from mavias.train.recipe import resolve_config
 from mavias.train.sanity import chance_warnings, check_finite
 from mavias.train.selection import is_uninformative, robust_selection_score
 from mavias.utils.atomic import atomic_path, write_json
-from mavias.utils.progress import progress_bar
+from mavias.utils.progress import progress_bar, progress_line
 
 CRITERIA = ("val_acc", "val_tag_wg", "val_robust")
 EARLY_CHECKPOINT = "early.pt"
@@ -283,6 +283,8 @@ class Trainer:
         self.method.prepare(self._fit_plain)
         writer = SummaryWriter(str(self.out_dir / "tensorboard")) if self.primary else None
         run_epochs = 0
+        if self.progress and self.epoch < self.cfg.epochs:
+            progress_line(self._plan_line())
         while self.epoch < self.cfg.epochs and (stop_after is None or run_epochs < stop_after):
             self.epoch += 1
             start = time.perf_counter()
@@ -296,10 +298,18 @@ class Trainer:
             if self.epoch == early_epoch(self.cfg.epochs):
                 self._save_model(self.out_dir / EARLY_CHECKPOINT, row["val_acc"])
             self._record(row, writer)
+            if self.progress:
+                progress_line(epoch_line(self.cfg.method, self.cfg.epochs, row))
             run_epochs += 1
         if writer is not None:
             writer.close()
         return self._finish()
+
+    def _plan_line(self) -> str:
+        steps = batches_per_epoch(len(self.train_split), self.cfg.batch_size)
+        start = f", resuming after epoch {self.epoch}" if self.epoch else ""
+        return (f"{self.cfg.method}: {self.cfg.epochs} epochs of {steps} batches of {self.cfg.batch_size}, "
+                f"lr {self.cfg.optim.lr:.3g} ({self.recipe.notes.get('optim.lr', 'as configured')}){start}")
 
     def reselect(self, source: str | Path) -> TrainResult:
         """Select this run's checkpoints from the kept epochs of ``source``, a finished run of the same training
@@ -354,6 +364,15 @@ class Trainer:
         for key, value in row.items():
             if key != "epoch":
                 writer.add_scalar(key, value, row["epoch"])
+
+
+EPOCH_LINE_KEYS = ("train_loss", "val_acc", "val_robust", "val_tag_wg")
+
+
+def epoch_line(method: str, epochs: int, row: dict) -> str:
+    """One epoch as one line of a log: its losses, validation scores, learning rate and time."""
+    scores = ", ".join(f"{key} {row[key]:.4f}" for key in EPOCH_LINE_KEYS if key in row)
+    return f"{method} epoch {row['epoch']}/{epochs}: {scores}, lr {row['lr']:.3g}, {row['seconds']:.1f} s"
 
 
 def _training_settings(config: dict) -> dict:

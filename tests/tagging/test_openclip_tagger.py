@@ -1,12 +1,25 @@
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
 import open_clip
 import pytest
 import torch
 from PIL import Image
+from typer.testing import CliRunner
 
+from mavias.cli import app
+from mavias.datasets import import_imagefolder, write_import
+from mavias.datasets.generate import write_imagefolder
 from mavias.encode.defaults import OPENCLIP_MODEL
 from mavias.encode.openclip import OpenClip, WeightsNotFoundError
 from mavias.tagging.base import TagBatch
 from mavias.tagging.openclip import OpenClipTagger
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _batch(clip, scenes, manifest_dir, n=3) -> TagBatch:
@@ -83,3 +96,56 @@ def test_default_architecture_builds():
         model = open_clip.create_model(OPENCLIP_MODEL, device="meta")
     assert model.text_projection.shape == (768, 768)
     assert sum(p.numel() for p in model.parameters()) > 400e6
+
+
+class _NotFound(BaseHTTPRequestHandler):
+    def do_HEAD(self):  # noqa: N802 - http.server's name
+        self.send_response(404)
+        self.end_headers()
+
+    do_GET = do_HEAD
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_failed_download_is_one_line_with_the_other_ways(photos_partition, tmp_path):
+    """`--allow-download` where the hub cannot serve the weights (a local hub that answers 404 to everything)."""
+    hub = ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{hub.server_port}", "HF_HOME": str(tmp_path / "hf"),
+               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        result = subprocess.run([sys.executable, "-m", "mavias.cli", "discover", "--partition", str(photos_partition),
+                                 "--workspace", str(tmp_path / "ws"), "--model", "ViT-B-32", "--allow-download",
+                                 "--weights-dir", str(tmp_path / "weights")],
+                                capture_output=True, text=True, env=env, timeout=600)
+    finally:
+        hub.shutdown()
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    message = " ".join(result.stderr.split())
+    assert "error: could not download the OpenCLIP weights 'ViT-B-32'/'openai'" in message
+    assert "Check the connection, or fetch the checkpoint yourself" in message and "--pretrained none" in message
+
+
+@pytest.fixture
+def photos_partition(tmp_path):
+    root = write_imagefolder(tmp_path / "photos", {"cat": 3, "dog": 3})
+    write_import(import_imagefolder(root, progress=False), tmp_path / "ds")
+    return tmp_path / "ds"
+
+
+def test_discover_with_random_weights_warns_that_its_tags_are_noise(photos_partition, tmp_path):
+    (tmp_path / "vocabulary.txt").write_text("grass\nsofa\nsky\n")
+    result = CliRunner().invoke(app, ["discover", "--partition", str(photos_partition), "--workspace",
+                                      str(tmp_path / "ws"), "--model", "ViT-S-32", "--pretrained", "none",
+                                      "--vocabulary", str(tmp_path / "vocabulary.txt"),
+                                      "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--workers", "0"],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert "warning: the tags come from a randomly initialised model (--pretrained none): they are noise" in output
+    # the default threshold, 10 x uniform, is beyond reach with 3 tags: no tag is kept
+    assert "0 tags kept for all 6 images" in output and "lower --threshold" in output
+    assert f"tags: {tmp_path / 'ws' / 'tags' / 'ds' / 'tags.parquet'}" in output
+    assert f"next: mavias train --manifest {photos_partition / 'manifest.parquet'}" in output

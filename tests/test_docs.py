@@ -1,0 +1,53 @@
+"""Every dotted name the documentation gives in backticks (``mavias.x.y`` or ``train.x.y`` for a package of mavias)
+names something that imports."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import mavias
+
+REPO = Path(__file__).resolve().parents[1]
+DOCUMENTS = sorted(REPO.glob("docs/*.md")) + [REPO / "README.md"]
+DOTTED = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
+PACKAGES = {module.name for module in pkgutil.iter_modules(mavias.__path__)}
+FILE_SUFFIXES = {"csv", "html", "json", "md", "npy", "onnx", "parquet", "png", "pt", "py", "sqlite", "toml", "txt",
+                 "yaml"}  # `relevance.parquet` names a file, not mavias.relevance.parquet
+
+
+def documented_names() -> list[tuple[str, str]]:
+    names = set()
+    for document in DOCUMENTS:
+        for name in DOTTED.findall(document.read_text()):
+            head, last = name.split(".")[0], name.rsplit(".", 1)[-1]
+            if (head == "mavias" or head in PACKAGES) and last not in FILE_SUFFIXES:
+                names.add((document.name, name if head == "mavias" else f"mavias.{name}"))
+    return sorted(names)
+
+
+def resolve(dotted: str) -> object:
+    """The longest importable module prefix, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[cut:]:
+            target = getattr(target, attribute)
+        return target
+    raise ModuleNotFoundError(dotted)
+
+
+def test_the_documents_name_code():
+    assert len(documented_names()) >= 10  # the pattern still finds the names
+
+
+@pytest.mark.parametrize(("document", "dotted"), documented_names())
+def test_a_documented_name_imports(document, dotted):
+    resolve(dotted)
