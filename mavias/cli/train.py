@@ -87,7 +87,9 @@ def evaluate(
     run: Annotated[Path, typer.Option("--run", help="run folder from `mavias train`", exists=True)],
     manifest: Manifest,
     relevance: Relevance,
-    reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run (open-set protocol)")] = None,
+    reference: Annotated[Path | None, typer.Option(
+        "--reference", help="ERM reference run: its biased tags B' form the label-free (open-set) groups; default: "
+        "the run itself when it is an ERM run")] = None,
     criterion: Annotated[str | None, typer.Option("--criterion", help="val_acc, val_tag_wg or val_robust; default: the run's selection")] = None,
     split: Annotated[str | None, typer.Option("--split", help="default: test, else the first evaluation split of dataset.json")] = None,
     tags: Tags = None,
@@ -95,10 +97,15 @@ def evaluate(
     workspace: Workspace = Path(".mavias"),
     out: Annotated[Path | None, typer.Option("--out", help="output folder; default RUN/eval-SPLIT-CRITERION")] = None,
 ) -> None:
-    """Evaluate a run: overall, open-set (with --reference), closed-set, UrbanCars-style, and the CelebA / ImageNet-9
+    """Evaluate a run: the label-free (open-set) worst group under the reference's B', the closed-set one beside it
+    where group attributes exist (--group-attrs or dataset.json), UrbanCars-style gaps, and the CelebA / ImageNet-9
     metrics when the manifest's dataset.json declares that protocol."""
     from mavias.train.trainer import run_checkpoint
-    from mavias.workflow import evaluate_checkpoint, load_reference, write_run_evaluation
+    from mavias.workflow import (
+        evaluate_checkpoint,
+        load_reference,
+        write_run_evaluation,
+    )
 
     dataset = read_dataset_info(manifest)
     split = split or ("test" if dataset is None or not dataset.eval_splits else dataset.eval_splits[0])
@@ -107,6 +114,12 @@ def evaluate(
     out = out or run / f"eval-{split}-{checkpoint.stem.removeprefix('best_')}"
     group_attrs = group_attrs or ",".join(dataset.group_attrs if dataset else [])
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
+    if reference is None and cfg.method == "erm":
+        reference = run
+        console.print("label-free groups from the run itself (an ERM run) as the reference; --reference chooses another")
+    elif reference is None:
+        console.print("[yellow]no --reference: without an ERM reference's biased tags there are no label-free "
+                      "(open-set) groups; pass --reference ERM_RUN (any `mavias train --set method=erm` run)[/]")
     ref = None if reference is None else load_reference(reference, data)
     result = evaluate_checkpoint(data, checkpoint, ref, split=split,
                                  closed_set_attrs=[a for a in group_attrs.split(",") if a], dataset=dataset)

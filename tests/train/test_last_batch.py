@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 import torch
 import typer
-from torch.utils.data import Dataset
 from typer.testing import CliRunner
 
 from mavias.errors import ExplainedFailure, user_errors_exit
@@ -25,22 +24,12 @@ BATCH = 4
 METHODS = typing.get_args(TrainConfig.model_fields["method"].annotation)
 
 
-class Images(Dataset):
-    def __init__(self, images: torch.Tensor):
-        self.images = images
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return self.images[i]
-
-
 def _split(n: int, seed: int) -> SplitData:
     rng = np.random.default_rng(seed)
     labels = np.array(CLASSES)[np.arange(n) % 2]
     frame = pd.DataFrame({"sample_id": [f"s{seed}-{i}" for i in range(n)], "label": labels})
-    split = SplitData(Images(torch.from_numpy(rng.random((n, 3, 28, 28), dtype=np.float32))), frame,
+    images = torch.from_numpy(rng.random((n, 3, 28, 28), dtype=np.float32))  # a tensor is a dataset of its rows
+    split = SplitData(images, frame,
                       class_index(CLASSES, frame["label"]), embeddings=torch.randn(n, 8))
     attach_groups(split, frame["label"] + "|g", ["a|g", "b|g"])
     return split
