@@ -24,7 +24,9 @@ def up(
     smtp_host: Annotated[str | None, typer.Option(help="SMTP server for the report email (no TLS).")] = None,
     smtp_port: Annotated[int, typer.Option(help="Its port.")] = 25,
 ) -> None:
-    """Start the stack in the background with the gpu pool and the connections of the nightly config."""
+    """Start the stack in the background with the gpu pool and the connections of the nightly config; S3
+    credentials come from the environment (MAVIAS_S3_ACCESS_KEY_ID, MAVIAS_S3_SECRET_ACCESS_KEY or the AWS chain),
+    never from the config file."""
     stack = local_airflow.up(home, config, port=port, smtp=(smtp_host, smtp_port) if smtp_host else None)
     typer.echo(f"Airflow UI: {stack.url}  (AIRFLOW_HOME {stack.home}; logs in {stack.home / 'logs'})")
     typer.echo(f"Trigger a night: source {stack.home / local_airflow.ENV_NAME} && airflow dags trigger mavias_nightly")

@@ -1,9 +1,11 @@
 """``mavias airflow up`` / ``down``: the nightly DAG under a real Airflow stack on this machine.
 
 api-server, dag-processor and scheduler (LocalExecutor, every task in its own process) on a SQLite metadata DB
-in ``AIRFLOW_HOME``, all on 127.0.0.1. The ``gpu`` pool and the connections (``aws_default`` from the nightly
-config's S3 settings, ``smtp_default`` when an SMTP server is given, ``airflow_api`` for the DAG's preflight
-check) are created from the nightly config. Airflow runs in subprocesses only: this module never imports it.
+in ``AIRFLOW_HOME``, all on 127.0.0.1. The ``gpu`` pool and the connections (``aws_default`` with the nightly
+config's endpoint and region and the credentials of the environment, ``MAVIAS_S3_ACCESS_KEY_ID`` /
+``MAVIAS_S3_SECRET_ACCESS_KEY``, never of the config file; ``smtp_default`` when an SMTP server is given;
+``airflow_api`` for the DAG's preflight check) are created from them. Airflow runs in subprocesses only: this
+module never imports it.
 
 SQLite and LocalExecutor suit one machine and a few parallel tasks; a production deployment uses Postgres and
 a distributed executor with the same DAG folder and plugins.
@@ -71,7 +73,9 @@ def stack_settings(home: Path, config: Path, port: int, *, parallelism: int = 4)
 
 
 def connections(cfg: NightlyConfig, port: int, smtp: tuple[str, int] | None) -> dict[str, str]:
-    """``AIRFLOW_CONN_*`` variables of the stack's connections, built from the nightly config."""
+    """``AIRFLOW_CONN_*`` variables of the stack's connections, built from the nightly config (whose credentials can
+    only come from the environment: :func:`~mavias.nightly.config.load_nightly_config` refuses a file holding them).
+    Without credentials the connection has none and the tasks use the AWS chain of their environment."""
     s3 = cfg.s3
     aws: dict = {"conn_type": "aws", "extra": {"region_name": s3.region}}
     if s3.endpoint_url:

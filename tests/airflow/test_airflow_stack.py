@@ -16,7 +16,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from mavias.demo.run import make_demo_data
 from mavias.demo.services import DAG_ID, smtp_server
@@ -77,13 +76,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Itera
             evaluation={"version": "v1", "n_boot": 20}, gates=str(GATES),
             airflow={"schedule": None, "retries": 0},
         )
-        config = yaml.safe_load((root / "nightly.yaml").read_text())
-        config["s3"] |= {"access_key_id": "testing", "secret_access_key": "testing"}
-        (root / "nightly.yaml").write_text(yaml.safe_dump(config))
         deployment.upload("evaluation/v1/", scenes, scenes.evaluation, "evaluation")
         deployment.upload("incoming/night-1/", scenes, scenes.partitions["night-1"], "night-1")
         home = root / "airflow"
-        started = local_airflow.up(home, root / "nightly.yaml", port=free_port(), smtp=("127.0.0.1", smtp_port))
+        with pytest.MonkeyPatch.context() as patch:  # credentials from the environment, never the config file
+            patch.setenv("MAVIAS_S3_ACCESS_KEY_ID", "testing")
+            patch.setenv("MAVIAS_S3_SECRET_ACCESS_KEY", "testing")
+            started = local_airflow.up(home, root / "nightly.yaml", port=free_port(), smtp=("127.0.0.1", smtp_port))
         try:
             api = Api(started.url)
             api.wait_for_dag()
@@ -103,7 +102,10 @@ def test_missing_pool_fails_the_night_fast_with_what_to_do(stack: tuple) -> None
     assert tasks["sense"] == "upstream_failed" and tasks["report"] == "success"
     logs = "".join(p.read_text(errors="replace") for p in (home / "logs").rglob("*task_id=preflight*/*.log"))
     assert "pool 'gpu' does not exist" in logs and "airflow pools set gpu" in logs
-    assert "preflight check failed" in deployment.emails()[-1].get_body(("html",)).get_content()
+    email = deployment.emails()[-1]
+    html = email.get_body(("html",)).get_content()
+    assert "FAILED: the night could not start (preflight check)" in html and "airflow pools set gpu" in html
+    assert "FAILED, the night could not start" in email["Subject"]
 
 
 def test_one_night_runs_to_the_end_under_the_scheduler(stack: tuple) -> None:
