@@ -8,17 +8,21 @@ file only wires.
 1. **sense** new partitions under `s3://<bucket>/incoming/<partition>/` (processed ones are skipped),
 2. **pull_and_validate** them with Great Expectations (a failing partition is quarantined and nothing is trained),
 3. **discover** incrementally: `tag_shard` is mapped over the untagged shards, then judge and encode,
-4. **train_reference** (ERM) on all accumulated data on the `gpu` pool and queue, then MAVias: **plan_trials**
+4. **data_changed** skips the training when tonight's data and settings are exactly production's (same digest),
+   else **train_reference** (ERM) on all accumulated data on the `gpu` pool and queue, then MAVias: **plan_trials**
    (previous night's best settings first, then Optuna TPE), **tune_trial** mapped over them (one trial per GPU
    task), **train_mavias** picks the trial with the best validation criterion,
 5. **evaluate** candidate, reference and production on the fixed evaluation set, 6. **quality_gates**,
 7. **package** (ONNX + verification + model card), 8. **publish** and **promote** when every gate passed,
 9. **report** by email and next to the models, whatever happened (a new attempt per rerun, never overwritten),
 10. **notify** sends the queued emails (kept for the next try or night when SMTP fails); **finish** fails the run
-if a task failed, saying when only the notification did, or when the promoted version could not be pointed at by
-the configured KServe InferenceService (the promotion stands; the report gives the command to retry).
+if a task failed, saying when only the notification did, when the report says the night failed (a corrupt
+production pointer), or when the promoted version could not be pointed at by the configured KServe
+InferenceService (the promotion stands; the report gives the command to retry).
 
 Every task has an `execution_timeout` and the run a `dagrun_timeout` (see the `airflow` section of the config).
+A stage's error is kept for the report in one line; a user mistake (configuration, unsafe name, missing evaluation
+set) fails its task at once, without retries (`mavias_airflow.stages.run_stage`).
 
 Params (manual runs): `full_retrain` (train even without new partitions, from scratch), `skip_promotion`
 (publish but leave production alone), `force_partition` (process this partition again).
@@ -37,6 +41,7 @@ from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
 from mavias_airflow.operators import QualityGateOperator
 from mavias_airflow.preflight import preflight_problems
 from mavias_airflow.resources import gpu_task_kwargs
+from mavias_airflow.stages import night_of, run_stage
 
 from mavias.nightly.config import NightlyConfig, load_nightly_config
 
@@ -78,9 +83,14 @@ def _task_states(context: Context) -> dict[str, str]:
 
 @task(retries=0)
 def preflight() -> None:
-    problems = preflight_problems(_config())
+    from mavias.nightly.failures import record_failure
+
+    cfg = _config()
+    problems = preflight_problems(cfg)
     if problems:
-        raise AirflowFailException("the night cannot run: " + "; ".join(problems))
+        message = "the night cannot run: " + "; ".join(problems)
+        record_failure(cfg, night_of(get_current_context()), "preflight", message)
+        raise AirflowFailException(message)
 
 
 @task
@@ -88,14 +98,14 @@ def sense() -> dict:
     from mavias.nightly import ingest
 
     context = get_current_context()
-    return ingest.sense(_config(), _night_time(context), force_partition=context["params"]["force_partition"])
+    return run_stage(ingest.sense, _night_time(context), force_partition=context["params"]["force_partition"])
 
 
 @task
 def pull_and_validate(sensed: dict) -> dict:
     from mavias.nightly import ingest
 
-    return ingest.pull_and_validate(_config(), sensed)
+    return run_stage(ingest.pull_and_validate, sensed)
 
 
 @task.short_circuit(ignore_downstream_trigger_rules=False)
@@ -112,7 +122,7 @@ def should_train(validated: dict) -> bool:
 def plan_tagging(validated: dict) -> list[dict]:
     from mavias.nightly import discover
 
-    return discover.plan_tagging(_config(), validated)
+    return run_stage(discover.plan_tagging, validated)
 
 
 @task(**GPU, map_index_template="{{ shard_label }}")
@@ -120,14 +130,14 @@ def tag_shard(job: dict) -> dict:
     from mavias.nightly import discover
 
     get_current_context()["shard_label"] = f"{job['partition']} {job['shard']}/{job['num_shards']}"
-    return discover.tag_shard(_config(), job)
+    return run_stage(discover.tag_shard, job)
 
 
 @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # also when no shard was left to tag
 def discover(validated: dict, tagged: list[dict] | None) -> dict:
     from mavias.nightly import discover
 
-    return discover.discover(_config(), validated, list(tagged or []))
+    return run_stage(discover.discover, validated, list(tagged or []))
 
 
 @task
@@ -135,21 +145,29 @@ def prepare_dataset(validated: dict, discovered: dict) -> dict:
     from mavias.nightly import dataset
 
     full_retrain = get_current_context()["params"]["full_retrain"]
-    return dataset.prepare_dataset(_config(), validated, full_retrain=full_retrain)
+    return run_stage(dataset.prepare_dataset, validated, full_retrain=full_retrain)
+
+
+@task.short_circuit(ignore_downstream_trigger_rules=False)
+def data_changed(dataset: dict) -> bool:
+    """False (training is skipped) when production was made from exactly tonight's data and settings."""
+    if same := dataset.get("same_as_production"):
+        log.info("not training: tonight's dataset %s is the one production %s was made from", dataset["digest"], same)
+    return not same
 
 
 @task(**GPU)
 def train_reference(dataset: dict) -> dict:
     from mavias.nightly import train
 
-    return train.train_reference_model(_config(), dataset)
+    return run_stage(train.train_reference_model, dataset)
 
 
 @task
 def plan_trials(dataset: dict) -> list[dict]:
     from mavias.nightly import train
 
-    return train.plan_trials(_config(), dataset)
+    return run_stage(train.plan_trials, dataset)
 
 
 @task(**GPU, map_index_template="{{ trial_label }}")
@@ -157,28 +175,28 @@ def tune_trial(dataset: dict, reference: dict, job: dict) -> dict:
     from mavias.nightly import train
 
     get_current_context()["trial_label"] = f"trial {job['number']}"
-    return train.run_trial(_config(), dataset, reference, job)
+    return run_stage(train.run_trial, dataset, reference, job)
 
 
 @task
 def train_mavias(dataset: dict, trials: list[dict]) -> dict:
     from mavias.nightly import train
 
-    return train.select_candidate(_config(), dataset, list(trials))
+    return run_stage(train.select_candidate, dataset, list(trials))
 
 
 @task(multiple_outputs=True)
 def evaluate(dataset: dict, reference: dict, candidate: dict) -> dict:
     from mavias.nightly import evaluate
 
-    return evaluate.evaluate(_config(), dataset, reference, candidate)
+    return run_stage(evaluate.evaluate, dataset, reference, candidate)
 
 
 @task
 def package(dataset: dict, candidate: dict, evaluated: dict, gates: dict) -> dict:
     from mavias.nightly import release
 
-    return release.package(_config(), dataset, candidate, evaluated, gates)
+    return run_stage(release.package, dataset, candidate, evaluated, gates)
 
 
 @task.short_circuit(ignore_downstream_trigger_rules=False)
@@ -190,7 +208,7 @@ def gates_passed(gates: dict) -> bool:
 def publish(packaged: dict) -> dict:
     from mavias.nightly import release
 
-    return release.publish(_config(), packaged)
+    return run_stage(release.publish, packaged)
 
 
 @task.short_circuit(ignore_downstream_trigger_rules=False)
@@ -202,7 +220,7 @@ def promotion_requested() -> bool:
 def promote(published: dict, evaluated: dict) -> dict:
     from mavias.nightly import release
 
-    result = release.promote(_config(), published, evaluated)
+    result = run_stage(release.promote, published, evaluated)
     if result["promoted"]:  # an asset event only for a real promotion, not for a lost race or a rerun
         get_current_context()["outlet_events"][PROMOTIONS].add(PRODUCTION_MODEL, extra={"version": result["version"]})
     return result
@@ -212,7 +230,7 @@ def promote(published: dict, evaluated: dict) -> dict:
 def record_processed(dataset: dict) -> dict:
     from mavias.nightly import ingest
 
-    return ingest.record_processed(_config(), dataset)
+    return run_stage(ingest.record_processed, dataset)
 
 
 @task(trigger_rule=TriggerRule.ALL_DONE)
@@ -238,7 +256,7 @@ def report() -> dict:
     cfg = _config()
     return report.report(
         cfg, results, trained=trained, decision=decision, skip_promotion=params["skip_promotion"],
-        smtp=smtp_settings_from_connection(cfg.airflow.smtp_conn_id),
+        smtp=smtp_settings_from_connection(cfg.airflow.smtp_conn_id), states=states,
     )
 
 
@@ -265,6 +283,8 @@ def finish() -> None:
                                    "is queued in the workspace outbox and is sent by the next night")
     if failed:
         raise AirflowFailException(f"task(s) failed: {', '.join(failed)}")
+    if failure := (context["ti"].xcom_pull(task_ids="report") or {}).get("failure"):
+        raise AirflowFailException(f"{failure} (the report went out and says what to do)")
     promoted = context["ti"].xcom_pull(task_ids="promote") if states.get("promote") == "success" else None
     if serving := release.serving_problem(promoted):  # the promotion stands; someone must point serving at it
         raise AirflowFailException(serving)
@@ -307,7 +327,9 @@ def mavias_nightly() -> None:
     plan >> discovered
     dataset = prepare_dataset(validated, discovered)
     reference = train_reference(dataset)
-    trials = tune_trial.partial(dataset=dataset, reference=reference).expand(job=plan_trials(dataset))
+    planned_trials = plan_trials(dataset)
+    data_changed(dataset) >> [reference, planned_trials]
+    trials = tune_trial.partial(dataset=dataset, reference=reference).expand(job=planned_trials)
     candidate = train_mavias(dataset, trials)
     evaluated = evaluate(dataset, reference, candidate)
     gates = QualityGateOperator(

@@ -1,7 +1,9 @@
-"""The one exception type for mistakes a user can fix, and how the command line reports them.
+"""The exception types the command line explains in one line, and how it reports them.
 
-The CLI prints its message (which must say how to fix the mistake) without a traceback and exits with status 2;
-``--debug`` shows the traceback. Library errors that are user mistakes subclass it.
+A :class:`UserError` is a mistake the user can fix: the CLI prints its message (which must say how to fix it) without
+a traceback and exits with status 2. An :class:`ExplainedFailure` is not the user's mistake but a failure whose
+message says what failed and what to do (a training run that crashed): one line, exit status 1. ``--debug`` shows
+the traceback of either. Library errors subclass them.
 """
 
 from __future__ import annotations
@@ -15,10 +17,15 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 USER_ERROR_EXIT_CODE = 2
+FAILURE_EXIT_CODE = 1
 
 
 class UserError(Exception):
     """A mistake the user can fix: wrong path, bad config value, unsupported file type, missing column…"""
+
+
+class ExplainedFailure(Exception):
+    """A failure that is not the user's mistake, explained in one line: what failed, where, and what to do."""
 
 
 def describe_validation_error(error: ValidationError, *, what: str, model: type[BaseModel] | None = None) -> str:
@@ -71,13 +78,17 @@ def as_user_error(error: BaseException) -> UserError | None:
 
 @contextmanager
 def user_errors_exit(*, debug: bool) -> Iterator[None]:
-    """A user mistake raised inside ends the command: one red line on stderr, exit status 2.
+    """A user mistake raised inside ends the command: one red line on stderr, exit status 2; an explained failure
+    likewise, with exit status 1.
 
-    With ``debug`` it keeps its traceback; errors that are not user mistakes always do.
+    With ``debug`` they keep their traceback; other errors (bugs) always do.
     """
     try:
         yield
     except Exception as error:
+        if isinstance(error, ExplainedFailure) and not debug:
+            typer.secho(f"error: {' '.join(str(error).split())}", fg="red", err=True)
+            raise typer.Exit(FAILURE_EXIT_CODE) from None
         mistake = None if debug else as_user_error(error)
         if mistake is None:
             raise

@@ -36,8 +36,9 @@ def up(
         envvar="MAVIAS_AIRFLOW_BROKER_URL", help="celery: a running Redis (redis://:pw@host:port/0) instead of "
         "starting one.")] = None,
 ) -> None:
-    """Start the stack in the background with the gpu pool and the connections of the nightly config. Again on a
-    running stack: restart only what has died."""
+    """Start the stack in the background with the gpu pool and the connections of the nightly config; S3
+    credentials come from the environment (MAVIAS_S3_ACCESS_KEY_ID, MAVIAS_S3_SECRET_ACCESS_KEY or the AWS chain),
+    never from the config file."""
     stack = local_airflow.up(home, config, port=port, smtp=(smtp_host, smtp_port) if smtp_host else None,
                              executor=executor, db_port=db_port, broker_port=broker_port, database_url=database_url,
                              broker_url=broker_url)

@@ -104,7 +104,9 @@ def evaluate(
     run: Annotated[Path, typer.Option("--run", help="run folder from `mavias train`", exists=True)],
     manifest: Manifest,
     relevance: Relevance,
-    reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run (open-set protocol)")] = None,
+    reference: Annotated[Path | None, typer.Option(
+        "--reference", help="ERM reference run: its biased tags B' form the label-free (open-set) groups; default: "
+        "the run itself when it is an ERM run")] = None,
     criterion: Annotated[str | None, typer.Option("--criterion", help="val_acc, val_tag_wg or val_robust; default: the run's selection")] = None,
     split: Annotated[str | None, typer.Option("--split", help="default: test, else the first evaluation split of dataset.json")] = None,
     tags: Tags = None,
@@ -113,7 +115,8 @@ def evaluate(
     out: Annotated[Path | None, typer.Option("--out", help="output folder; default RUN/eval-SPLIT-CRITERION")] = None,
     min_support: MinSupport = MIN_SUPPORT,
 ) -> None:
-    """Evaluate a run: overall, open-set (with --reference), closed-set, UrbanCars-style, and the CelebA / ImageNet-9
+    """Evaluate a run: the label-free (open-set) worst group under the reference's B', the closed-set one beside it
+    where group attributes exist (--group-attrs or dataset.json), UrbanCars-style gaps, and the CelebA / ImageNet-9
     metrics when the manifest's dataset.json declares that protocol."""
     from mavias.train.trainer import run_checkpoint
     from mavias.workflow import (
@@ -133,6 +136,12 @@ def evaluate(
     out = out or run / f"eval-{split}-{checkpoint.stem.removeprefix('best_')}"
     group_attrs = group_attrs or ",".join(dataset.group_attrs if dataset else [])
     data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
+    if reference is None and cfg.method == "erm":
+        reference = run
+        console.print("label-free groups from the run itself (an ERM run) as the reference; --reference chooses another")
+    elif reference is None:
+        console.print("[yellow]no --reference: without an ERM reference's biased tags there are no label-free "
+                      "(open-set) groups; pass --reference ERM_RUN (any `mavias train --set method=erm` run)[/]")
     ref = None if reference is None else load_reference(reference, data, min_support=min_support)
     result = evaluate_checkpoint(data, checkpoint, ref, split=split, min_support=min_support,
                                  closed_set_attrs=[a for a in group_attrs.split(",") if a], dataset=dataset)

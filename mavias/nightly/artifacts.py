@@ -20,6 +20,7 @@ class Sensed(NightInfo):
 
     new: list[str]
     processed: list[str]
+    unsafe: NotRequired[list[str]]  # incoming folders ignored for their names, as ascii() writes them
 
 
 class PartitionValidation(TypedDict):
@@ -81,6 +82,7 @@ class Dataset(TypedDict):
     new: list[str]  # tonight's valid partitions, marked processed by ingest.record_processed
     sizes: dict[str, int]  # images per split, and "quarantined"
     relevance_changes: str  # nights/<night>/relevance_changes.json (RelevanceChanges)
+    same_as_production: NotRequired[str | None]  # production's version when it was made from this very digest
 
 
 class TrainedReference(TypedDict):
@@ -123,6 +125,8 @@ class Evaluated(TypedDict):
     production_version: str | None
     production_etag: str | None  # promotion succeeds only if the pointer still has it
     logit_summary: str  # CSV of the logit plot
+    shortcut_status: NotRequired[str]  # CSV: per class, its shortcuts or why it has none (STATUS_COLUMNS)
+    production_problem: NotRequired[str | None]  # a corrupt production pointer: promotion refused, the night fails
     notes: list[str]
 
 
@@ -202,6 +206,7 @@ class Reported(TypedDict):
     status: str
     promoted: bool
     version: str
+    failure: NotRequired[str | None]  # the headline of a night that failed: finish fails the run with it
 
 
 class Notified(TypedDict):

@@ -7,8 +7,9 @@ Sources, later ones win:
    ``MAVIAS_NIGHTLY__REPORT__RECIPIENTS='[ops@example.com]'``);
 3. ``MAVIAS_S3_<FIELD>`` for the S3 settings (as in :func:`mavias.registry.storage.load_settings`).
 
-Relative paths are relative to the YAML file's folder. Credentials never belong here: they come from the
-Airflow connection or the standard AWS chain (environment, profile, instance role).
+Relative paths are relative to the YAML file's folder. Credentials never belong in the file (one that holds them
+is refused): they come from ``MAVIAS_S3_ACCESS_KEY_ID`` / ``MAVIAS_S3_SECRET_ACCESS_KEY``, the Airflow connection
+or the standard AWS chain (environment, profile, instance role).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from mavias.registry.kubernetes import InferenceServiceRef
 from mavias.registry.storage import ENV_PREFIX as S3_ENV_PREFIX
 from mavias.registry.storage import S3Settings, check_name
 from mavias.train.config import TrainConfig, load_config
+from mavias.validation import ValidationSettings
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")
 CONFIG_ENV = "MAVIAS_NIGHTLY_CONFIG"
@@ -36,6 +38,7 @@ OVERRIDE_PREFIX = "MAVIAS_NIGHTLY__"
 PATH_FIELDS = (("workspace",), ("gates",), ("train", "config"), ("discovery", "review"))
 TAGGERS = ("manifest", "openclip")
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+CREDENTIAL_FIELDS = ("access_key_id", "secret_access_key", "session_token")
 
 
 class NightlyConfigError(UserError, ValueError):
@@ -105,6 +108,10 @@ class EvaluationSection(_Section):
 class ReportSection(_Section):
     recipients: list[str] = Field(default_factory=list, description="empty: the report is saved, not mailed")
     latency_runs: int = Field(10, ge=1, description="timed runs per batch size of the ONNX latency check")
+    storage_deadline_s: float = Field(
+        60.0, gt=0, description="the most the report step waits on the bucket in all; past it the report is made and "
+        "sent from local state and uploaded by a later night",
+    )
 
 
 class ServingSection(_Section):
@@ -142,6 +149,7 @@ class NightlyConfig(_Section):
     train: TrainSection = TrainSection()
     discovery: DiscoverySection = DiscoverySection()
     evaluation: EvaluationSection = EvaluationSection()
+    validation: ValidationSettings = ValidationSettings()
     gates: Path = DEFAULT_GATES_PATH
     report: ReportSection = ReportSection()
     serving: ServingSection = ServingSection()
@@ -198,6 +206,12 @@ def load_nightly_config(path: str | Path | None = None, environ: Mapping[str, st
     data = yaml.safe_load(source.read_text()) or {}
     if not isinstance(data, dict):
         raise NightlyConfigError(f"nightly config {source} must be a mapping, got {type(data).__name__}")
+    if found := [f"s3.{key}" for key in CREDENTIAL_FIELDS if key in (data.get("s3") or {})]:
+        raise NightlyConfigError(
+            f"nightly config {source} holds credentials ({', '.join(found)}): remove them from the file; set "
+            f"{S3_ENV_PREFIX}ACCESS_KEY_ID and {S3_ENV_PREFIX}SECRET_ACCESS_KEY in the environment, or use the "
+            "Airflow connection or the AWS credential chain"
+        )
     data = _resolve_paths(_apply_environment(data, environ), source.parent)
     try:
         config = NightlyConfig.model_validate(data)

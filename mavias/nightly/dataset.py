@@ -17,15 +17,18 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from botocore.client import BaseClient
 
+from mavias.errors import UserError
 from mavias.judging.evaluate import decision_changes
 from mavias.judging.review import apply_review, load_review
 from mavias.manifest import load_manifest
 from mavias.nightly.artifacts import Dataset, Validated
 from mavias.nightly.config import NightlyConfig
 from mavias.nightly.discover import make_encoder
-from mavias.nightly.layout import evaluation_partition, layout, pull
-from mavias.registry.storage import make_s3_client
+from mavias.nightly.layout import evaluation_partition, layout, pull, registry, s3_client
+from mavias.registry import CorruptPointer
+from mavias.registry.storage import get_json
 from mavias.relevance import RELEVANCE_COLUMNS, load_relevance, save_relevance
 from mavias.reporting.context import RelevanceChanges
 from mavias.tagging.run import TAGS_NAME
@@ -38,6 +41,7 @@ PREPARED_NAME = "prepared.pt"
 SIZES_NAME = "sizes.json"
 TRAIN_SPLITS = ("train", "val")
 RELEVANCE_NAME, RELEVANCE_CHANGES_NAME = "relevance.parquet", "relevance_changes.json"
+VERSION_DATASET = "dataset.json"  # a version folder's record of its digest (written by release.package)
 
 
 def _discovered_tables(cfg: NightlyConfig, names: Iterable[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -87,6 +91,18 @@ def accumulated_manifest(partition_manifests: Iterable[Path], evaluation_manifes
     return pd.concat([train.drop_duplicates("sample_id"), test], ignore_index=True)
 
 
+def check_trainable(manifest: pd.DataFrame) -> None:
+    """Every class of the evaluation set has training images, or no model can learn it (a one-line error)."""
+    untrained = sorted(set(manifest.loc[manifest["split"] == "test", "label"])
+                       - set(manifest.loc[manifest["split"] == "train", "label"]))
+    if untrained:
+        raise UserError(
+            f"the training data has no image of class(es) {', '.join(untrained)}, which the evaluation set has: no "
+            "model can learn them yet. Tonight's partitions are not marked processed and are taken again with the "
+            "next partition that brings those classes (or evaluate on a set without them: a new evaluation.version)"
+        )
+
+
 def _digest(*parts: object) -> str:
     digest = hashlib.sha256()
     for part in parts:
@@ -105,6 +121,20 @@ def dataset_digest(cfg: NightlyConfig, manifest: pd.DataFrame, tags: pd.DataFram
     return _digest(rows, tag_rows, decisions, choices)
 
 
+def production_with_digest(cfg: NightlyConfig, client: BaseClient, digest: str) -> str | None:
+    """The production version when it was made from exactly this data and these settings (``digest``), else None
+    (also when the pointer is corrupt: the report says so)."""
+    reg = registry(cfg, client)
+    try:
+        production = reg.production()
+    except CorruptPointer:
+        return None
+    if production is None:
+        return None
+    record = get_json(client, cfg.s3, f"{reg.prefix}{production.version}/{VERSION_DATASET}")
+    return production.version if record is not None and record[0].get("digest") == digest else None
+
+
 def save_prepared(data: PreparedData, path: Path) -> Path:
     with atomic_path(path) as tmp:
         torch.save(data, tmp)
@@ -119,10 +149,11 @@ def load_prepared(dataset: Dataset) -> PreparedData:
 def prepare_dataset(cfg: NightlyConfig, validated: Validated, *, full_retrain: bool = False) -> Dataset:
     """Accumulated training data (all processed + tonight's partitions) with the evaluation set as ``test``,
     prepared once (images decoded, bias embeddings attached) for the training and evaluation steps."""
-    client = make_s3_client(cfg.s3)
+    client = s3_client(cfg, "prepare_dataset")
     partitions = validated["partitions"]
     manifests = [pull(cfg, client, p) for p in partitions]
     manifest = accumulated_manifest(manifests, Path(validated["evaluation"]))
+    check_trainable(manifest)
     tags, relevance = _discovered_tables(cfg, [*partitions, evaluation_partition(cfg)])
     changes = record_relevance_changes(cfg, validated["night"], relevance)
     digest = dataset_digest(cfg, manifest, tags, relevance, salt=validated["night"] if full_retrain else "")
@@ -147,4 +178,5 @@ def prepare_dataset(cfg: NightlyConfig, validated: Validated, *, full_retrain: b
     sizes = json.loads((out / "dataset" / SIZES_NAME).read_text())
     log.info("dataset %s: %s from %d partition(s)", digest, sizes, len(partitions))
     return {"night": validated["night"], "digest": digest, "dir": str(out), "partitions": partitions,
-            "new": validated["valid"], "sizes": sizes, "relevance_changes": str(changes)}
+            "new": validated["valid"], "sizes": sizes, "relevance_changes": str(changes),
+            "same_as_production": production_with_digest(cfg, client, digest)}

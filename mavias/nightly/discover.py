@@ -20,8 +20,7 @@ from mavias.judging.factory import make_judge
 from mavias.manifest import load_manifest
 from mavias.nightly.artifacts import Discovered, Tagged, TagJob, Validated
 from mavias.nightly.config import NightlyConfig
-from mavias.nightly.layout import evaluation_partition, layout, pull
-from mavias.registry.storage import make_s3_client
+from mavias.nightly.layout import evaluation_partition, layout, pull, s3_client
 from mavias.tagging import Tagger, TagsStore, tag_partition
 from mavias.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
 from mavias.tagging.factory import make_tagger as tagger_of_kind
@@ -38,7 +37,7 @@ def _is_discovered(cfg: NightlyConfig, partition: str) -> bool:
 def partitions_to_discover(cfg: NightlyConfig, validated: Validated) -> dict[str, str]:
     """Partition -> local manifest, for those not discovered yet: tonight's new ones, once the evaluation set, and
     any processed partition a fresh workspace has not seen."""
-    client = make_s3_client(cfg.s3)
+    client = s3_client(cfg, "discover")
     todo = {} if _is_discovered(cfg, evaluation_partition(cfg)) else {evaluation_partition(cfg): validated["evaluation"]}
     for partition in validated["partitions"]:
         if not _is_discovered(cfg, partition):

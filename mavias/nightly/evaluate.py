@@ -1,6 +1,7 @@
 """Evaluate: the candidate, the ERM reference and the current production model on the fixed evaluation set, with
 the same groups, for the quality gates (the ``quality_gates`` task: :class:`mavias_airflow.operators.QualityGateOperator`
-over :func:`mavias.gates.evaluate_gates`) and the report.
+over :func:`mavias.gates.evaluate_gates`) and the report; and why each class has the shortcuts it has in B', or none
+(``shortcut_status.csv``, :func:`mavias.evaluate.shortcut_status.class_status`).
 """
 
 from __future__ import annotations
@@ -11,18 +12,22 @@ from pathlib import Path
 import pandas as pd
 from botocore.client import BaseClient
 
+from mavias.evaluate.metrics import MIN_SUPPORT
+from mavias.evaluate.shortcut_status import class_status
 from mavias.nightly.artifacts import Candidate, Dataset, Evaluated, TrainedReference
 from mavias.nightly.config import NightlyConfig
 from mavias.nightly.dataset import load_prepared
-from mavias.nightly.layout import CHECKPOINT_NAME, layout, registry
+from mavias.nightly.layout import CHECKPOINT_NAME, layout, registry, s3_client
 from mavias.registry import CorruptPointer, PointerRecord
-from mavias.registry.storage import download_file, make_s3_client
-from mavias.reporting.plots import biased_tag_count, logit_summary
+from mavias.registry.storage import download_file
+from mavias.reporting.plots import bias_alignment, logit_summary
 from mavias.train.inference import predict
 from mavias.train.prepare import PreparedData
 from mavias.train.trainer import load_main_model
 from mavias.utils.atomic import atomic_path
-from mavias.workflow import evaluate_checkpoint, load_reference, write_run_evaluation
+from mavias.workflow import Reference, evaluate_checkpoint, load_reference, write_run_evaluation
+
+SHORTCUT_STATUS = "shortcut_status.csv"
 
 
 def _production_checkpoint(cfg: NightlyConfig, client: BaseClient, version: str) -> Path:
@@ -33,19 +38,29 @@ def _production_checkpoint(cfg: NightlyConfig, client: BaseClient, version: str)
     return path
 
 
-def _logit_summaries(data: PreparedData, reference_dir: Path, checkpoints: Mapping[str, str | Path]) -> pd.DataFrame:
-    """Mean training-sample logits by bias strength, per model (the paper's logit plot)."""
-    biased = pd.read_csv(reference_dir / "biased_tags.csv", keep_default_na=False)
+def _logit_summaries(data: PreparedData, biased: pd.DataFrame, checkpoints: Mapping[str, str | Path]) -> pd.DataFrame:
+    """Mean training-sample logits of bias-aligned and bias-conflicting samples, per model (the paper's logit plot)."""
     rows = []
     for name, checkpoint in checkpoints.items():
         pred = predict(load_main_model(checkpoint)[0], data["train"])
-        strength = biased_tag_count(pred["label_name"], pred["irrelevant_tags"], biased)
-        rows.append(logit_summary(pred, strength, model=name))
+        rows.append(logit_summary(pred, bias_alignment(pred["label_name"], pred["irrelevant_tags"], biased), model=name))
     return pd.concat(rows, ignore_index=True)
 
 
+def shortcut_status(data: PreparedData, ref: Reference, evaluation_labels: pd.Series) -> pd.DataFrame:
+    """Per class: its shortcuts, or why it has none (:func:`class_status`), with the reference's validation accuracy
+    on the class and the class's images in the evaluation set."""
+    val = predict(load_main_model(ref.checkpoint)[0], data["val"])
+    accuracy = val.groupby("label_name")["correct"].mean().to_dict()
+    train = data["train"]
+    return class_status(data.classes, train.labels.numpy(), train.frame["irrelevant_tags"], ref.evidence,
+                        min_support=MIN_SUPPORT, reference_accuracy=accuracy,
+                        eval_counts=evaluation_labels.value_counts().to_dict())
+
+
 def _production_and_etag(cfg: NightlyConfig, client: BaseClient, notes: list[str]) -> tuple[PointerRecord | None, str | None]:
-    """Production and the pointer's ETag; a corrupt pointer is a note (promotion then refuses), not a crash."""
+    """Production and the pointer's ETag; a corrupt pointer is a note (promotion then refuses, the night fails
+    visibly), not a crash."""
     reg = registry(cfg, client)
     try:
         return reg.production(), reg.pointer_etag()
@@ -59,7 +74,7 @@ def evaluate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, 
 
     Records the production pointer's ETag: promotion later succeeds only if production has not changed since.
     """
-    client = make_s3_client(cfg.s3)
+    client = s3_client(cfg, "evaluate")
     data = load_prepared(dataset)
     ref = load_reference(reference["dir"], data)
     out = layout(cfg).night(dataset["night"]) / "eval"
@@ -72,15 +87,18 @@ def evaluate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, 
     metrics = {"candidate": run("candidate", candidate["checkpoint"]), "reference": run("reference", ref.checkpoint)}
     notes: list[str] = []
     production, pointer_etag = _production_and_etag(cfg, client, notes)
+    problem = notes[0] if notes else None
     if production is not None:
         try:
             metrics["production"] = run("production", _production_checkpoint(cfg, client, production.version))
         except ValueError as err:  # e.g. production was trained on other classes: not comparable
             notes.append(f"production {production.version} not compared: {err}")
-    summary = _logit_summaries(data, Path(reference["dir"]), {"ERM reference": ref.checkpoint,
-                                                                "MAVias": candidate["checkpoint"]})
+    summary = _logit_summaries(data, ref.biased_tags, {"ERM reference": ref.checkpoint,
+                                                        "MAVias": candidate["checkpoint"]})
     with atomic_path(out / "logit_summary.csv") as tmp:
         summary.to_csv(tmp, index=False)
+    with atomic_path(out / SHORTCUT_STATUS) as tmp:
+        shortcut_status(data, ref, data["test"].frame["label"]).to_csv(tmp, index=False)
     return {
         "candidate": metrics["candidate"],
         "reference": metrics["reference"],
@@ -88,5 +106,7 @@ def evaluate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, 
         "production_version": production.version if production else None,
         "production_etag": pointer_etag,
         "logit_summary": str(out / "logit_summary.csv"),
+        "shortcut_status": str(out / SHORTCUT_STATUS),
+        "production_problem": problem,
         "notes": notes,
     }

@@ -41,6 +41,10 @@ MANIFEST_NAMES = ("manifest.parquet", "manifest.csv")  # in order of preference
 PULLED_ETAGS = ".pulled-etags.json"  # in a pulled folder: the ETag of every file as it was downloaded
 
 
+class MissingManifest(ManifestError):
+    """A partition (or the evaluation set) with no manifest in the bucket."""
+
+
 def partition_prefix(settings: S3Settings, partition: str) -> str:
     return f"{settings.incoming_prefix}{check_name('partition', partition)}/"
 
@@ -57,10 +61,15 @@ def find_manifest(client: BaseClient, settings: S3Settings, partition: str) -> s
     return prefix + name if name else None
 
 
+def unsafe_names(folders: Collection[str]) -> list[str]:
+    """The folder names that cannot become a path (traversal, separators, odd characters), sorted."""
+    return sorted(p for p in folders if not NAME_PATTERN.match(p) or ".." in p)
+
+
 def list_partitions(client: BaseClient, settings: S3Settings, exclude: Collection[str] = ()) -> list[str]:
     """Sorted names of the folders under ``incoming/`` that hold a manifest, except those in ``exclude``."""
     folders = list_folders(client, settings, settings.incoming_prefix)
-    unsafe = [p for p in folders if not NAME_PATTERN.match(p) or ".." in p]
+    unsafe = unsafe_names(folders)
     if unsafe:
         log.warning("ignoring incoming folder(s) with unsafe names %s: rename them to letters, digits, '.', '_', '-'",
                     unsafe)
@@ -85,6 +94,10 @@ class ProcessedLedger:
 
     def quarantined(self) -> set[str]:
         return set(list_folders(self.client, self.settings, self.settings.quarantine_prefix))
+
+    def unsafe_folders(self) -> list[str]:
+        """Folders under ``incoming/`` ignored for their names (each as Python's ``ascii()`` writes it)."""
+        return [ascii(name) for name in unsafe_names(list_folders(self.client, self.settings, self.settings.incoming_prefix))]
 
     def new_partitions(self) -> list[str]:
         """Ready partitions that were neither processed nor quarantined, sorted."""
@@ -134,7 +147,7 @@ def pull_partition(client: BaseClient, settings: S3Settings, partition: str, loc
     remote = {obj.key[len(prefix) :]: obj for obj in list_objects(client, settings, prefix)}
     manifest_name = _manifest_name(set(remote))
     if manifest_name is None:
-        raise ManifestError(f"{s3_uri(settings, prefix)}: no manifest ({' or '.join(MANIFEST_NAMES)})")
+        raise MissingManifest(f"{s3_uri(settings, prefix)}: no manifest ({' or '.join(MANIFEST_NAMES)})")
     etags_path = local_dir / PULLED_ETAGS
     pulled = json.loads(etags_path.read_text()) if etags_path.exists() else {}
 

@@ -21,8 +21,8 @@ from mavias.manifest import ManifestError, read_manifest_table
 from mavias.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
 from mavias.nightly.config import NightlyConfig
 from mavias.nightly.incoming import ProcessedLedger, find_manifest
-from mavias.nightly.layout import layout, night_id, pull, pull_evaluation_set
-from mavias.registry.storage import S3Settings, check_name, get_json, is_transient, make_s3_client, s3_uri
+from mavias.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
+from mavias.registry.storage import S3Settings, check_name, get_json, is_transient, s3_uri
 from mavias.utils.atomic import write_json
 from mavias.validation import CheckResult, ValidationResult, validate_manifest_file
 
@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 
 def sense(cfg: NightlyConfig, when: datetime, *, force_partition: str | None = None) -> Sensed:
-    """New partitions (ready, neither processed nor quarantined) plus ``force_partition``, which is redone."""
-    client = make_s3_client(cfg.s3)
+    """New partitions (ready, neither processed nor quarantined) plus ``force_partition``, which is redone; and the
+    incoming folders ignored for their unsafe names (for the report)."""
+    client = s3_client(cfg, "sense")
     ledger = ProcessedLedger(client, cfg.s3)
     processed, new = ledger.processed(), set(ledger.new_partitions())
     if force_partition:
@@ -41,7 +42,7 @@ def sense(cfg: NightlyConfig, when: datetime, *, force_partition: str | None = N
         new.add(force_partition)
         processed.discard(force_partition)
     log.info("night %s: %d new partition(s) %s, %d processed before", night_id(when), len(new), sorted(new), len(processed))
-    return night_info(when) | {"new": sorted(new), "processed": sorted(processed)}
+    return night_info(when) | {"new": sorted(new), "processed": sorted(processed), "unsafe": ledger.unsafe_folders()}
 
 
 def night_info(when: datetime) -> NightInfo:
@@ -71,7 +72,7 @@ def _accumulated_class_counts(client: BaseClient, settings: S3Settings, processe
 
 
 def _unreadable(err: Exception) -> ValidationResult:
-    return ValidationResult(False, [CheckResult("manifest_readable", False, details=str(err), source="mavias")])
+    return ValidationResult([CheckResult("manifest_readable", False, details=str(err), source="mavias")])
 
 
 def quarantine_partition(client: BaseClient, settings: S3Settings, partition: str, result: ValidationResult) -> str:
@@ -86,7 +87,7 @@ def _validate_partition(
     cfg: NightlyConfig, client: BaseClient, night: str, partition: str, classes: list[str], counts: dict[str, int]
 ) -> PartitionValidation:
     try:
-        result = validate_manifest_file(pull(cfg, client, partition), classes, counts)
+        result = validate_manifest_file(pull(cfg, client, partition), classes, counts, cfg.validation)
     except (ManifestError, OSError, ValueError) as err:  # an unreadable manifest is bad data, not a crash
         if is_transient(err):  # ... but an unreachable bucket is not: fail, keep the partition for a later try
             raise
@@ -100,7 +101,7 @@ def _validate_partition(
 
 def pull_and_validate(cfg: NightlyConfig, sensed: Sensed) -> Validated:
     """Pull every new partition and the evaluation set; validate; quarantine the partitions that fail."""
-    client = make_s3_client(cfg.s3)
+    client = s3_client(cfg, "pull_and_validate")
     evaluation = pull_evaluation_set(cfg, client)
     classes = known_classes(cfg, evaluation)
     counts = _accumulated_class_counts(client, cfg.s3, sensed["processed"])
@@ -132,7 +133,7 @@ def training_decision(validated: Validated, *, full_retrain: bool) -> tuple[bool
 
 def record_processed(cfg: NightlyConfig, dataset: Dataset) -> Recorded:
     """Mark tonight's new partitions processed, with their training-label counts for the next drift check."""
-    ledger = ProcessedLedger(make_s3_client(cfg.s3), cfg.s3)
+    ledger = ProcessedLedger(s3_client(cfg, "record_processed"), cfg.s3)
     for partition in dataset["new"]:
         manifest = read_manifest_table(pull(cfg, ledger.client, partition))
         ledger.mark_processed(partition, {"night": dataset["night"], "class_counts": _class_counts(manifest)})

@@ -14,10 +14,11 @@ from pathlib import Path
 from botocore.client import BaseClient
 
 from mavias.discover import Workspace
+from mavias.errors import UserError
 from mavias.nightly.config import NightlyConfig
-from mavias.nightly.incoming import pull_partition
+from mavias.nightly.incoming import MANIFEST_NAMES, MissingManifest, pull_partition
 from mavias.registry import ModelRegistry
-from mavias.registry.storage import check_name, make_s3_client, retry_transient
+from mavias.registry.storage import check_name, make_s3_client, retry_transient, s3_uri
 from mavias.reporting.mail import Outbox
 
 NIGHT_FORMAT = "%Y%m%dT%H%M%S"
@@ -69,8 +70,14 @@ def evaluation_partition(cfg: NightlyConfig) -> str:
     return f"evaluation-{cfg.evaluation.version}"
 
 
-def registry(cfg: NightlyConfig, client: BaseClient | None = None) -> ModelRegistry:
-    return ModelRegistry(client or make_s3_client(cfg.s3), cfg.s3, cfg.model_name)
+def s3_client(cfg: NightlyConfig, step: str, deadline_s: float | None = None) -> BaseClient:
+    """The S3 client of one step: every request and retry of the step together waits on the store at most
+    ``deadline_s`` (default ``s3.step_deadline_s``), then stops with a message naming the step."""
+    return make_s3_client(cfg.s3, deadline_s=deadline_s or cfg.s3.step_deadline_s, step=step)
+
+
+def registry(cfg: NightlyConfig, client: BaseClient | None = None, step: str = "registry") -> ModelRegistry:
+    return ModelRegistry(client or s3_client(cfg, step), cfg.s3, cfg.model_name)
 
 
 def reports_prefix(cfg: NightlyConfig) -> str:
@@ -83,8 +90,21 @@ def pull(cfg: NightlyConfig, client: BaseClient, partition: str) -> Path:
     return retry_transient(cfg.s3)(pull_partition, client, cfg.s3, partition, layout(cfg).partition(partition))
 
 
+class EvaluationSetMissing(UserError):
+    """The configured evaluation set has no manifest in the bucket."""
+
+
 def pull_evaluation_set(cfg: NightlyConfig, client: BaseClient) -> Path:
     """The fixed evaluation set ``s3://<bucket>/<prefix><version>/`` (pulled like a partition, by ETag)."""
     settings = cfg.s3.model_copy(update={"incoming_prefix": cfg.evaluation.prefix})
     local = layout(cfg).evaluation(cfg.evaluation.version)
-    return retry_transient(cfg.s3)(pull_partition, client, settings, cfg.evaluation.version, local)
+    try:
+        return retry_transient(cfg.s3)(pull_partition, client, settings, cfg.evaluation.version, local)
+    except MissingManifest:
+        where = s3_uri(cfg.s3, f"{cfg.evaluation.prefix}{cfg.evaluation.version}/")
+        raise EvaluationSetMissing(
+            f"evaluation set {cfg.evaluation.version!r} is missing: {where} has no {' or '.join(MANIFEST_NAMES)}. "
+            f"Upload the fixed evaluation set there (its images first, the manifest last, e.g. `aws s3 sync "
+            f"EVALUATION_DIR {where}`), or set evaluation.version in the nightly config (or "
+            "MAVIAS_NIGHTLY__EVALUATION__VERSION) to a version that exists"
+        ) from None

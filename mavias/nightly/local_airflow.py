@@ -8,8 +8,9 @@
   the task instances' ``hostname`` (``<queue>-worker@<host>``). Passwords stay in ``AIRFLOW_HOME/secrets`` (0600),
   read by Airflow through ``*_CMD`` settings.
 
-The ``gpu`` pool and the connections (``aws_default`` from the nightly config's S3 settings, ``smtp_default`` when
-an SMTP server is given, ``airflow_api`` for the DAG's preflight check) are created from the nightly config. ``up``
+The ``gpu`` pool and the connections (``aws_default`` from the nightly config's endpoint and region and the
+credentials of the environment, ``MAVIAS_S3_ACCESS_KEY_ID`` / ``MAVIAS_S3_SECRET_ACCESS_KEY``, never of the config
+file; ``smtp_default`` when an SMTP server is given; ``airflow_api`` for the DAG's preflight check) are created from the nightly config. ``up``
 is idempotent: on a running stack it restarts only the components that died (a killed worker) and keeps the rest.
 ``down`` stops exactly what ``up`` started, with the processes they started. Airflow runs in subprocesses only:
 this module never imports it.
@@ -110,7 +111,9 @@ def stack_settings(home: Path, config: Path, port: int, *, executor: Executor = 
 
 
 def connections(cfg: NightlyConfig, port: int, smtp: tuple[str, int] | None) -> dict[str, str]:
-    """``AIRFLOW_CONN_*`` variables of the stack's connections, built from the nightly config."""
+    """``AIRFLOW_CONN_*`` variables of the stack's connections, built from the nightly config (whose credentials can
+    only come from the environment: :func:`~mavias.nightly.config.load_nightly_config` refuses a file holding them).
+    Without credentials the connection has none and the tasks use the AWS chain of their environment."""
     s3 = cfg.s3
     aws: dict = {"conn_type": "aws", "extra": {"region_name": s3.region}}
     if s3.endpoint_url:

@@ -23,7 +23,7 @@ from mavias.export.version import build_model_card
 from mavias.gates import GateReport
 from mavias.nightly.artifacts import Candidate, Dataset, Evaluated, Gates, Packaged, Promoted, Published, Serving
 from mavias.nightly.config import NightlyConfig
-from mavias.nightly.dataset import load_prepared
+from mavias.nightly.dataset import VERSION_DATASET, load_prepared
 from mavias.nightly.layout import CHECKPOINT_NAME, layout, registry
 from mavias.registry import CorruptPointer, ModelRegistry, VersionExists
 from mavias.registry.kubernetes import point_inference_service
@@ -58,6 +58,7 @@ def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluate
     latency = export_latency_benchmark(model, train_cfg.image_size, runs=cfg.report.latency_runs, budget_s=LATENCY_BUDGET_S)
     shutil.copyfile(candidate["checkpoint"], out / CHECKPOINT_NAME)
     write_json(out / "classes.json", classes)
+    write_json(out / VERSION_DATASET, {"digest": dataset["digest"], "partitions": dataset["partitions"]})
     write_json(out / "latency.json", latency)
     write_json(out / "gates.json", dict(gates))
     shutil.copyfile(evaluated["candidate"], out / "metrics.json")
@@ -78,7 +79,7 @@ def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluate
 
 def publish(cfg: NightlyConfig, packaged: Packaged) -> Published:
     """Upload the version folder to ``models/<name>/<version>/`` (immutable; a rerun finds it published)."""
-    reg = registry(cfg)
+    reg = registry(cfg, step="publish")
     version = packaged["version"]
     try:
         uri = reg.publish_version(packaged["dir"], version)
@@ -93,7 +94,7 @@ def publish(cfg: NightlyConfig, packaged: Packaged) -> Published:
 def promote(cfg: NightlyConfig, published: Published, evaluated: Evaluated) -> Promoted:
     """Point production at the version, atomically, unless production changed since it was evaluated; then point
     the configured InferenceService at it (also on a rerun that finds it in production already)."""
-    reg = registry(cfg)
+    reg = registry(cfg, step="promote")
     version = published["version"]
     try:
         current = reg.production()

@@ -10,90 +10,38 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-import pandas as pd
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
-from mavias.evaluate.metrics import GROUP_TABLE_COLUMNS
-from mavias.evaluate.shortcuts import SHORTCUT_COLUMNS
-from mavias.export.parity import VerificationResult
-from mavias.gates import GateReport, load_gate_config
 from mavias.nightly.artifacts import NightResults, Notified, Reported
 from mavias.nightly.config import NightlyConfig
-from mavias.nightly.layout import layout, registry, reports_prefix
-from mavias.nightly.release import serving_problem
+from mavias.nightly.layout import layout, registry, reports_prefix, s3_client
+from mavias.nightly.report_context import build_report_context
 from mavias.registry import CorruptPointer
 from mavias.registry.storage import (
     S3Settings,
+    StorageDeadline,
     get_json,
     is_condition_failure,
     is_transient,
     list_folders,
-    make_s3_client,
     put_json,
     s3_uri,
     upload_file,
 )
-from mavias.reporting.context import DiscoveryCounts, RelevanceChanges, ReportContext
-from mavias.reporting.history import HistoryEntry, append_history, history_entry, history_from_document, load_history
+from mavias.reporting.history import HistoryEntry, append_history, history_from_document, load_history
 from mavias.reporting.mail import Delivery, SmtpSettings, email_message
 from mavias.reporting.render import render_email, write_report
 from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)
 
-CANDIDATE_STEPS = ("planned", "discovered", "dataset", "reference", "candidate", "evaluated", "gates", "packaged")
 ATTEMPT_PREFIX = "attempt-"
 OUTCOME_NAME = "outcome.json"
 UPLOADED_SUFFIX = ".uploaded"
-
-
-def _empty_groups() -> pd.DataFrame:
-    return pd.DataFrame(columns=GROUP_TABLE_COLUMNS)
-
-
-def _candidate_tables(results: NightResults, gates: GateReport) -> dict[str, Any]:
-    evaluated, reference = results["evaluated"], results["reference"]
-    source = gates.config.wg_source
-
-    def groups(role: str) -> pd.DataFrame:
-        return pd.read_csv(Path(evaluated[role]).parent / f"groups_{source}.csv", keep_default_na=False)
-
-    return {
-        "candidate_groups": groups("candidate"),
-        "reference_groups": groups("reference"),
-        "biased_tags": pd.read_csv(Path(reference["dir"]) / "biased_tags.csv", keep_default_na=False),
-        "logit_summary": pd.read_csv(evaluated["logit_summary"], dtype={"bias_strength": str}),
-    }
-
-
-def _notes(results: NightResults, trained: bool, decision: str, skip_promotion: bool) -> list[str]:
-    if not trained:
-        return [decision]
-    stopped = next((step for step in CANDIDATE_STEPS if results.get(step) is None), None)
-    notes = [f"the run stopped at '{stopped}' (a task failed, see its log): no candidate tonight"] if stopped else []
-    notes += (results.get("evaluated") or {}).get("notes", [])
-    promoted = results.get("promoted")
-    if promoted and not promoted["promoted"]:
-        notes.append(promoted["reason"])
-    if problem := serving_problem(promoted):
-        notes.append(problem)
-    if results.get("published") and promoted is None and skip_promotion:
-        notes.append("promotion skipped on request (skip_promotion); the version is published")
-    return notes
-
-
-def _history_entry(results: NightResults, context: ReportContext) -> HistoryEntry:
-    return history_entry(
-        night=results["sensed"]["date"], run_id=context.run_id, version=context.version,
-        evaluation=json.loads(Path(results["evaluated"]["candidate"]).read_text()),
-        wg_source=context.gates.config.wg_source, biased_tags=context.biased_tags, promoted=context.promoted,
-    )
 
 
 def _synced_history(cfg: NightlyConfig, client: BaseClient, entry: HistoryEntry | None) -> list[HistoryEntry]:
@@ -116,72 +64,20 @@ def _unreachable(err: Exception, what: str) -> str:
     if not is_transient(err):
         raise err
     log.warning("%s: the bucket is unreachable (%s)", what, err)
-    return f"{what}: the bucket was unreachable ({type(err).__name__}); this report was made from local state " \
-           "and is uploaded by a later report"
+    why = str(err) if isinstance(err, StorageDeadline) else f"the bucket was unreachable ({type(err).__name__})"
+    return f"{what}: {why}; this report was made from local state and is uploaded by a later report"
 
 
-def _production_version(cfg: NightlyConfig, client: BaseClient, notes: list[str]) -> str | None:
+def _production_version(cfg: NightlyConfig, client: BaseClient, notes: list[str]) -> tuple[str | None, str | None]:
+    """(production's version, the corrupt pointer's message)."""
     try:
         production = registry(cfg, client).production()
     except CorruptPointer as err:
-        notes.append(str(err))
-        return None
+        return None, str(err)
     except Exception as err:  # noqa: BLE001 - _unreachable re-raises what is not transient
         notes.append(_unreachable(err, "production model unknown"))
-        return None
-    return production.version if production else None
-
-
-def _relevance_changes(results: NightResults) -> RelevanceChanges | None:
-    """Tonight's relevance changes, when the dataset step recorded them."""
-    path = (results.get("dataset") or {}).get("relevance_changes")
-    return RelevanceChanges.model_validate_json(Path(path).read_text()) if path else None
-
-
-def build_report_context(
-    cfg: NightlyConfig,
-    results: NightResults,
-    *,
-    trained: bool,
-    decision: str,
-    skip_promotion: bool,
-    production_version: str | None,
-    notes: Iterable[str] = (),
-) -> tuple[ReportContext, HistoryEntry | None]:
-    """The report of whatever steps completed (``results``: step name -> its result, absent when it did not run)."""
-    night = results["sensed"]["night"]
-    validated = results.get("validated") or {}
-    validations = {p: json.loads(Path(v["path"]).read_text()) for p, v in validated.get("validations", {}).items()}
-    has_candidate = results.get("gates") is not None and results.get("packaged") is not None
-    gates = GateReport.from_dict(results["gates"]) if has_candidate else GateReport(load_gate_config(cfg.gates), [])
-    tables = _candidate_tables(results, gates) if has_candidate else {
-        "candidate_groups": _empty_groups(), "reference_groups": _empty_groups(),
-        "biased_tags": pd.DataFrame(columns=SHORTCUT_COLUMNS),
-    }
-    packaged, promoted, discovered = results.get("packaged") or {}, results.get("promoted"), results.get("discovered")
-    context = ReportContext(
-        model_name=cfg.model_name,
-        version=packaged.get("version", f"{night} (no candidate)"),
-        run_id=night,
-        created=datetime.now(UTC),
-        promoted=bool(promoted and promoted["promoted"]),
-        serving_updated=serving_problem(promoted) is None,
-        production_version=production_version,
-        model_uri=(results.get("published") or {}).get("uri"),
-        notes=[*_notes(results, trained, decision, skip_promotion), *notes],
-        gates=gates,
-        validations=validations,
-        discovery=DiscoveryCounts(images_tagged=discovered["images_tagged"], llm_requests=discovered["llm_requests"],
-                                  encodings=discovered["prompts_encoded"]) if discovered else None,
-        verification=VerificationResult.from_dict(packaged["verification"])
-        if packaged else None,
-        onnx_sha256=packaged.get("onnx_sha256"),
-        latency=packaged.get("latency"),
-        tuning=(results.get("candidate") or {}).get("tuning"),
-        relevance_changes=_relevance_changes(results),
-        **tables,
-    )
-    return context, _history_entry(results, context) if has_candidate else None
+        return None, None
+    return (production.version if production else None), None
 
 
 def _attempt_number(name: str) -> int | None:
@@ -260,18 +156,21 @@ def report(
     decision: str,
     skip_promotion: bool = False,
     smtp: SmtpSettings | None = None,
+    states: Mapping[str, str] | None = None,
 ) -> Reported:
     """Render the night's HTML report from whatever steps completed as a new attempt
     (``nights/<night>/report/attempt-<n>/``, uploaded to ``models/<name>/reports/<night>/attempt-<n>/``), queue its
-    email and send the outbox. The bucket being unreachable or SMTP failing loses nothing: the report is made from
-    local state and uploaded later, the email stays queued (``status`` says so)."""
-    client = make_s3_client(cfg.s3)
+    email and send the outbox. The bucket being unreachable, stalled (``report.storage_deadline_s``) or SMTP
+    failing loses nothing: the report is made from local state and uploaded later, the email stays queued
+    (``status`` says so). ``failure`` is set when the night failed (``finish`` then fails the run)."""
+    client = s3_client(cfg, "report", cfg.report.storage_deadline_s)
     night = results["sensed"]["night"]
     notes: list[str] = []
     attempt = _next_attempt(cfg, client, night, notes)
-    production = _production_version(cfg, client, notes)
+    production, pointer_problem = _production_version(cfg, client, notes)
     context, entry = build_report_context(cfg, results, trained=trained, decision=decision,
-                                          skip_promotion=skip_promotion, production_version=production, notes=notes)
+                                          skip_promotion=skip_promotion, production_version=production, notes=notes,
+                                          states=states, production_problem=pointer_problem)
     try:
         history = _synced_history(cfg, client, entry)
     except Exception as err:  # noqa: BLE001 - _unreachable re-raises what is not transient
@@ -304,6 +203,8 @@ def report(
         "" if context.serving_updated else ", serving not updated") + (
         ", notification failed (queued)" if name in delivery.failed else "")
     key = f"{reports_prefix(cfg)}{night}/{folder.name}/{html.name}"
+    problem = context.problem
     return {"html": str(html), "uri": s3_uri(cfg.s3, key), "uploaded": uploaded, "attempt": attempt,
             "emailed_to": list(cfg.report.recipients) if notified else [], "status": status,
-            "promoted": context.promoted, "version": context.version}
+            "promoted": context.promoted, "version": context.version,
+            "failure": problem.title if problem is not None and problem.severity == "failed" else None}

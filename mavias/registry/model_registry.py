@@ -8,7 +8,8 @@ Layout under ``models/<name>/``::
 
 The pointer is validated whenever it is read (:class:`PointerDocument`): a truncated, empty or hand-edited pointer
 raises :class:`CorruptPointer`, whose message says what is wrong and how to recover (:meth:`ModelRegistry.repair`,
-``mavias registry repair``), and is never used as a path. An empty history is a valid "no production yet".
+``mavias registry repair``), and is never used as a path. An empty history is "no production yet" only while no
+version is published: once versions exist, an empty history means the promotion history was lost (corrupt).
 
 The pointer is a single object, so production and its history change together in one conditional PUT
 (If-Match on the ETag the caller read, If-None-Match when there was no pointer yet). S3 applies a
@@ -200,6 +201,9 @@ class ModelRegistry:
             return PointerState([], etag, problem)
         if document.name != self.name:
             return PointerState([], etag, f"it names model {document.name!r}, not {self.name!r}")
+        if not document.history and (published := self.versions()):
+            return PointerState([], etag, f"its history is empty while {len(published)} version(s) are published "
+                                          f"(newest {published[-1]}): the promotion history was lost")
         return PointerState(document.history, etag)
 
     def _get_pointer_object(self) -> tuple[bytes, str] | None:
@@ -255,6 +259,9 @@ class ModelRegistry:
             (v for v in reversed(sorted(published)) if self._published_gates_passed(v)), None))
         if target is not None and target not in published:
             raise VersionNotFound(f"{self.version_uri(target)} is not a published version")
+        if target is None and not history and published:
+            raise CorruptPointer(f"model {self.name}: no published version passed its gates, so none is chosen as "
+                                 f"production; choose one: mavias registry repair --name {self.name} --version VERSION")
         if target is not None and (not history or history[-1].version != target):
             if self._append(history, state.etag, target, "promote", by=f"repair by {self.actor}") is None:
                 raise PromotionConflict(f"model {self.name}: the pointer changed during the repair; nothing written")

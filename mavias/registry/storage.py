@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ class S3Settings(BaseModel):
     connect_timeout_s: float = Field(default=10.0, gt=0)
     read_timeout_s: float = Field(default=60.0, gt=0)
     outage_retry_s: float = Field(default=120.0, ge=0, description="how long a step retries an unreachable store")
+    step_deadline_s: float = Field(default=900.0, gt=0, description="the most one nightly step waits on the store in "
+                                   "all, every request and retry together; then it stops with a clear message")
 
     @field_validator("incoming_prefix", "models_prefix", "state_prefix", "quarantine_prefix")
     @classmethod
@@ -119,8 +122,34 @@ def _reveal(secret: SecretStr | None) -> str | None:
     return secret.get_secret_value() if secret is not None else None
 
 
-def make_s3_client(settings: S3Settings) -> BaseClient:
-    """A thread-safe S3 client whose every call is retried by botocore on throttling, 5xx and connection errors."""
+class StorageDeadline(TimeoutError):
+    """A step's deadline for the store passed: the endpoint stalled or was unreachable for that long. Not retried."""
+
+
+def _deadline_guard(settings: S3Settings, deadline_s: float, step: str) -> Callable[..., None]:
+    """A botocore ``before-send`` handler (called before every attempt of every request) that stops the step once
+    its deadline has passed."""
+    ends = time.monotonic() + deadline_s
+
+    def guard(event_name: str = "", **_: Any) -> None:
+        if time.monotonic() > ends:
+            where = settings.endpoint_url or f"S3 ({settings.region})"
+            raise StorageDeadline(
+                f"the object store {where} did not answer within the {step} step's deadline of {deadline_s:g} s "
+                f"(at {event_name.rsplit('.', 1)[-1]} on bucket {settings.bucket}): it is stalled or unreachable; "
+                "check the endpoint, or raise s3.step_deadline_s if the step is slow but working"
+            )
+
+    return guard
+
+
+def make_s3_client(settings: S3Settings, *, deadline_s: float | None = None, step: str = "this") -> BaseClient:
+    """A thread-safe S3 client whose every call is retried by botocore on throttling, 5xx and connection errors.
+
+    With ``deadline_s`` every request of the client, its retries included, stops with :class:`StorageDeadline` once
+    that many seconds have passed since the client was made (one step's client; ``step`` names it in the message),
+    and no single attempt waits longer than the deadline.
+    """
     session = boto3.session.Session(
         aws_access_key_id=_reveal(settings.access_key_id),
         aws_secret_access_key=_reveal(settings.secret_access_key),
@@ -130,13 +159,16 @@ def make_s3_client(settings: S3Settings) -> BaseClient:
     config = Config(
         retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
         max_pool_connections=max(10, 2 * settings.max_workers),
-        connect_timeout=settings.connect_timeout_s,
-        read_timeout=settings.read_timeout_s,
+        connect_timeout=min(settings.connect_timeout_s, deadline_s or settings.connect_timeout_s),
+        read_timeout=min(settings.read_timeout_s, deadline_s or settings.read_timeout_s),
         # Custom endpoints (MinIO, moto) rarely resolve bucket subdomains.
         s3={"addressing_style": "path"} if settings.endpoint_url else None,
     )
     log.debug("S3 client for bucket %s at %s", settings.bucket, settings.endpoint_url or "AWS")
-    return session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+    client = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+    if deadline_s is not None:
+        client.meta.events.register("before-send.s3", _deadline_guard(settings, deadline_s, step))
+    return client
 
 
 def is_condition_failure(err: ClientError) -> bool:
@@ -161,8 +193,8 @@ def is_transient(error: BaseException) -> bool:
 def retry_transient(settings: S3Settings) -> Retrying:
     """Retries a whole step while the store is unreachable (botocore retries each request only briefly); after
     ``outage_retry_s`` the transient error is raised, for the caller to fail (and retry later), never to treat
-    as bad data."""
-    return retrying(is_transient, settings.outage_retry_s)
+    as bad data. A passed step deadline (:class:`StorageDeadline`) is not retried."""
+    return retrying(lambda err: is_transient(err) and not isinstance(err, StorageDeadline), settings.outage_retry_s)
 
 
 def retrying(is_retryable: Callable[[BaseException], bool], max_delay_s: float) -> Retrying:

@@ -37,6 +37,18 @@ class RelevanceChanges(BaseModel):
                "`mavias judge run --review review.yaml` takes the same file."
 
 
+class NightProblem(BaseModel):
+    """What went wrong (or why nothing happened) on a night that is not a plain gate verdict or promotion: its own
+    headline, reasons and next steps in the report and the email."""
+
+    kind: str  # task_failed, corrupt_pointer, same_as_production, data_rejected, nothing_new
+    severity: Literal["failed", "blocked", "routine"]  # failed: the run fails too; routine: nothing was wrong
+    title: str
+    subject: str  # the email subject's verdict
+    reasons: list[str]
+    next_steps: list[str]
+
+
 class DiscoveryCounts(BaseModel):
     images_tagged: int = Field(ge=0)
     llm_requests: int = Field(ge=0)
@@ -57,13 +69,18 @@ class ReportContext(BaseModel):
     serving_updated: bool = True  # False: the configured InferenceService could not be pointed at production
     model_uri: str | None = None
     notes: list[str] = []  # e.g. why promotion did not happen although every gate passed
+    problem: NightProblem | None = None  # None: the gates' verdict or the promotion tells the night
+    unsafe_folders: list[str] = []  # incoming folders ignored for their names
     gates: GateReport
     validations: dict[str, dict[str, Any]]  # partition -> ValidationResult.to_dict()
     candidate_groups: pd.DataFrame  # group table (evaluate_checkpoint "tables") of the gates' wg_source
     reference_groups: pd.DataFrame
     biased_tags: pd.DataFrame  # B' of the ERM reference (mavias.evaluate.shortcuts.SHORTCUT_COLUMNS)
+    shortcut_status: pd.DataFrame | None = None  # per class: its shortcuts or why none (shortcut_status.STATUS_COLUMNS)
+    cross_check: list[dict[str, Any]] = []  # worst group per protocol (open-set, closed-set): candidate vs reference
     logit_summary: pd.DataFrame | None = None  # logit_summary() rows of the ERM reference and of MAVias
-    bias_strength_label: str = "biased tags of its class present in the sample"
+    bias_strength_label: str = ("bias-conflicting: carries none of its class's shortcuts (B'); bias-aligned: carries "
+                                "at least one")
     history: list[HistoryEntry] = []  # past nights and tonight's entry (append_history before rendering)
     discovery: DiscoveryCounts | None = None
     verification: VerificationResult | None = None

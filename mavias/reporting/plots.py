@@ -1,14 +1,14 @@
-"""The report's plots as PNG bytes: the paper's logit plot (training samples by bias strength) and the trend across
-nights; and the logit plot's input."""
+"""The report's plots as PNG bytes: the paper's logit plot (bias-aligned against bias-conflicting training samples)
+and the trend across nights, one tick per night; and the logit plot's input."""
 
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 from typing import Literal
 
 import numpy as np
 import pandas as pd
-from matplotlib.dates import ConciseDateFormatter
 from matplotlib.figure import Figure
 
 from mavias.evaluate.metrics import require_columns
@@ -16,24 +16,22 @@ from mavias.reporting.context import ReportContext
 from mavias.reporting.history import HistoryEntry
 
 TREND_NIGHTS = 30
+MAX_DATE_LABELS = 10  # more nights than this: every k-th night is labelled
 LOGIT_PLOT, TREND_PLOT = "logit_plot.png", "trend.png"
+CONFLICTING, ALIGNED = "bias-conflicting", "bias-aligned"
 MODEL_COLOURS = {"ERM reference": "#64748b", "MAVias": "#ea580c"}
 
 
 # --- the logit plot input (paper, Fig. "logits" of UrbanCars training samples) ---------------------------------------
-def biased_tag_count(
-    labels: pd.Series, irrelevant_tags: pd.Series, biased_tags: pd.DataFrame, *, cap: int = 3
-) -> pd.Series:
-    """Bias strength of each sample: how many of its class's biased tags it carries, capped (``"3+"``)."""
+def bias_alignment(labels: pd.Series, irrelevant_tags: pd.Series, biased_tags: pd.DataFrame) -> pd.Series:
+    """Per sample: ``bias-aligned`` when it carries one of its class's biased tags (B'), else ``bias-conflicting``
+    (an ordered categorical, conflicting first)."""
     per_class = biased_tags.groupby("class")["tag"].agg(frozenset).to_dict()
-    counts = [
-        len(per_class.get(label, frozenset()) & frozenset(() if tags is None else tags))
-        for label, tags in zip(labels, irrelevant_tags)
-    ]
-    names = [str(min(c, cap)) + ("+" if c >= cap else "") for c in counts]
-    categories = [str(c) for c in range(cap)] + [f"{cap}+"]
-    strength = pd.Categorical(names, categories=categories, ordered=True)
-    return pd.Series(strength, index=labels.index, name="bias_strength")
+    aligned = [bool(per_class.get(label, frozenset()) & frozenset(() if tags is None else tags))
+               for label, tags in zip(labels, irrelevant_tags)]
+    kinds = pd.Categorical([ALIGNED if a else CONFLICTING for a in aligned], categories=[CONFLICTING, ALIGNED],
+                           ordered=True)
+    return pd.Series(kinds, index=labels.index, name="bias_strength")
 
 
 def logit_summary(
@@ -57,7 +55,7 @@ def logit_summary(
         values = logits[np.arange(len(logits)), predictions["label"].to_numpy()]
     else:
         values = np.linalg.norm(logits, axis=1)
-    frame = pd.DataFrame({"bias_strength": bias_strength.to_numpy(), "value": values})
+    frame = pd.DataFrame({"bias_strength": bias_strength.array, "value": values})  # a categorical keeps its order
     stats = frame.groupby("bias_strength", observed=True, sort=True)["value"].agg(["mean", "std", "size"])
     stats["ci95"] = 1.96 * stats["std"].fillna(0.0) / np.sqrt(stats["size"])
     out = stats.reset_index().rename(columns={"size": "n"})[["bias_strength", "mean", "ci95", "n"]]
@@ -72,30 +70,37 @@ def _png(fig: Figure) -> bytes:
 
 
 def logit_plot(summary: pd.DataFrame, strength_label: str) -> bytes:
-    """Grouped bars: mean main-model logit per bias strength, ERM reference next to MAVias (paper's logit figure)."""
+    """Grouped bars: mean main-model logit of bias-conflicting and bias-aligned training samples, ERM reference next
+    to MAVias (the paper's logit figure); each bar is labelled with its sample count."""
     models = list(dict.fromkeys(summary["model"]))
-    levels = list(dict.fromkeys(summary.sort_values("bias_strength")["bias_strength"]))
+    levels = list(dict.fromkeys(summary["bias_strength"]))  # in the order written: conflicting, then aligned
     fig = Figure(figsize=(6.8, 3.2))
     ax = fig.subplots()
     width = 0.8 / len(models)
     for i, model in enumerate(models):
         rows = summary[summary["model"] == model].set_index("bias_strength").reindex(levels)
         x = np.arange(len(levels)) + (i - (len(models) - 1) / 2) * width
-        ax.bar(x, rows["mean"], width, yerr=rows["ci95"], capsize=3, label=model,
-               color=MODEL_COLOURS.get(model), edgecolor="white")
+        bars = ax.bar(x, rows["mean"], width, yerr=rows["ci95"], capsize=3, label=model,
+                      color=MODEL_COLOURS.get(model), edgecolor="white")
+        ax.bar_label(bars, labels=[f"n={int(n)}" if pd.notna(n) else "" for n in rows["n"]], fontsize=7, padding=2)
     ax.set_xticks(np.arange(len(levels)), [str(level) for level in levels])
     statistic = summary["statistic"].iloc[0]
     ax.set_ylabel("true-class logit $z_{main}[y]$" if statistic == "true_class" else "$\\|z_{main}\\|_2$")
-    ax.set_xlabel(f"bias strength: {strength_label}")
+    ax.set_xlabel(strength_label)
     ax.axhline(0, color="#9ca3af", linewidth=0.8)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(frameon=False, loc="best")
-    ax.set_title("Training samples: mean logit by bias strength (95% CI)", fontsize=10)
+    ax.set_title("Training samples: mean logit, bias-conflicting vs bias-aligned (95% CI)", fontsize=10)
     return _png(fig)
 
 
 def trend_plot(history: list[HistoryEntry]) -> bytes:
-    """Worst-group and average accuracy per night; filled markers = promoted."""
+    return _png(trend_figure(history))
+
+
+def trend_figure(history: list[HistoryEntry]) -> Figure:
+    """Worst-group and average accuracy per night, one tick per night labelled with its date (never hours);
+    filled markers = promoted."""
     nights = history[-TREND_NIGHTS:]
     dates = [night.date for night in nights]
     wg = np.array([night.worst_group_accuracy for night in nights]) * 100
@@ -112,17 +117,23 @@ def trend_plot(history: list[HistoryEntry]) -> bytes:
     ax.scatter(dates, wg, s=28, zorder=3, edgecolors=MODEL_COLOURS["MAVias"],
                facecolors=[MODEL_COLOURS["MAVias"] if p else "white" for p in promoted])
     ax.set_ylabel("accuracy (%)")
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(ax.xaxis.get_major_locator()))
+    ax.set_xlabel("night")
+    step = -(-len(dates) // MAX_DATE_LABELS)
+    ax.set_xticks(dates, [d.isoformat() if i % step == 0 else "" for i, d in enumerate(dates)])
+    ax.tick_params(axis="x", labelrotation=30 if len(dates) > 4 else 0, labelsize=8)
+    if len(dates) == 1:
+        ax.set_xlim(dates[0] - timedelta(days=1), dates[0] + timedelta(days=1))
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(frameon=False, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3)
-    return _png(fig)
+    return fig
 
 
 def render_plots(context: ReportContext) -> dict[str, bytes]:
     """Plot file name -> PNG bytes, for the plots the context has data for."""
     plots = {}
-    if context.logit_summary is not None and not context.logit_summary.empty:
-        plots[LOGIT_PLOT] = logit_plot(context.logit_summary, context.bias_strength_label)
+    summary = context.logit_summary
+    if summary is not None and summary["bias_strength"].astype(str).nunique() > 1:  # aligned and conflicting
+        plots[LOGIT_PLOT] = logit_plot(summary, context.bias_strength_label)
     if context.history:
         plots[TREND_PLOT] = trend_plot(context.history)
     return plots

@@ -24,6 +24,7 @@ from mavias.judging.evaluate import ClassChanges
 from mavias.reporting.context import RelevanceChanges, ReportContext
 from mavias.reporting.history import TOP_K, HistoryEntry, bias_drift
 from mavias.reporting.plots import LOGIT_PLOT, TREND_PLOT, render_plots
+from mavias.reporting.shortcut_view import class_shortcuts, shortcut_lines
 from mavias.utils.atomic import atomic_path
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
@@ -66,6 +67,7 @@ class Headline:
     title: str
     reasons: list[str]
     next_steps: list[str]
+    tone: str = "failed"  # passed (promoted), failed, blocked or routine: the headline's colour
 
 
 def percent(fraction: float | None) -> str:
@@ -110,18 +112,35 @@ def _audit_headline(context: ReportContext) -> Headline:
                     [_gate_line(g) for g in failed] + context.notes, [NEXT_STEPS[g.name] for g in failed] + serve)
 
 
+def _partition_lines(context: ReportContext) -> tuple[list[str], list[str]]:
+    """Failed partitions and ignored incoming folders: a line each, and what to do about them."""
+    failed = _failed_partitions(context)
+    lines = [f"partition {name}: validation {r['summary']}" for name, r in failed.items()]
+    steps = [f"Fix partition {name} at the source, then delete quarantine/{name}/validation.json so that the next "
+             "night retries it." for name in failed]
+    if context.unsafe_folders:
+        lines.append(f"ignored incoming folder(s) with unsafe names: {', '.join(context.unsafe_folders)}")
+        steps.append("Rename those folders to letters, digits, '.', '_' and '-' (no '/', no '..'): the next night "
+                     "takes them.")
+    return lines, steps
+
+
+def _problem_headline(context: ReportContext, lines: list[str], steps: list[str]) -> Headline:
+    problem = context.problem
+    if problem.kind == "data_rejected":  # the problem lists the partitions itself
+        lines, steps = lines[len(_failed_partitions(context)):], steps[len(_failed_partitions(context)):]
+    gate_lines = [_gate_line(g) for g in context.gates.failed]
+    return Headline(False, problem.title, [*problem.reasons, *gate_lines, *lines, *context.notes],
+                    [*problem.next_steps, *steps], problem.severity)
+
+
 def headline(context: ReportContext) -> Headline:
     """The verdict, why, and what the reader should do next."""
     if context.audit:
         return _audit_headline(context)
     gates, checked = context.gates, [g for g in context.gates.results if g.status != "skipped"]
-    failed_partitions = _failed_partitions(context)
-    partition_lines = [f"partition {name}: validation {r['summary']}" for name, r in failed_partitions.items()]
-    partition_steps = [
-        f"Fix partition {name} at the source, then delete quarantine/{name}/validation.json so that the next "
-        "night retries it."
-        for name in failed_partitions
-    ]
+    partition_lines, partition_steps = _partition_lines(context)
+    problem = context.problem
     if context.promoted:
         skipped = ", ".join(g.name for g in gates.skipped) or "none"
         verdict = (
@@ -134,14 +153,20 @@ def headline(context: ReportContext) -> Headline:
             [verdict, *partition_lines, *context.notes],
             [f"If production misbehaves, roll back: mavias registry rollback --name {context.model_name}",
              *partition_steps],
+            "passed",
         )
+    if problem is not None and problem.severity == "failed":
+        return _problem_headline(context, partition_lines, partition_steps)
     if context.original_outcome is not None and not gates.results:
         return Headline(
             False,
             f"Rerun (attempt {context.attempt}) of a finished night: nothing new; the night's outcome stands",
-            [f"Original outcome: {context.original_outcome}", *context.notes],
+            [f"Original outcome: {context.original_outcome}", *(problem.reasons if problem else []), *context.notes],
             ["Nothing to do."],
+            "routine",
         )
+    if problem is not None:
+        return _problem_headline(context, partition_lines, partition_steps)
     production = (f"production stays {context.production_version}" if context.production_version
                   else "there is no production model yet")
     reasons = [_gate_line(g) for g in gates.failed] + partition_lines + context.notes
@@ -152,7 +177,8 @@ def headline(context: ReportContext) -> Headline:
         if not context.notes:
             reasons.append("Every gate passed but the model was not promoted; see the pipeline logs.")
         steps.append(f"To promote by hand: mavias registry promote {context.version} --name {context.model_name}")
-    return Headline(False, f"Not promoted: {production}", reasons, steps or ["Nothing to do."])
+    title = f"Not promoted, blocked by the quality gates: {production}" if gates.failed else f"Not promoted: {production}"
+    return Headline(False, title, reasons, steps or ["Nothing to do."], "blocked" if gates.failed else "failed")
 
 
 def group_comparison(candidate: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
@@ -171,23 +197,16 @@ def _validation_rows(context: ReportContext) -> list[dict[str, Any]]:
         rows.append({
             "partition": name,
             "success": result["success"],
+            "summary": result["summary"],
             "passed": sum(bool(c["success"]) for c in checks),
             "total": len(checks),
-            "failed": [c for c in checks if not c["success"]],
+            "failed": [c for c in checks if not c["success"] and c.get("blocking", True)],
+            "warnings": [c for c in checks if not c["success"] and not c.get("blocking", True)],
+            "notes": [c for c in checks if c["success"] and c.get("source") == "mavias" and c.get("details")
+                      and c["observed"] is not None],
             "quarantined": result["quarantined"],
         })
     return rows
-
-
-def _biased_tag_rows(context: ReportContext, new_tags: Mapping[str, list[str]]) -> list[dict[str, Any]]:
-    top = context.biased_tags[context.biased_tags["rank"] <= TOP_K].sort_values(["class", "rank"])
-    return [
-        {"class": name, "tags": [
-            {"tag": row.tag, "score": row.score, "new": row.tag in new_tags.get(name, [])}
-            for row in rows.itertuples()
-        ]}
-        for name, rows in top.groupby("class", sort=True)
-    ]
 
 
 @dataclass(frozen=True)
@@ -231,14 +250,14 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         image_sources = {name: data_uri(png) for name, png in render_plots(context).items()}
     drift = _drift(context)
     changes = None if drift is None else drift.table()
-    new_tags = {} if changes is None else dict(zip(changes["class"], changes["new"]))
     return _environment().get_template("report.html.j2").render(
         c=context,
         headline=headline(context),
         groups=group_comparison(context.candidate_groups, context.reference_groups).to_dict("records"),
         min_support=context.min_support,
         validations=_validation_rows(context),
-        biased=_biased_tag_rows(context, new_tags),
+        shortcuts=class_shortcuts(context, changes),
+        cross_check=context.cross_check,
         drift=drift,
         changes=None if changes is None else changes.to_dict("records"),
         images=image_sources,
@@ -256,9 +275,15 @@ def data_uri(png: bytes) -> str:
 
 
 def subject_line(context: ReportContext) -> str:
+    """The email subject: the verdict of a promotion or of the gates, else the night's problem, or a rerun's."""
+    problem = None if context.promoted else context.problem
+    if problem is not None and problem.severity == "failed":
+        return f"[mavias] {context.model_name} {context.run_id}: {problem.subject}"
     if context.original_outcome is not None and not context.promoted and not context.gates.results:
         return f"[mavias] {context.model_name} {context.run_id}: rerun, attempt {context.attempt} " \
                f"(original outcome: {context.original_outcome.removeprefix('[mavias] ')})"
+    if problem is not None:
+        return f"[mavias] {context.model_name} {context.run_id}: {problem.subject}"
     failed = len(context.gates.failed)
     verdict = "promoted" if context.promoted else "NOT promoted" + (f" ({failed} gate(s) failed)" if failed else "")
     verdict += "" if context.serving_updated else ", serving NOT updated"
@@ -271,6 +296,10 @@ def render_text(context: ReportContext) -> str:
     lines = [head.title, "", *head.reasons, "", "Gates:"]
     lines += [f"  [{g.status.upper():7}] {_gate_line(g)}" for g in context.gates.results]
     lines += ["", "Next steps:", *(f"  - {step}" for step in head.next_steps)]
+    drift = _drift(context)
+    views = class_shortcuts(context, None if drift is None else drift.table())
+    if views:
+        lines += ["", "Shortcuts found (B', per class):", *shortcut_lines(views)]
     lines += _relevance_text(context.relevance_changes)
     if context.model_uri:
         lines += ["", f"Model and full report: {context.model_uri}"]

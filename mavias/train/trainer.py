@@ -17,8 +17,9 @@ from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
 from torch.utils.tensorboard import SummaryWriter
 
 from mavias.errors import UserError
-from mavias.train.config import TrainConfig, load_config
+from mavias.train.config import ConfigError, TrainConfig, load_config
 from mavias.train.data import IndexedInputs, SplitData
+from mavias.train.failures import explained_training_errors
 from mavias.train.inference import predict_logits, resolve_device, to_model_input
 from mavias.train.methods import Method, build_method
 from mavias.train.model import MainModel, build_main_model
@@ -96,7 +97,9 @@ class Trainer:
         self.keep_epochs = keep_epochs  # keep every epoch's main model, so another criterion can reselect later
         self.primary = True  # the one process that writes the run folder (rank 0 of a distributed run)
         self.device = resolve_device(cfg.device)
-        self.recipe = resolve_config(cfg, train, len(classes), self.out_dir, self.device)
+        self.epoch = 0
+        with explained_training_errors(cfg.method, self.out_dir, lambda: 0):
+            self.recipe = resolve_config(cfg, train, len(classes), self.out_dir, self.device)
         self.cfg = cfg = self.recipe.config
         seed_everything(cfg.seed)
         self.model: MainModel = build_main_model(cfg.backbone, train.in_channels, len(classes)).to(self.device)
@@ -110,7 +113,6 @@ class Trainer:
             module.to(self.device)
         self.optimizer = self._build_optimizer()
         self.scheduler = self._build_scheduler()
-        self.epoch = 0
         self.history: list[dict] = []
         self.best: dict[str, dict] = {}
 
@@ -181,7 +183,7 @@ class Trainer:
     def load_checkpoint(self, path: Path) -> None:
         state = torch.load(path, map_location=self.device, weights_only=True)
         if state["config"] != self.cfg.model_dump(mode="json"):
-            raise ValueError(f"{path} was written with another config; use a fresh output folder or the same config")
+            raise ConfigError(f"{path} was written with another config; use a fresh output folder or the same config")
         for key, module in self.method.modules().items():
             module.load_state_dict(state["modules"][key])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -272,7 +274,12 @@ class Trainer:
                                         "fallback": FALLBACK_CRITERION}
 
     def fit(self, *, resume: bool = True, stop_after: int | None = None) -> TrainResult:
-        """Train to ``cfg.epochs``; with ``stop_after`` run at most that many epochs now (time-sliced jobs)."""
+        """Train to ``cfg.epochs``; with ``stop_after`` run at most that many epochs now (time-sliced jobs). An error
+        that escapes is :class:`~mavias.train.failures.TrainingFailed`, one readable line."""
+        with explained_training_errors(self.cfg.method, self.out_dir, lambda: self.epoch):
+            return self._fit(resume=resume, stop_after=stop_after)
+
+    def _fit(self, *, resume: bool, stop_after: int | None) -> TrainResult:
         if self.primary:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             self.recipe.write(self.out_dir)

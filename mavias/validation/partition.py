@@ -1,4 +1,4 @@
-"""Validate an incoming partition before anything trains on it (Great Expectations 1.x plus one own check).
+"""Validate an incoming partition before anything trains on it (Great Expectations 1.x plus two size-aware checks).
 
 Checks, each reported with its observed value and threshold:
 
@@ -7,70 +7,32 @@ Checks, each reported with its observed value and threshold:
 - ``non_empty``: at least one row;
 - ``sample_id_unique``; ``split_values``: splits in train/val/test;
 - ``labels_known_classes``: every label is a known class; new classes are an error, never a silent retrain;
-- ``decode_rate``: share of rows whose image decodes (:func:`mavias.manifest.quarantine.decode_problem`),
-  validated by GE as the mean of a derived 0/1 ``decodable`` column; undecodable rows are quarantined
-  with their reason, and the partition passes when the rate is at least ``min_decode_rate``;
-- ``class_balance_drift`` (own check, not GE): total variation distance ``0.5 * sum_c |p_c - q_c|`` between
-  the partition's label distribution ``p`` and the accumulated training set's ``q``, in [0, 1]; skipped while
-  there is no accumulated set. Small partitions are noisy, so pick ``max_class_drift`` with their size in mind.
+- ``decode_rate`` and ``class_balance_drift`` (own checks, size-aware: :mod:`mavias.validation.bounds`): the share
+  of rows whose image decodes (:func:`mavias.manifest.quarantine.decode_problem`; undecodable rows are quarantined
+  with their reason whether or not the partition passes), and the drift of the label distribution from the
+  accumulated training set (skipped while there is none). The thresholds are :class:`ValidationSettings`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 
 from mavias.manifest.io import REQUIRED_COLUMNS, SPLITS, read_manifest_table, resolve_uri
-from mavias.manifest.quarantine import QUARANTINE_COLUMNS, decode_problem
+from mavias.manifest.quarantine import decode_problem
+from mavias.validation.bounds import ValidationSettings, decode_rate_check, drift_check
+from mavias.validation.checks import CheckResult, ValidationResult
 
-DEFAULT_MIN_DECODE_RATE = 0.98
-DEFAULT_MAX_CLASS_DRIFT = 0.25
+DEFAULTS = ValidationSettings()
 DETAIL_VALUES = 10  # how many offending values a check lists
 OFFENDING_LABEL = {
     "labels_known_classes": "unknown classes",
     "split_values": "unknown splits",
     "sample_id_unique": "duplicated ids",
 }
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    success: bool
-    observed: Any = None
-    threshold: Any = None
-    details: str = ""
-    source: Literal["great_expectations", "mavias"] = "great_expectations"
-
-
-@dataclass
-class ValidationResult:
-    success: bool
-    checks: list[CheckResult]
-    quarantined: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=QUARANTINE_COLUMNS))
-
-    @property
-    def failed(self) -> list[CheckResult]:
-        return [c for c in self.checks if not c.success]
-
-    def summary(self) -> str:
-        """One line for the report: why the partition failed, or that it passed."""
-        if self.success:
-            return f"passed {len(self.checks)} checks ({len(self.quarantined)} image(s) quarantined)"
-        return "failed: " + "; ".join(f"{c.name} ({c.details or c.observed})" for c in self.failed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "success": self.success,
-            "summary": self.summary(),
-            "failed": [c.name for c in self.failed],
-            "checks": [asdict(c) for c in self.checks],
-            "quarantined": self.quarantined.astype(object).where(self.quarantined.notna(), None).to_dict("records"),
-        }
 
 
 def _listed(values: Collection[Any]) -> str:
@@ -95,7 +57,7 @@ def _decode_problems(df: pd.DataFrame, manifest_dir: Path) -> pd.Series:
     return df["uri"].map(lambda uri: "missing uri" if pd.isna(uri) else decode_problem(resolve_uri(manifest_dir, uri)))
 
 
-def _expectations(df: pd.DataFrame, known_classes: Collection[str], min_decode_rate: float) -> dict[str, Any]:
+def _expectations(df: pd.DataFrame, known_classes: Collection[str]) -> dict[str, Any]:
     """Check name -> GE expectation; column checks only for columns that exist (missing ones fail the schema)."""
     import great_expectations as gx
 
@@ -110,8 +72,6 @@ def _expectations(df: pd.DataFrame, known_classes: Collection[str], min_decode_r
         suite["split_values"] = ex.ExpectColumnValuesToBeInSet(column="split", value_set=list(SPLITS))
     if "label" in df.columns:
         suite["labels_known_classes"] = ex.ExpectColumnValuesToBeInSet(column="label", value_set=sorted(known_classes))
-    if len(df) and "uri" in df.columns:
-        suite["decode_rate"] = ex.ExpectColumnMeanToBeBetween(column="decodable", min_value=min_decode_rate)
     return suite
 
 
@@ -151,7 +111,7 @@ def _check_from_ge(name: str, result: Any) -> CheckResult:
         details = f"{OFFENDING_LABEL[name]}: {_listed(offending)}" if offending else ""
         threshold = config.kwargs.get("value_set", 0)  # allowed values, or 0 offending rows for uniqueness
         return CheckResult(name, result.success, payload["unexpected_count"], threshold, details)
-    observed, minimum = payload.get("observed_value"), config.kwargs.get("min_value")  # row count, decode rate
+    observed, minimum = payload.get("observed_value"), config.kwargs.get("min_value")  # row count
     details = "" if result.success else f"observed {observed}, required at least {minimum}"
     return CheckResult(name, result.success, observed, minimum, details)
 
@@ -165,22 +125,12 @@ def class_distribution_distance(labels: pd.Series, accumulated_class_counts: Map
     return float(0.5 * (p.reindex(classes, fill_value=0) - q.reindex(classes, fill_value=0)).abs().sum())
 
 
-def _drift_check(labels: pd.Series, accumulated: Mapping[str, int] | None, max_drift: float) -> CheckResult:
-    if not accumulated or sum(accumulated.values()) == 0:
-        return CheckResult("class_balance_drift", True, None, max_drift, "no accumulated training set yet", "mavias")
-    distance = class_distribution_distance(labels.dropna(), accumulated)
-    details = "" if distance <= max_drift else "label distribution differs from the accumulated training set"
-    return CheckResult("class_balance_drift", distance <= max_drift, round(distance, 4), max_drift, details, "mavias")
-
-
 def validate_partition(
     manifest_df: pd.DataFrame,
     manifest_dir: str | Path,
     known_classes: Collection[str],
     accumulated_class_counts: Mapping[str, int] | None = None,
-    *,
-    min_decode_rate: float = DEFAULT_MIN_DECODE_RATE,
-    max_class_drift: float = DEFAULT_MAX_CLASS_DRIFT,
+    settings: ValidationSettings = DEFAULTS,
 ) -> ValidationResult:
     """Run every check on a raw (not yet normalised) manifest whose images are under ``manifest_dir``.
 
@@ -189,21 +139,22 @@ def validate_partition(
     """
     df = _blanks_as_missing(manifest_df).reset_index(drop=True)
     problems = _decode_problems(df, Path(manifest_dir))
-    df["decodable"] = problems.isna().astype(float)
     quarantined = df.loc[problems.notna()].reindex(columns=["sample_id", "uri"]).assign(reason=problems.dropna())
-    checks = _run_great_expectations(df, _expectations(df, known_classes, min_decode_rate))
+    checks = _run_great_expectations(df, _expectations(df, known_classes))
+    if len(df) and "uri" in df.columns:
+        checks.append(decode_rate_check(int(problems.isna().sum()), len(df), settings))
     if "label" in df.columns and len(df):
-        checks.append(_drift_check(df["label"], accumulated_class_counts, max_class_drift))
-    return ValidationResult(all(c.success for c in checks), checks, quarantined.reset_index(drop=True))
+        checks.append(drift_check(df["label"].dropna(), accumulated_class_counts, settings))
+    return ValidationResult(checks, quarantined.reset_index(drop=True), len(df))
 
 
 def validate_manifest_file(
     manifest_path: str | Path,
     known_classes: Collection[str],
     accumulated_class_counts: Mapping[str, int] | None = None,
-    **thresholds: float,
+    settings: ValidationSettings = DEFAULTS,
 ) -> ValidationResult:
     """:func:`validate_partition` on a manifest file (e.g. from :func:`~mavias.nightly.incoming.pull_partition`)."""
     manifest_path = Path(manifest_path)
     df = read_manifest_table(manifest_path)
-    return validate_partition(df, manifest_path.parent, known_classes, accumulated_class_counts, **thresholds)
+    return validate_partition(df, manifest_path.parent, known_classes, accumulated_class_counts, settings)

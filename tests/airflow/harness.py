@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 import yaml
 from pydantic import SecretStr
 
@@ -144,16 +145,15 @@ def make_deployment(root: Path, airflow_home: Path, endpoint: str, bucket: str, 
 @contextmanager
 def stack_deployment(root: Path, endpoint: str, **config_overrides: Any) -> Iterator[Deployment]:
     """A deployment for a stack of `mavias airflow up` (its connections come from the nightly config, credentials
-    included) with one partition, ``incoming/night-1/``, of tiny synthetic scenes and the evaluation set uploaded."""
+    from the environment) with one partition, ``incoming/night-1/``, of tiny synthetic scenes and the evaluation set uploaded."""
     scenes = make_demo_data(root / "scenes", n_train=60, n_val=24, n_test_per_cell=1, nights=1)
-    with smtp_server(root / "mail") as smtp_port:
+    with smtp_server(root / "mail") as smtp_port, pytest.MonkeyPatch.context() as patch:
         deployment = make_deployment(
             root, root / "unused-home", endpoint, create_bucket(endpoint), smtp_port, gates=str(GATES),
             evaluation={"version": "v1", "n_boot": 20}, **config_overrides,
         )
-        config = yaml.safe_load((root / "nightly.yaml").read_text())
-        config["s3"] |= {"access_key_id": "testing", "secret_access_key": "testing"}
-        (root / "nightly.yaml").write_text(yaml.safe_dump(config))
+        patch.setenv("MAVIAS_S3_ACCESS_KEY_ID", "testing")  # credentials from the environment, never the config file
+        patch.setenv("MAVIAS_S3_SECRET_ACCESS_KEY", "testing")
         deployment.upload("evaluation/v1/", scenes, scenes.evaluation, "evaluation")
         deployment.upload("incoming/night-1/", scenes, scenes.partitions["night-1"], "night-1")
         deployment.smtp_port = smtp_port

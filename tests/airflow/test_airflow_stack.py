@@ -60,7 +60,10 @@ def test_missing_pool_fails_the_night_fast_with_what_to_do(stack: tuple) -> None
     assert tasks["sense"] == "upstream_failed" and tasks["report"] == "success"
     logs = "".join(p.read_text(errors="replace") for p in (home / "logs").rglob("*task_id=preflight*/*.log"))
     assert "pool 'gpu' does not exist" in logs and "airflow pools set gpu" in logs
-    assert "preflight check failed" in deployment.emails()[-1].get_body(("html",)).get_content()
+    email = deployment.emails()[-1]
+    html = email.get_body(("html",)).get_content()
+    assert "FAILED: the night could not start (preflight check)" in html and "airflow pools set gpu" in html
+    assert "FAILED, the night could not start" in email["Subject"]
 
 
 def test_one_night_runs_to_the_end_under_the_scheduler(stack: tuple) -> None:

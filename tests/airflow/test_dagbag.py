@@ -91,6 +91,9 @@ def test_tuning_trials_are_mapped_gpu_tasks_between_planning_and_selection(dag_i
     assert {"plan_trials", "prepare_dataset", "train_reference"} <= set(tasks["tune_trial"]["upstream"])
     assert "tune_trial" in tasks["train_mavias"]["upstream"]
     assert tasks["train_mavias"]["pool"] == "default_pool"  # selection only; the training ran in the trials
+    for task_id in ("train_reference", "plan_trials"):  # skipped when tonight's data is production's
+        assert "data_changed" in tasks[task_id]["upstream"], task_id
+    assert tasks["data_changed"]["upstream"] == ["prepare_dataset"]
 
 
 def test_every_task_and_the_run_are_bounded_in_time_and_preflight_comes_first(dag_info: dict) -> None:

@@ -125,3 +125,15 @@ def test_openset_report_adds_the_decoy_groups_and_keeps_sample_counts(prediction
     assert table["accuracy"].tolist() == pytest.approx([1.0, 1.0, 0.0, 1.0, 0.0])
     assert (metrics["worst_group"], metrics["n_samples"], metrics["n_decoy_rows"]) == ("cat|decoys", 40, 10)
     assert metrics["accuracy"] == pytest.approx(30 / 40)
+
+
+def test_a_class_missing_from_the_evaluation_set_has_no_group_and_the_report_goes_on(predictions):
+    """A class with shortcuts but no evaluation image: its groups are absent (the nightly report says so), its
+    shortcut still makes decoys of the other classes' images, and nothing fails."""
+    classes = ["cat", "dog", "fox"]
+    biased = pd.DataFrame({"class": ["cat", "fox"], "tag": ["sofa", "snow"]})
+    pred = predictions((20, 15, {"label": 0}), (20, 10, {"label": 1}))  # no fox at all
+    tags = pd.Series([["sofa"]] * 15 + [[]] * 5 + [["snow"]] * 10 + [[]] * 10)
+    metrics, table = openset_report(pred, tags, tags, biased, classes, n_boot=20, min_support=5)
+    assert not any(group.startswith("fox|") and not group.endswith("decoys") for group in table["group"])
+    assert "fox|decoys" in set(table["group"]) and metrics["n_samples"] == 40

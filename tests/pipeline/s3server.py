@@ -149,6 +149,7 @@ class FaultInjectingProxy:
         self.requests_seen = 0
         self.failures_served = 0
         self._pending: list[Fault] = []
+        self._stalled_paths: dict[str, float] = {}
         self._lock = threading.Lock()
         self._serve(0)
         self.endpoint_url = f"http://127.0.0.1:{self._server.server_port}"
@@ -171,6 +172,16 @@ class FaultInjectingProxy:
         """The next ``count`` requests get no reply for ``seconds``, then their connection is closed."""
         with self._lock:
             self._pending.extend([Fault(0, False, method, seconds)] * count)
+
+    def stall_paths(self, fragment: str | None, seconds: float = 0.0) -> None:
+        """Every request whose path (query included) contains ``fragment`` stalls for ``seconds`` until this is
+        called with ``None``: a store that hangs on one part of the bucket."""
+        with self._lock:
+            self._stalled_paths = {} if fragment is None else {fragment: seconds}
+
+    def stall_for(self, path: str) -> float:
+        with self._lock:
+            return next((s for fragment, s in self._stalled_paths.items() if fragment in path), 0.0)
 
     def fail_next(
         self, count: int, status: int = 503, *, method: str | None = None, after_forwarding: bool = False
@@ -201,6 +212,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         proxy: FaultInjectingProxy = self.server.proxy  # type: ignore[attr-defined]
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if stall := proxy.stall_for(self.path):
+            time.sleep(stall)
+            self.close_connection = True
+            return
         fault = proxy.next_fault(self.command)
         if fault is not None and fault.stall_s:
             time.sleep(fault.stall_s)

@@ -78,6 +78,19 @@ def test_verify_on_held_out_uint8_images(exported):
     assert VerificationResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
+def test_the_parity_tolerance_scales_with_the_logits():
+    """fp32 noise grows with the logits (a resnet18 with logits up to 122 differed by 1e-4, 8e-7 of them): the
+    tolerance is atol + rtol * max |logit|, so large logits pass their noise and a real mismatch still fails."""
+    def result(diff: float, scale: float) -> VerificationResult:
+        return VerificationResult(diff, True, 81, ["CPUExecutionProvider"], 1e-4, 1e-5, scale)
+
+    assert result(9.9e-5, 1.0).passed and not result(2e-4, 1.0).passed
+    assert result(1e-3, 122.0).passed and result(1e-3, 122.0).tolerance == pytest.approx(1.32e-3)
+    assert not result(0.05, 122.0).passed
+    assert VerificationResult.from_dict({"max_abs_diff": 5e-5, "argmax_equal": True, "n": 1, "providers": [],
+                                         "atol": 1e-4, "passed": True}).passed  # a record written before rtol
+
+
 def test_verify_rejects_a_graph_of_another_model(exported):
     model, path = exported
     other = _model()

@@ -22,7 +22,7 @@ from mavias.nightly import ingest, layout, release, report
 from mavias.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.nightly.incoming import ProcessedLedger
 from mavias.registry import CorruptPointer, ModelRegistry
-from mavias.registry.storage import S3Settings, UnsafeName, get_json, is_transient, put_json
+from mavias.registry.storage import S3Settings, UnsafeName, get_json, is_transient
 from mavias.relevance import RELEVANCE_COLUMNS
 from mavias.reporting.mail import SmtpSettings
 from mavias.train.prepare import prepare_image_data
@@ -37,6 +37,7 @@ from tests.pipeline.s3server import (  # noqa: F401 - fixtures
     seed_partition,
     write_local_partition,
 )
+from tests.pipeline.test_report import visible_text
 
 NIGHT = datetime(2025, 4, 1)
 CLASSES = ["bird", "boat", "car"]
@@ -69,7 +70,7 @@ def test_missing_and_truncated_images_are_quarantined_per_row_and_the_rest_train
     cfg = _config(s3_settings, tmp_path / "ws")
     validated = ingest.pull_and_validate(cfg.model_copy(), ingest.sense(cfg, NIGHT))
     validation = json.loads(Path(validated["validations"]["p1"]["path"]).read_text())
-    assert validated["failed"] == ["p1"]  # ... below the default 98% decode rate: the partition is quarantined
+    assert validated["valid"] == ["p1"]  # ... below 98%, but within chance for 60 images: the partition is kept
     reasons = {row["uri"]: row["reason"] for row in validation["quarantined"]}
     assert reasons[manifest["uri"][0]] == "file not found" and "cannot decode" in reasons[manifest["uri"][1]]
 
@@ -199,15 +200,21 @@ def test_unsafe_force_partition_is_refused_and_nothing_is_written_outside_the_wo
     assert _files_outside(tmp_path, tmp_path / "root" / "ws") == []
 
 
-def test_unsafe_incoming_folder_is_ignored(s3_client, s3_settings: S3Settings, tmp_path: Path) -> None:  # noqa: ANN001
+def test_unsafe_incoming_folder_is_ignored_and_listed_in_the_report(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
     _seed_evaluation(s3_client, s3_settings)
     seed_partition(s3_client, s3_settings, "good", CLASSES)
     s3_client.put_object(Bucket=s3_settings.bucket, Key="incoming/a..b/manifest.csv", Body=b"x")
+    s3_client.put_object(Bucket=s3_settings.bucket, Key="incoming/bad\u202ename/manifest.csv", Body=b"x")
     cfg = _config(s3_settings, tmp_path / "root" / "ws")
     sensed = ingest.sense(cfg, NIGHT)
-    assert sensed["new"] == ["good"]
-    ingest.pull_and_validate(cfg, sensed)
+    assert sensed["new"] == ["good"] and sensed["unsafe"] == ["'a..b'", "'bad\\u202ename'"]
+    validated = ingest.pull_and_validate(cfg, sensed)
     assert _files_outside(tmp_path, tmp_path / "root" / "ws") == []
+    result = report.report(cfg, {"sensed": sensed, "validated": validated}, trained=False, decision="testing")
+    text = visible_text(Path(result["html"]).read_text())
+    assert "Ignored incoming folder(s) with unsafe names: 'a..b', 'bad\\u202ename'" in text
 
 
 def test_unsafe_model_name_and_evaluation_version_are_config_errors(tmp_path: Path) -> None:
@@ -271,20 +278,6 @@ def _env(settings: S3Settings) -> dict[str, str]:
             "secret_access_key": "testing"}
 
 
-def test_empty_history_is_no_production_and_the_next_promotion_wins(
-    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
-) -> None:
-    registry = ModelRegistry(s3_client, s3_settings, "m")
-    _publish(registry, tmp_path, "v1")
-    put_json(s3_client, s3_settings, registry.pointer_key, {"name": "m", "history": []})
-    assert registry.production() is None
-    cfg = _config(s3_settings, tmp_path / "ws")
-    evaluated = {"production_etag": registry.pointer_etag(), "production_version": None}
-    promoted = release.promote(cfg, {"version": "v1", "uri": registry.version_uri("v1")}, evaluated)
-    assert promoted["promoted"], promoted["reason"]
-    assert registry.production().version == "v1"
-
-
 def test_promote_on_a_corrupt_pointer_is_refused_with_the_reason(
     s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
@@ -329,8 +322,11 @@ def test_report_on_a_corrupt_pointer_goes_out_and_says_what_is_wrong(
     with smtp_server(tmp_path / "mail") as port:
         result = _report(_report_config(s3_settings, tmp_path / "ws"), _smtp(port))
     assert result["emailed_to"] == ["ml@example.com"] and result["uploaded"]
-    html = Path(result["html"]).read_text()
-    assert "is corrupt" in html and "mavias registry repair" in html
+    page = Path(result["html"]).read_text()
+    assert "is corrupt" in page and "mavias registry repair" in page
+    assert result["failure"] == "FAILED: the production pointer is corrupt, so nothing can be promoted"
+    (mail,) = (tmp_path / "mail").glob("*.eml")
+    assert b"FAILED, corrupt production pointer" in mail.read_bytes()
 
 
 def test_report_during_an_s3_outage_is_emailed_from_local_state_and_uploaded_later(

@@ -59,6 +59,24 @@ def test_invalid_config_names_the_field_and_never_echoes_a_secret(tmp_path: Path
         load_nightly_config(tmp_path / "missing.yaml", {})
 
 
+def test_credentials_in_the_config_file_are_refused_and_come_from_the_environment(tmp_path: Path) -> None:
+    """`mavias airflow up` builds the stack's S3 connection from the config: its credentials may come only from the
+    environment, never from the file."""
+    from mavias.nightly.local_airflow import connections
+
+    path = write_config(tmp_path / "nightly.yaml", s3={"bucket": "b", "secret_access_key": "hunter2"})
+    with pytest.raises(NightlyConfigError, match=r"holds credentials \(s3.secret_access_key\): remove them") as err:
+        load_nightly_config(path, {})
+    assert "hunter2" not in str(err.value)
+    clean = write_config(tmp_path / "clean.yaml", s3={"bucket": "b", "endpoint_url": "http://127.0.0.1:9"})
+    bare = json.loads(connections(load_nightly_config(clean, {}), 8080, None)["AIRFLOW_CONN_AWS_DEFAULT"])
+    assert "login" not in bare and "password" not in bare  # the tasks use the AWS chain of their environment
+    environ = {"MAVIAS_S3_ACCESS_KEY_ID": "id-from-env", "MAVIAS_S3_SECRET_ACCESS_KEY": "secret-from-env"}
+    aws = json.loads(connections(load_nightly_config(clean, environ), 8080, None)["AIRFLOW_CONN_AWS_DEFAULT"])
+    assert (aws["login"], aws["password"]) == ("id-from-env", "secret-from-env")
+    assert aws["extra"]["endpoint_url"] == "http://127.0.0.1:9"
+
+
 @pytest.mark.parametrize(
     ("validated", "full_retrain", "expected"),
     [
@@ -88,6 +106,10 @@ def test_accumulated_manifest_unions_partitions_and_keeps_the_evaluation_set_out
     frame = dataset.accumulated_manifest([first, second], evaluation).set_index("sample_id")
     assert frame["split"].to_dict() == {"a": "train", "b": "val", "c": "train", "e": "test", "f": "test"}
     assert frame.loc["c", "uri"] == str(tmp_path / "p2" / "c.png")
+    dataset.check_trainable(frame.reset_index())
+    no_bird = dataset.accumulated_manifest([first], evaluation)
+    with pytest.raises(UserError, match="no image of class\\(es\\) bird, which the evaluation set has"):
+        dataset.check_trainable(no_bird)
 
 
 def _config(settings: S3Settings, workspace: Path) -> NightlyConfig:

@@ -7,6 +7,7 @@ import functools
 import re
 import tempfile
 from datetime import UTC, date, datetime, timedelta
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from mavias.reporting.history import (
     history_entry,
     load_history,
 )
-from mavias.reporting.plots import LOGIT_PLOT, TREND_PLOT, biased_tag_count, logit_summary
+from mavias.reporting.plots import LOGIT_PLOT, TREND_PLOT, bias_alignment, logit_summary
 from mavias.reporting.render import CHANGED_TAGS_SHOWN, headline, render_email, render_report, render_text, write_report
 from mavias.validation import validate_partition
 from tests.pipeline.s3server import write_local_partition
@@ -56,7 +57,9 @@ def group_tables(rng: np.random.Generator, classes: list[str]) -> tuple[pd.DataF
 
 def biased_tags_table(tags: dict[str, list[str]]) -> pd.DataFrame:
     rows = [
-        {"class": name, "tag": tag, "support": 200 - 12 * rank, "log_odds": 4.0, "score": 0.6 - 0.05 * rank,
+        {"class": name, "tag": tag, "support": 200 - 12 * rank, "class_n": 300, "others_with_tag": 10 + rank,
+         "log_odds": 4.0, "log_odds_ci_low": 3.1, "log_odds_ci_high": 4.9, "association_q": 1e-9,
+         "within_auc": 0.8, "cross_auc": 0.9, "reliance_q": 2e-4, "score": 0.6 - 0.05 * rank,
          "biased": True, "rank": rank + 1, "rule": "shortcut"}
         for name, names in tags.items() for rank, tag in enumerate(names)
     ]
@@ -68,7 +71,7 @@ def training_logits(rng: np.random.Generator, classes: list[str], biased: pd.Dat
     n = 600
     labels = rng.integers(0, len(classes), n)
     tag_lists = [list(rng.choice(TAGS[classes[y]], size=rng.integers(0, 5), replace=False)) for y in labels]
-    strength = biased_tag_count(pd.Series([classes[y] for y in labels]), pd.Series(tag_lists), biased)
+    strength = bias_alignment(pd.Series([classes[y] for y in labels]), pd.Series(tag_lists), biased)
     level = strength.cat.codes.to_numpy()
     frames = []
     for model, slope, base in (("ERM reference", 1.0, 4.0), ("MAVias", -0.15, 3.0)):
@@ -180,8 +183,9 @@ def test_report_has_every_section_and_embedded_plots(context):
         assert gate.name in text
     for group in context.candidate_groups["group"]:
         assert group in text
-    for name in ("Quality gates", "Data validation", "Accuracy per group", "Top-10 biased tags per class",
-                 "Main-model logits by bias strength", "Trend across nights", "Bias drift", "ONNX export",
+    for name in ("Quality gates", "Data validation", "Accuracy per group", "Shortcuts found per class",
+                 "Main-model logits: bias-aligned vs bias-conflicting", "Trend across nights", "Shortcut drift",
+                 "ONNX export",
                  "images tagged", "2025-06-15", "labels_known_classes", "cannot decode: UnidentifiedImageError"):
         assert name in text
     assert len(page.images) == 2
@@ -274,17 +278,17 @@ def test_bias_drift_lists_new_and_gone_tags():
     ]
 
 
-def test_logit_summary_by_bias_strength():
+def test_logit_summary_of_aligned_and_conflicting_samples():
     biased = biased_tags_table({"dog": ["couch", "bed"], "bird": ["sky"]})
     labels = pd.Series(["dog", "dog", "dog", "bird"])
-    strength = biased_tag_count(labels, pd.Series([["couch", "bed", "sky"], [], ["bed"], None]), biased, cap=2)
-    assert list(strength) == ["2+", "0", "1", "0"]
+    kinds = bias_alignment(labels, pd.Series([["couch", "bed", "sky"], [], ["grass"], None]), biased)
+    assert list(kinds) == ["bias-aligned", "bias-conflicting", "bias-conflicting", "bias-conflicting"]
     pred = pd.DataFrame({"label": [1, 1, 1, 0], "logit_0": [0.0, 1.0, 0.0, 3.0], "logit_1": [6.0, 2.0, 4.0, 0.0]})
-    summary = logit_summary(pred, strength, model="ERM reference")
-    assert summary["bias_strength"].astype(str).tolist() == ["0", "1", "2+"]
-    assert summary["mean"].tolist() == [2.5, 4.0, 6.0] and summary["n"].tolist() == [2, 1, 1]
-    norms = logit_summary(pred, strength, model="MAVias", statistic="norm")
-    assert norms["mean"].iloc[2] == pytest.approx(6.0)
+    summary = logit_summary(pred, kinds, model="ERM reference")
+    assert summary["bias_strength"].astype(str).tolist() == ["bias-conflicting", "bias-aligned"]  # conflicting first
+    assert summary["mean"].tolist() == [3.0, 6.0] and summary["n"].tolist() == [3, 1]
+    norms = logit_summary(pred, kinds, model="MAVias", statistic="norm")
+    assert norms["mean"].iloc[1] == pytest.approx(6.0)
 
 
 def test_settings_search_lists_trials_and_marks_the_chosen_one(context):
@@ -306,7 +310,13 @@ def _relevance_changes(**classes: ClassChanges) -> RelevanceChanges:
 
 def visible_text(html: str) -> str:
     parse(html)
-    return " ".join(re.sub(r"<[^>]+>", "", html).split())
+    return " ".join(unescape(re.sub(r"<[^>]+>", "", html)).split())
+
+
+def cell_text(html: str) -> str:
+    """The visible text with every element boundary as a space (table cells stay apart)."""
+    parse(html)
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
 
 
 def test_changed_relevance_decisions_are_listed_per_class_capped_with_the_review_command(context):

@@ -43,3 +43,11 @@ def test_make_train_evaluate_end_to_end(tmp_path):
     assert metrics["open_set"]["n_groups"] <= 9  # per class: aligned, conflicting and decoys
     opened = pd.read_csv(tmp_path / "eval" / "groups_open_set.csv")
     assert {g.split("|")[1] for g in opened["group"]} <= {"aligned", "conflicting", "decoys"}
+
+    label_free = _invoke("evaluate", "--run", str(tmp_path / "erm"), *common, "--out", str(tmp_path / "eval-erm"))
+    assert "label-free groups from the run itself" in label_free
+    metrics = json.loads((tmp_path / "eval-erm" / "metrics.json").read_text())
+    assert 0 <= metrics["open_set"]["worst_group_accuracy"] <= 1  # without --group-attrs: the label-free groups
+    assert "closed_set" in metrics  # dataset.json's attributes: the cross-check beside them
+    unreferenced = _invoke("evaluate", "--run", str(tmp_path / "mavias"), *common, "--out", str(tmp_path / "eval-m"))
+    assert "no --reference" in unreferenced and "--reference ERM_RUN" in unreferenced
