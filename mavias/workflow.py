@@ -22,7 +22,7 @@ from mavias.evaluate.explain import explain_empty_biased_tags
 from mavias.evaluate.metrics import MIN_SUPPORT, accuracy, group_key
 from mavias.evaluate.openset import PAPER, find_biased_tags, openset_groups, openset_report
 from mavias.evaluate.protocols import celeba_metrics, evaluation_report, imagenet9_metrics, urbancars_metrics
-from mavias.evaluate.shortcuts import SHORTCUT, SHORTCUT_COLUMNS, find_shortcuts
+from mavias.evaluate.shortcuts import MAX_Q_VALUE, MIN_ODDS_RATIO, SHORTCUT, SHORTCUT_COLUMNS, find_shortcuts
 from mavias.manifest import DatasetInfo
 from mavias.train.config import TrainConfig, load_config
 from mavias.train.data import SplitData
@@ -106,7 +106,8 @@ def load_reference(run_dir: str | Path, data: PreparedData, *, rule: str = SHORT
     run_dir = Path(run_dir)
     checkpoint = _reference_checkpoint(run_dir, data)
     early = run_dir / EARLY_CHECKPOINT
-    key = {"rule": rule, "min_support": min_support, "data": _fingerprint(data), "checkpoint": checkpoint.name,
+    key = {"rule": rule, "min_support": min_support, "thresholds": [MAX_Q_VALUE, MIN_ODDS_RATIO],
+           "data": _fingerprint(data), "checkpoint": checkpoint.name,
            "checkpoint_mtime": checkpoint.stat().st_mtime_ns,
            "early_mtime": early.stat().st_mtime_ns if early.is_file() else None}
     meta = run_dir / DISCOVERY_FILE

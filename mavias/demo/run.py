@@ -40,13 +40,18 @@ RECIPIENTS = ["ml-team@example.com"]
 DEMO_GATES = Path(__file__).with_name("demo_gates.yaml")
 DEMO_BIAS = 0.95  # P(background / co-object aligned with the class), as in UrbanCars and the built-in benchmark
 FIRST_NIGHT = date(2025, 1, 1)
-DEMO_TRAINING = {  # the settings of `mavias bench core` (48 px small CNN): under a minute per model on two CPU cores
+# Fixed small-CNN settings (48 px, constant lr, no augmentation): under a minute per model on two CPU cores. The
+# recipe's defaults (range test, about 3,000 steps with random crops) take 15 min per night here (BENCHMARKS.md).
+DEMO_TRAINING = {
     "image_size": 48,
     "epochs": 12,
     "batch_size": 64,
     "backbone.width": 32,
     "optim.name": "sgd",
     "optim.lr": 0.05,
+    "optim.weight_decay": 1e-4,
+    "optim.schedule": "none",
+    "preprocessing.augment": False,
     "device": "auto",
 }
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from mavias.errors import ExplainedFailure
 from mavias.nightly.local_airflow import DAGS_FOLDER, PLUGINS_FOLDER, python_path
 from mavias.utils.servers import free_port, stop_process, wait_until_answering
 
@@ -111,7 +112,8 @@ def run_airflow(args: list[str], env: dict[str, str], log_path: Path,
                 on_task(match.group(1), int(match.group(2)))
         code = process.wait()
     if code != 0:
-        raise RuntimeError(f"airflow {' '.join(args)} failed with exit code {code}; see {log_path}")
+        raise ExplainedFailure(f"airflow {' '.join(args)} failed with exit code {code}: the failed task's error is in "
+                               f"{log_path} (search for 'Task failed'); fix it and run the same command again")
 
 
 def airflow_setup(env: dict[str, str], logs: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from mavias.evaluate.shortcuts import MAX_Q_VALUE, tag_presence
+from mavias.evaluate.shortcuts import MIN_ODDS_RATIO, is_associated, tag_presence
 
 
 def _top_pair(labels: pd.Series, irrelevant: pd.Series) -> tuple[str, str, int]:
@@ -42,10 +42,11 @@ def explain_empty_biased_tags(train_labels: pd.Series, train_tags: pd.Series, tr
         return (f"too few samples per tag: no (class, irrelevant tag) pair has --min-support {min_support} training "
                 f"images (the most: '{tag}' on {support} '{name}' images); add images, or lower --min-support "
                 "(fewer samples give noisier answers)")
-    associated = evidence[(evidence["association_q"] <= MAX_Q_VALUE) & (evidence["log_odds_ci_low"] > 0)]
+    associated = evidence[is_associated(evidence)]
     if associated.empty:
-        return (f"no irrelevant tag is more frequent in one class than in the others ({len(evidence)} pairs with at "
-                "least min-support samples tested): the tags name no shortcut in this data")
+        return (f"no irrelevant tag is more frequent in one class than in the others by a shortcut's margin (odds ratio "
+                f"{MIN_ODDS_RATIO}; {len(evidence)} pairs with at least min-support samples tested): the tags name no "
+                "shortcut in this data")
     accuracy = "unknown" if reference_val_acc is None else f"{reference_val_acc:.1%}"
     tags = ", ".join(f"'{t}' ({c})" for c, t in zip(associated["class"][:3], associated["tag"][:3]))
     return (f"reference too weak to show reliance: {len(associated)} tag(s) go with a class ({tags}), but the ERM "

@@ -6,7 +6,7 @@ Statuses, the first that applies:
 - ``shortcuts``: at least one (class, tag) pair is in B';
 - ``no_irrelevant_tags``: no training image of the class carries a tag judged irrelevant to it: nothing to test;
 - ``too_few_samples``: no irrelevant tag reaches ``min_support`` training images of the class;
-- ``not_associated``: no tested tag is more frequent in the class than in the others;
+- ``not_associated``: no tested tag is more frequent in the class than in the others by a shortcut's margin;
 - ``no_validation_samples``: the associated tags have no validation images to measure reliance on;
 - ``reference_too_weak``: the reference is less accurate on the class's validation images than halfway between
   chance and perfect, so it learned neither the class nor a shortcut worth measuring;
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mavias.evaluate.shortcuts import MAX_Q_VALUE, tag_presence
+from mavias.evaluate.shortcuts import MIN_ODDS_RATIO, is_associated, tag_presence
 
 STATUS_COLUMNS = ["class", "status", "reason", "n_shortcuts", "shortcuts", "n_train", "top_tag", "top_support",
                   "n_tested", "n_associated", "reference_accuracy", "n_eval"]
@@ -50,7 +50,7 @@ def _reason(row: dict, min_support: int, chance: float) -> tuple[str, str]:
                                    f"{row['top_support']} training image(s), fewer than the {min_support} needed")
     if row["n_associated"] == 0:
         return "not_associated", (f"none of its {row['n_tested']} tested irrelevant tag(s) is more frequent in this "
-                                  "class than in the others")
+                                  f"class than in the others by a shortcut's margin (odds ratio {MIN_ODDS_RATIO})")
     if row["measured"] == 0:
         return "no_validation_samples", "its associated tags have no validation images to measure reliance on"
     if accuracy is not None and not np.isnan(accuracy) and accuracy < (chance + 1) / 2:
@@ -71,7 +71,7 @@ def class_status(class_names: Sequence[str], train_labels: np.ndarray, train_irr
     evidence = evidence.assign(**{col: pd.to_numeric(evidence[col], errors="coerce")  # CSV blanks are NaN
                                   for col in ("association_q", "log_odds_ci_low", "reliance_p", "rank")},
                                biased=evidence["biased"].astype(str).str.lower() == "true")
-    associated = (evidence["association_q"] <= MAX_Q_VALUE) & (evidence["log_odds_ci_low"] > 0)
+    associated = is_associated(evidence)
     rows = []
     for k, name in enumerate(class_names):
         own = evidence["class"] == name

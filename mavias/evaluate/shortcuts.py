@@ -17,7 +17,8 @@ A tag t (irrelevant to class c) is a shortcut of c when two kinds of evidence, m
 
 Because the pairs are screened on training samples and confirmed on validation samples, the samples that choose a
 pair are not the samples that test it. A pair is in B' when its association q-value and its reliance q-value are both
-at most ``MAX_Q_VALUE`` and both effects point the same way; ``score`` = the reliance effect 2·AUC − 1 (averaged over
+at most ``MAX_Q_VALUE``, the association is at least of medium size (the interval's lower bound of the odds ratio at
+least ``MIN_ODDS_RATIO``) and both effects point the same way; ``score`` = the reliance effect 2·AUC − 1 (averaged over
 the parts measured) ranks the tags of a class.
 """
 
@@ -30,6 +31,9 @@ import pandas as pd
 from scipy.stats import combine_pvalues, false_discovery_control, hypergeom, mannwhitneyu
 
 MAX_Q_VALUE = 0.05
+# A shortcut is a strong cue, not any enrichment: Chen, Cohen & Chen (2010) put a medium effect at an odds ratio of
+# 3.47. A tag twice as common in a class (a colour left to the classes without one of their own) is not a shortcut.
+MIN_ODDS_RATIO = 3.47
 Z_95 = 1.959964
 SHORTCUT = "shortcut"
 SHORTCUT_COLUMNS = [
@@ -146,7 +150,7 @@ def find_shortcuts(
     ``val_log_probs``: the reference's log-probabilities, or a list of models' (``model`` is the index of the one whose
     evidence a pair took)."""
     pairs = association(np.asarray(train_labels), train_tags, train_irrelevant, len(class_names), min_support)
-    screened = pairs[(pairs["association_q"] <= MAX_Q_VALUE) & (pairs["log_odds_ci_low"] > 0)]
+    screened = pairs[is_associated(pairs)]
     evidence = reliance(screened, np.asarray(val_labels), val_tags, val_log_probs)
     pairs = pairs.join(evidence)
     tested = pairs["reliance_p"].notna()
@@ -163,9 +167,19 @@ def find_shortcuts(
     return pairs.reindex(columns=SHORTCUT_COLUMNS).reset_index(drop=True)
 
 
+def is_associated(evidence: pd.DataFrame) -> pd.Series:
+    """The pairs whose tag goes with the class strongly enough to be a shortcut (association q and effect size)."""
+    q = pd.to_numeric(evidence["association_q"], errors="coerce")
+    low = pd.to_numeric(evidence["log_odds_ci_low"], errors="coerce")
+    return (q <= MAX_Q_VALUE) & (low >= np.log(MIN_ODDS_RATIO))
+
+
 def _reason(row) -> str:
     if row.association_q > MAX_Q_VALUE or row.log_odds_ci_low <= 0:
         return f"not more frequent in the class than elsewhere (association q {row.association_q:.2g})"
+    if row.log_odds_ci_low < np.log(MIN_ODDS_RATIO):
+        return (f"more frequent in the class, but weakly (odds ratio at least {np.exp(row.log_odds_ci_low):.1f}, "
+                f"a shortcut needs {MIN_ODDS_RATIO})")
     if np.isnan(row.reliance_p):
         return "no validation sample to measure the reference's reliance (with and without the tag)"
     if not row.biased:

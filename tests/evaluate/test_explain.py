@@ -34,7 +34,7 @@ def test_too_few_samples_per_tag_names_the_largest_pair():
 
 def _evidence(association_q: float) -> pd.DataFrame:
     row = dict.fromkeys(SHORTCUT_COLUMNS) | {"class": "dog", "tag": "grass", "association_q": association_q,
-                                             "log_odds_ci_low": 1.0, "biased": False}
+                                             "log_odds_ci_low": 1.5, "biased": False}
     return pd.DataFrame([row], columns=SHORTCUT_COLUMNS)
 
 

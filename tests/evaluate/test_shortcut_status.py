@@ -10,7 +10,7 @@ from mavias.evaluate.shortcut_status import class_status
 CLASSES = ["car", "bird", "boat", "fish", "house", "plane"]
 
 
-def _pair(name: str, tag: str, *, q: float = 1e-6, ci_low: float = 1.0, p: float | str = 1e-4, biased: bool = False,
+def _pair(name: str, tag: str, *, q: float = 1e-6, ci_low: float = 1.5, p: float | str = 1e-4, biased: bool = False,
           rank: int = 1) -> dict:
     return {"class": name, "tag": tag, "association_q": q, "log_odds_ci_low": ci_low, "reliance_p": p,
             "biased": biased, "rank": rank}

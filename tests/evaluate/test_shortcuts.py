@@ -101,3 +101,22 @@ def test_a_planted_tag_is_found_and_an_associated_tag_the_model_ignores_is_not()
     collar = found[(found["class"] == "dog") & (found["tag"] == "collar")].iloc[0]
     assert collar["association_q"] <= 0.05 and not collar["biased"]
     assert "does not lean on it" in collar["reason"]
+
+
+def test_a_tag_only_twice_as_common_in_a_class_is_not_a_shortcut_even_when_the_model_leans_on_it():
+    rng = np.random.default_rng(1)
+
+    def split(n):
+        labels = rng.integers(0, 3, n)
+        brown = rng.random(n) < np.where(labels == 2, 0.3, 0.15)  # twice as common among foxes: odds ratio 2.4
+        tags = _series([["brown"] if b else [] for b in brown])
+        logits = rng.normal(0, 0.5, (n, 3)) + 6.0 * np.eye(3)[labels] + 1.5 * np.outer(brown, [0, 0, 1])
+        return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+
+    labels, tags, _ = split(4000)
+    val_labels, val_tags, val_log_probs = split(1500)
+    found = find_shortcuts(labels, tags, tags, val_labels, val_tags, val_log_probs, CLASSES, min_support=20)
+    brown = found[(found["class"] == "fox") & (found["tag"] == "brown")].iloc[0]
+    assert brown["association_q"] <= 0.05 and brown["log_odds_ci_low"] > 0  # a real, significant enrichment
+    assert not found["biased"].any()
+    assert "weakly" in brown["reason"]
