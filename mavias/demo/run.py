@@ -40,8 +40,8 @@ RECIPIENTS = ["ml-team@example.com"]
 DEMO_GATES = Path(__file__).with_name("demo_gates.yaml")
 DEMO_BIAS = 0.95  # P(background / co-object aligned with the class), as in UrbanCars and the built-in benchmark
 FIRST_NIGHT = date(2025, 1, 1)
-# Fixed small-CNN settings (48 px, constant lr, no augmentation): under a minute per model on two CPU cores. The
-# recipe's defaults (range test, about 3,000 steps with random crops) take 15 min per night here (BENCHMARKS.md).
+# Fixed small-CNN settings (48 px, constant lr, no augmentation): under a minute per model on two CPU cores. With the
+# recipe's defaults the two nights took 30 min on a tenth of the data and ended near chance (BENCHMARKS.md, demo).
 DEMO_TRAINING = {
     "image_size": 48,
     "epochs": 12,
