@@ -14,7 +14,7 @@ from mavias.evaluate.explain import small_group_caveats
 from mavias.export.parity import VerificationResult
 from mavias.reporting import DiscoveryCounts, ReportContext, write_report
 from mavias.reporting.history import history_entry
-from mavias.reporting.plots import biased_tag_count, logit_summary
+from mavias.reporting.plots import bias_alignment, logit_summary
 from mavias.tagging.base import RANDOM_WEIGHTS_WARNING
 from mavias.train.inference import predict
 from mavias.train.trainer import load_main_model
@@ -42,13 +42,13 @@ def caveats(audit: Audit) -> list[str]:
 
 
 def _logit_summaries(audit: Audit) -> pd.DataFrame:
-    """The paper's logit plot input: mean training-sample logits by how many biased tags a sample carries."""
+    """The paper's logit plot input: mean training-sample logits of bias-aligned and bias-conflicting samples."""
     train = prepare(audit)["train"]
     rows = []
     for model, checkpoint in (("ERM reference", audit.reference.checkpoint), ("MAVias", audit.candidate.checkpoint(
             audit.config.selection))):
         pred = predict(load_main_model(checkpoint)[0], train)
-        strength = biased_tag_count(pred["label_name"], pred["irrelevant_tags"], audit.reference.biased_tags)
+        strength = bias_alignment(pred["label_name"], pred["irrelevant_tags"], audit.reference.biased_tags)
         rows.append(logit_summary(pred, strength, model=model))
     return pd.concat(rows, ignore_index=True)
 

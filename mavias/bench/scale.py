@@ -10,6 +10,7 @@ times), training with the images trained on (a fixed number of epochs).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import resource
 import shutil
 import time
@@ -27,7 +28,7 @@ from pydantic import SecretStr
 from mavias.demo.run import make_demo_data, upload_manifest_folder
 from mavias.demo.services import CREDENTIALS, moto_server
 from mavias.nightly.config import load_nightly_config
-from mavias.registry.storage import S3Settings, make_s3_client
+from mavias.registry.storage import ENV_PREFIX, S3Settings, make_s3_client
 from mavias.utils.atomic import write_json
 
 SCALE_TRAINING = {"image_size": 32, "epochs": 3, "batch_size": 64, "backbone.width": 16, "optim.name": "sgd",
@@ -87,6 +88,10 @@ STEPS: dict[str, Callable[[Any, dict], dict]] = {
 }
 
 
+def _set_environment(values: dict[str, str]) -> None:
+    os.environ.update(values)
+
+
 def _run_step(config_path: str, name: str, done: dict) -> tuple[dict, float, float]:
     """In a fresh process: the step's outputs, its seconds and the process's peak RSS (MiB)."""
     cfg = load_nightly_config(config_path)
@@ -122,14 +127,16 @@ def run_night(work: Path, endpoint: str, scale: int, base: int) -> ScaleRun:
     config = root / "nightly.yaml"
     config.write_text(yaml.safe_dump({
         "model_name": "scale", "workspace": str(root / "workspace"),
-        "s3": {"bucket": settings.bucket, "endpoint_url": endpoint, **CREDENTIALS},
+        "s3": {"bucket": settings.bucket, "endpoint_url": endpoint},
         "train": {"overrides": SCALE_TRAINING}, "discovery": {"tagger": "manifest", "num_shards": 2},
         "evaluation": {"version": "v1", "n_boot": 100},
     }))
+    credentials = {f"{ENV_PREFIX}{key.upper()}": value for key, value in CREDENTIALS.items()}  # never in the file
     done: dict = {}
     steps = {}
     for step in STEPS:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_set_environment,
+                                 initargs=(credentials,)) as pool:
             outputs, seconds, peak = pool.submit(_run_step, str(config), step, done).result()
         done |= outputs
         steps[step] = {"seconds": round(seconds, 2), "peak_mib": round(peak)}
