@@ -23,13 +23,16 @@ from mavias.benchmarks.two_moons import TwoMoons3DConfig, make_two_moons_3d
 class Benchmark(NamedTuple):
     config: type[BaseModel]
     make: Callable[..., Path]  # make(out_dir, cfg) -> path of the main artifact
+    group_attrs: tuple[str, ...] = ()  # attr_* columns of its manifest that, with the label, form the true groups
 
 
+BIAS_ALIGNED = ("attr_bias_aligned",)
 BENCHMARKS: dict[str, Benchmark] = {
-    "synthetic-scenes": Benchmark(SyntheticScenesConfig, make_synthetic_scenes),
-    "shape-colours": Benchmark(ShapesConfig, make_shapes),
-    "shape-textures": Benchmark(ShapeTexturesConfig, make_shapes),
-    "digit-backgrounds": Benchmark(DigitsConfig, make_digits),
+    "synthetic-scenes": Benchmark(SyntheticScenesConfig, make_synthetic_scenes,
+                                  ("attr_bg_aligned", "attr_coobj_aligned")),
+    "shape-colours": Benchmark(ShapesConfig, make_shapes, BIAS_ALIGNED),
+    "shape-textures": Benchmark(ShapeTexturesConfig, make_shapes, BIAS_ALIGNED),
+    "digit-backgrounds": Benchmark(DigitsConfig, make_digits, BIAS_ALIGNED),
     "two-moons-3d": Benchmark(TwoMoons3DConfig, make_two_moons_3d),
 }
 

@@ -38,8 +38,10 @@ COMMANDS = {
                      "Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes "
                      "checkpoints, metrics.csv and TensorBoard logs."),
     "evaluate": Command("mavias.cli.train", "evaluate",
-                        "Evaluate a run: overall, open-set (with --reference), closed-set, UrbanCars-style, and the "
-                        "CelebA / ImageNet-9 metrics when the manifest's dataset.json declares that protocol."),
+                        "Evaluate a run: the label-free (open-set) worst group under the reference's B', the closed-set "
+                        "one beside it where group attributes exist (--group-attrs or dataset.json), UrbanCars-style "
+                        "gaps, and the CelebA / ImageNet-9 metrics when the manifest's dataset.json declares that "
+                        "protocol."),
     "tune": Command("mavias.cli.tune", "tune_command",
                     "Search the learning rate (two decades around the recipe's), the epochs and the method's own "
                     "settings (`--set method=...`, default mavias) with Optuna TPE and median pruning, selecting by "
@@ -70,7 +72,8 @@ COMMANDS = {
                         "Model registry: immutable versions, atomic production pointer, history, rollback."),
     "bench": Command("mavias.cli.bench", "app", "Benchmarks (speed and quality), recorded in BENCHMARKS.md."),
     "airflow": Command("mavias.cli.airflow", "app",
-                       "A local Airflow stack (api-server, dag-processor, scheduler; LocalExecutor on SQLite)."),
+                       "A local Airflow stack: LocalExecutor on SQLite, or CeleryExecutor with PostgreSQL, Redis and "
+                       "two workers (default and gpu queues)."),
 }
 COMMAND_SETTINGS = {  # the model server parses its own options
     "serve": {"context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},

@@ -22,6 +22,7 @@ from mavias.datasets.sidecar import attach_tags
 from mavias.datasets.urbancars import import_urbancars
 from mavias.datasets.waterbirds import import_waterbirds
 from mavias.manifest import small_class_warnings
+from mavias.manifest.info import DatasetInfo, write_dataset_info
 from mavias.utils.console import make_console
 
 app = typer.Typer(help="Built-in benchmarks (make) and importers of image folders and published datasets (import).",
@@ -44,6 +45,8 @@ def _make(name: str, out: Path, options: dict) -> None:
     except ValidationError as err:
         raise typer.BadParameter(str(err)) from None
     path = benchmark.make(out, cfg)
+    if benchmark.group_attrs:  # `mavias evaluate` reports the closed-set groups beside the label-free ones
+        write_dataset_info(DatasetInfo(name=name, group_attrs=list(benchmark.group_attrs), source="generated"), path)
     typer.echo(f"{name}: wrote {path}")
 
 
