@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from mavias.benchmarks import BENCHMARKS
 from mavias.benchmarks.digits import DigitsConfig, make_digits
 from mavias.benchmarks.shapes import ShapesConfig, ShapeTexturesConfig, make_shapes
 from mavias.benchmarks.synthetic_scenes import (
@@ -33,17 +34,18 @@ from mavias.train.config import MINILM, TrainConfig
 from mavias.train.encoder import encoder_from_spec
 from mavias.train.prepare import PreparedData, prepare_image_data
 
-BG_ALIGNED, CO_ALIGNED, BIAS_ALIGNED = "attr_bg_aligned", "attr_coobj_aligned", "attr_bias_aligned"
-
-
 @dataclass(frozen=True)
 class ImageBenchmark:
     name: str
     config: BaseModel  # the generator's settings
     make: Callable[[Path, BaseModel], Path]  # make(data_dir, config) -> manifest path
-    attrs: list[str]  # attr_* columns that, with the label, form the true groups
     true_shortcuts: Callable[[Path], dict[str, set[str]]]  # class -> its true shortcut tags (data_dir)
     held_out: bool = False
+
+    @property
+    def attrs(self) -> list[str]:
+        """attr_* columns that, with the label, form the true groups (the benchmark's own, as in its dataset.json)."""
+        return list(BENCHMARKS[self.name].group_attrs)
 
 
 def _scene_shortcuts(data_dir: Path) -> dict[str, set[str]]:
@@ -56,12 +58,10 @@ def _listed_shortcuts(data_dir: Path) -> dict[str, set[str]]:
 
 
 SUITE: list[ImageBenchmark] = [
-    ImageBenchmark("synthetic-scenes", SyntheticScenesConfig(image_size=32), make_synthetic_scenes,
-                   [BG_ALIGNED, CO_ALIGNED], _scene_shortcuts),
-    ImageBenchmark("shape-colours", ShapesConfig(image_size=24), make_shapes, [BIAS_ALIGNED], _listed_shortcuts),
-    ImageBenchmark("shape-textures", ShapeTexturesConfig(image_size=24), make_shapes, [BIAS_ALIGNED], _listed_shortcuts,
-                   held_out=True),
-    ImageBenchmark("digit-backgrounds", DigitsConfig(), make_digits, [BIAS_ALIGNED], _listed_shortcuts, held_out=True),
+    ImageBenchmark("synthetic-scenes", SyntheticScenesConfig(image_size=32), make_synthetic_scenes, _scene_shortcuts),
+    ImageBenchmark("shape-colours", ShapesConfig(image_size=24), make_shapes, _listed_shortcuts),
+    ImageBenchmark("shape-textures", ShapeTexturesConfig(image_size=24), make_shapes, _listed_shortcuts, held_out=True),
+    ImageBenchmark("digit-backgrounds", DigitsConfig(), make_digits, _listed_shortcuts, held_out=True),
 ]
 
 
