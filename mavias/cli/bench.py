@@ -221,23 +221,31 @@ def serve(
     work: Annotated[Path, typer.Option(help="working folder (server log)")] = Path("runs/bench-serve"),
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
 ) -> None:
-    """The model server's requests/s and p50/p99 latency at batch 1 and 32 (CPU) vs a bare ONNX Runtime call;
-    liveness latency under 8 maximum-size clients; peak RSS under image bombs."""
+    """The model server's requests/s and p50/p99 latency at batch 1 and 32 (CPU, tritonclient and a lean gRPC
+    client) vs a bare ONNX Runtime call; liveness latency under 8 maximum-size clients; peak RSS under image bombs."""
     from mavias.bench.serve import run_serve_bench
     from mavias.utils.atomic import write_json
 
     report = run_serve_bench(model_dir, seconds=seconds, max_requests=max_requests, work=work)
-    table = Table(title=f"mavias serve ({report['client']}, {report['providers'][0]})")
-    for column in ("batch", "server req/s", "server p50 ms", "server p99 ms", "bare req/s", "bare p50 ms", "bare p99 ms"):
+    table = Table(title=f"mavias serve over gRPC ({report['providers'][0]}; load average "
+                        f"{report['load_average']['start'][0]:.1f})")
+    for column in ("batch", "caller", "req/s", "p50 ms", "p99 ms", "p50 overhead ms"):
         table.add_column(column, justify="right")
     for row in report["results"]:
-        server, bare = row["server"], row["bare_onnxruntime"]
-        table.add_row(str(row["batch"]), *(f"{v:.1f}" if "req" in k else f"{v:.2f}" for k, v in [
-            ("req", server["requests_per_s"]), ("p50", server["p50_ms"]), ("p99", server["p99_ms"]),
-            ("req", bare["requests_per_s"]), ("p50", bare["p50_ms"]), ("p99", bare["p99_ms"])]))
+        for caller, times in [("bare onnxruntime", row["bare_onnxruntime"]), *row["clients"].items()]:
+            overhead = row["overhead_ms"].get(caller)
+            table.add_row(str(row["batch"]), caller, f"{times['requests_per_s']:.1f}", f"{times['p50_ms']:.2f}",
+                          f"{times['p99_ms']:.2f}", "" if overhead is None else f"{overhead:.2f}")
     console.print(table)
-    console.print(f"goal: {report['goal']}: {'met' if report['meets_goal'] else 'NOT met'} "
-                  f"({report['results'][0]['overhead_ms']:.2f} ms)")
+    for row in report["results"]:
+        share, outside = row["server_handling"], row["transport_and_client_ms"]
+        console.print(f"batch {row['batch']}: the server's own handling p50 {share['handler_p50_ms']:.3f} ms against "
+                      f"{share['bare_p50_ms']:.3f} ms for session.run in the same process (overhead "
+                      f"{share['overhead_ms']:.3f} ms); transport and client: "
+                      + ", ".join(f"{client} {value:.3f} ms" for client, value in outside.items()))
+    overhead = report["results"][0]["overhead_ms"]
+    console.print(f"goal: {report['goal']}: {'met' if report['meets_goal'] else 'NOT met'} ("
+                  + ", ".join(f"{client} {value:.2f} ms" for client, value in overhead.items()) + ")")
     live, bombs = report["liveness_under_load"], report["bombs"]
     console.print(f"liveness while {live['clients']} clients send {live['request']}: p50 {live['p50_ms']:.1f} ms, "
                   f"p99 {live['p99_ms']:.1f} ms, max {live['max_ms']:.1f} ms ({live['probes']} probes; infer "

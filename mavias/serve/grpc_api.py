@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from typing import Any
 
 import grpc
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 SERVICE = "/inference.GRPCInferenceService/"
 PUBLIC_METHODS = {SERVICE + "ServerLive", SERVICE + "ServerReady"}
+OUTPUTS = ("logits", "label")
 
 
 class BearerAuth(grpc.aio.ServerInterceptor):
@@ -65,20 +67,24 @@ def _labels_raw(labels: list[str]) -> bytes:
     return b"".join(len(item).to_bytes(4, "little") + item for item in encoded)
 
 
+def _output(name: str, prediction: Prediction) -> tuple[Any, bytes]:
+    """One output's metadata and its raw contents."""
+    if name == "logits":
+        logits = prediction.logits.astype("<f4", copy=False)
+        return pb.ModelInferResponse.InferOutputTensor(name=name, datatype="FP32", shape=logits.shape), \
+            logits.tobytes()
+    return pb.ModelInferResponse.InferOutputTensor(name=name, datatype="BYTES", shape=(len(prediction.labels),)), \
+        _labels_raw(prediction.labels)
+
+
 def infer_response(model: OnnxClassifier, prediction: Prediction, request: pb.ModelInferRequest) -> Any:
-    logits = prediction.logits.astype("<f4", copy=False)
-    outputs = {"logits": (pb.ModelInferResponse.InferOutputTensor(name="logits", datatype="FP32",
-                                                                  shape=list(logits.shape)), logits.tobytes()),
-               "label": (pb.ModelInferResponse.InferOutputTensor(name="label", datatype="BYTES",
-                                                                 shape=[len(prediction.labels)]),
-                         _labels_raw(prediction.labels))}
-    wanted = [o.name for o in request.outputs] or list(outputs)
-    unknown = [name for name in wanted if name not in outputs]
+    wanted = [o.name for o in request.outputs] or OUTPUTS
+    unknown = [name for name in wanted if name not in OUTPUTS]
     if unknown:
-        raise RequestError(f"unknown output {unknown[0][:100]!r}; this model's outputs are {list(outputs)}")
+        raise RequestError(f"unknown output {unknown[0][:100]!r}; this model's outputs are {list(OUTPUTS)}")
+    outputs, contents = zip(*(_output(name, prediction) for name in wanted))
     return pb.ModelInferResponse(model_name=model.name, model_version=prediction.version, id=request.id,
-                                 outputs=[outputs[name][0] for name in wanted],
-                                 raw_output_contents=[outputs[name][1] for name in wanted])
+                                 outputs=outputs, raw_output_contents=contents)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -122,14 +128,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                                         outputs=[tensor(**o) for o in outputs])
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
+        started = time.perf_counter()
         try:
             model = self._model(request.model_name)
             tensors = request_tensors(request)
             small = request.ByteSize() <= INLINE_BYTES and all(t.datatype != "BYTES" for t in tensors)
             async with model.admission():
-                prediction = await model.infer(lambda served: v2_batch(tensors, served, model.max_batch),
-                                               inline=small)
-            return infer_response(model, prediction, request)
+                return await model.infer(lambda served: v2_batch(tensors, served, model.max_batch),
+                                         lambda prediction: infer_response(model, prediction, request),
+                                         inline=small, started=started)
         except (RequestError, NotReady) as err:
             await self._abort(context, err)
         except Exception:  # noqa: BLE001 - logged with its stack by the model; the client gets no internals

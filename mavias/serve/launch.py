@@ -45,7 +45,7 @@ def serve_python() -> Path | None:
     return candidate if candidate.exists() else None
 
 
-def _environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def serve_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The caller's environment with the repository on PYTHONPATH (the serving venv does not install mavias)."""
     path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     return {**os.environ, **(extra or {}), "PYTHONPATH": path}
@@ -84,7 +84,7 @@ def running_server(args: list[str], log_path: Path, *, env: Mapping[str, str] | 
                "--grpc-port", str(grpc_port)]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_environment(env))
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=serve_environment(env))
     try:
         server = RunningServer(process, http_port, grpc_port, log_path)
         wait_until_answering(f"http://{server.http_url}/v2/health/live", process, timeout_s=timeout_s,
@@ -100,4 +100,4 @@ def serve_command(
 ) -> None:
     """Serve an exported model (open inference protocol V1/V2 over REST and gRPC, on 127.0.0.1); see --help."""
     args = [str(require_serve_python()), "-m", "mavias.serve", *(["--help"] if help_ else []), *ctx.args]
-    os.execve(args[0], args, _environment())
+    os.execve(args[0], args, serve_environment())

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 
 INLINE_BATCH = 4  # up to this many images ONNX Runtime runs on the event loop
 INLINE_BYTES = 64 * 1024  # requests up to this size without encoded images are parsed on the event loop
+
+Answer = TypeVar("Answer")
 
 
 class NotReady(RuntimeError):
@@ -82,18 +85,21 @@ class OnnxClassifier:
     def admission(self) -> asyncio.Semaphore:
         return self._admission
 
-    async def infer(self, parse: Callable[[ServedVersion], np.ndarray], *, inline: bool) -> Prediction:
-        """Parse (on the loop when ``inline``, else in the pool) and run the version serving now."""
+    async def infer(self, parse: Callable[[ServedVersion], np.ndarray], answer: Callable[[Prediction], Answer], *,
+                    inline: bool, started: float) -> Answer:
+        """Parse (on the loop when ``inline``, else in the pool), run the version serving now and ``answer`` (the
+        protocol's response); the latency metric covers ``started`` (the handler's entry) to the answer."""
         served = self.slot.current
         reason = self.not_ready_reason()
         if served is None or reason is not None:
             REQUESTS.labels(self.name, served.version if served else "none", "not_ready").inc()
             raise NotReady(reason)
-        started, loop = time.perf_counter(), asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         try:
             batch = parse(served) if inline else await loop.run_in_executor(self._pool, parse, served)
             logits = served.run(batch) if len(batch) <= INLINE_BATCH else \
                 await loop.run_in_executor(None, served.run, batch)
+            response = answer(Prediction(served.version, logits, [served.classes[i] for i in logits.argmax(1)]))
         except RequestError as err:
             REQUESTS.labels(self.name, served.version, "invalid").inc()
             log.info("request_refused", extra={"model": self.name, "version": served.version, "reason": str(err)})
@@ -104,7 +110,7 @@ class OnnxClassifier:
             raise
         LATENCY.labels(self.name, served.version).observe(time.perf_counter() - started)
         REQUESTS.labels(self.name, served.version, "ok").inc()
-        return Prediction(served.version, logits, [served.classes[i] for i in logits.argmax(1)])
+        return response
 
     def io_metadata(self) -> tuple[list[dict], list[dict]]:
         """Inputs and outputs as the open inference protocol's model metadata lists them (-1: the batch axis)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
 from importlib import metadata
 from typing import Any
 
@@ -109,6 +110,11 @@ def v2_response(model: OnnxClassifier, prediction: Prediction, request: V2Reques
                   "outputs": [outputs[name] for name in wanted]})
 
 
+def v1_response(prediction: Prediction) -> Response:
+    return _json({"model_version": prediction.version, "predictions": [
+        {"logits": row, "label": label} for row, label in zip(prediction.logits, prediction.labels)]})
+
+
 class Routes:
     """The handlers, bound to the one model this server serves."""
 
@@ -143,6 +149,7 @@ class Routes:
         return _json(body, 200 if reason is None else 503)
 
     async def infer(self, model_name: str, request: Request) -> Response:
+        started = time.perf_counter()
         model = self._model(model_name)
         async with model.admission():
             body = await request.body()
@@ -154,20 +161,19 @@ class Routes:
                 parsed.append(v2_request)
                 return v2_batch(tensors, served, model.max_batch)
 
-            prediction = await model.infer(parse, inline=len(body) <= INLINE_BYTES and b'"BYTES"' not in body)
-        return v2_response(model, prediction, parsed[0])
+            return await model.infer(parse, lambda prediction: v2_response(model, prediction, parsed[0]),
+                                     inline=len(body) <= INLINE_BYTES and b'"BYTES"' not in body, started=started)
 
     async def models(self) -> Response:
         return _json({"models": [self.model.name]})
 
     async def predict(self, model_name: str, request: Request) -> Response:
+        started = time.perf_counter()
         model = self._model(model_name)
         async with model.admission():
             body = await request.body()
-            prediction = await model.infer(lambda served: v1_batch(body, served, model.max_batch),
-                                           inline=len(body) <= INLINE_BYTES and b'"b64"' not in body)
-        return _json({"model_version": prediction.version, "predictions": [
-            {"logits": row, "label": label} for row, label in zip(prediction.logits, prediction.labels)]})
+            return await model.infer(lambda served: v1_batch(body, served, model.max_batch), v1_response,
+                                     inline=len(body) <= INLINE_BYTES and b'"b64"' not in body, started=started)
 
     async def metrics(self, request: Request) -> Response:
         encoder, content_type = exposition.choose_encoder(request.headers.get("accept"))

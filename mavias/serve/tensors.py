@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import struct
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -140,7 +141,7 @@ def v2_batch(tensors: list[InputTensor], served: ServedVersion, max_batch: int) 
         raise RequestError(f"unknown input {tensor.name!r}; this model's input is {served.input_name!r}")
     if tensor.datatype == "FP32":
         _check_image_shape(tensor.shape, served, max_batch)
-        return _finite(_fp32(tensor, int(np.prod(tensor.shape))).reshape(tensor.shape))
+        return _finite(_fp32(tensor, math.prod(tensor.shape)).reshape(tensor.shape))
     if tensor.datatype == "BYTES":
         if len(tensor.shape) not in (1, 2) or (len(tensor.shape) == 2 and tensor.shape[1] != 1):
             raise RequestError(f"encoded images take shape [N] or [N, 1], got {list(tensor.shape)}")
