@@ -119,6 +119,7 @@ class Mavias(Method):
             "loss_align": parts.alignment.item(),
             "norm_main": z_main.float().norm(dim=1).mean().item(),
             "norm_tag": z_tag.float().norm(dim=1).mean().item(),
+            "acc_tag": (z_tag.argmax(1) == y).float().mean().item(),  # near chance: the bias path carries nothing
         }
 
 

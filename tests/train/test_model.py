@@ -123,7 +123,8 @@ def test_a_separate_bias_path_starts_fitted_and_keeps_the_main_loss_out_of_g(tmp
     assert method.bias_fitted and torch.equal(head.weight, head_before)
     assert (method.tag_logits(train.embeddings).argmax(1) == train.labels).float().mean() == 1.0
     x, y, idx = train.inputs.cache[:16], train.labels[:16], torch.arange(16)
-    loss, _ = method.loss(x, y, idx)
+    loss, stats = method.loss(x, y, idx)
+    assert stats["acc_tag"] == 1.0  # logged per epoch (train_acc_tag): whether the bias path carries the shortcut
     loss.backward()
     g_grad = method.projection.weight.grad.clone()
     own_ce = F.cross_entropy(F.linear(method.projection(train.embeddings[idx]), head.weight.detach(), head.bias.detach()), y)
