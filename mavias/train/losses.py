@@ -23,22 +23,22 @@ def mavias_loss(
 
     per_sample (paper): L_align_i = 1/2 (||z_main_i|| - lam ||z_tag_i||)^2.
     batch (as the public reference code): the mean-squared error (||Z_main||_F - lam ||Z_tag||_F)^2 of the two
-    Frobenius norms over the batch, without the 1/2. The one remaining difference: g is trained by a
+    Frobenius norms over the batch, without the 1/2, z_tag detached. The one remaining difference: g is trained by a
     parameter group of the main optimizer (lr x ``projection_lr_mult``), not by its own optimizer object -- the same
     update for SGD/Adam, whose state is per parameter.
 
-    z_tag is detached in L_align in both forms: otherwise g meets the norm target with a class-independent offset
-    (softmax-invariant, so CE never stops it) and its logits stop carrying the bias (BENCHMARKS.md, MAVias diagnosis).
+    With the per-sample form's gradient into g, g can meet the norm target with a class-independent offset
+    (softmax-invariant, so CE never stops it) and carry no bias at all (BENCHMARKS.md, "Why MAVias trailed JTT"):
+    the default separate bias path passes z_tag here detached.
     """
     z_main = z_main.float()
     z_tag = z_tag.float()
     classification = F.cross_entropy(z_main + z_tag, y)
-    target = z_tag.detach()
     if align == "per_sample":
-        gap = z_main.norm(dim=1) - lam * target.norm(dim=1)
+        gap = z_main.norm(dim=1) - lam * z_tag.norm(dim=1)
         alignment = 0.5 * (gap**2).mean()
     elif align == "batch":
-        alignment = (z_main.norm() - lam * target.norm()) ** 2
+        alignment = (z_main.norm() - lam * z_tag.detach().norm()) ** 2
     else:
         raise ValueError(f"unknown alignment mode {align!r}")
     return MaviasLoss(classification + alpha * alignment, classification, alignment)

@@ -29,8 +29,8 @@ def test_alignment_term_value_and_gradient():
     out.alignment.backward()
     # d/dz_main 1/2 (|z_main| - lam |z_tag|)^2 = (|z_main| - lam |z_tag|) * z_main / |z_main| = 4 * [0.6, 0.8]
     assert torch.allclose(z_main.grad, torch.tensor([[2.4, 3.2]]))
-    # z_tag is detached in L_align: g learns from the classification loss only, never to meet the norm target
-    assert z_tag.grad is None or torch.count_nonzero(z_tag.grad) == 0
+    # d/dz_tag = -(gap) * lam * z_tag / |z_tag| = -4 * 0.5 * [0, 1]
+    assert torch.allclose(z_tag.grad, torch.tensor([[0.0, -2.0]]))
 
 
 def test_batch_alignment_detaches_tag_logits_and_uses_frobenius_norms():
