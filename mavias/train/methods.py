@@ -4,6 +4,7 @@ DebiAN."""
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 
 import torch
@@ -27,6 +28,7 @@ from mavias.train.losses import (
 from mavias.train.model import MainModel, build_projection
 
 Stats = dict[str, float]
+log = logging.getLogger(__name__)
 
 
 class Method:
@@ -80,6 +82,10 @@ class Mavias(Method):
     def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
         """separate: g starts fitted to the labels (head frozen), so the bias logits are informed from the first step."""
         if self.cfg.mavias.bias_path == "separate" and not self.bias_fitted:
+            if self.model.image_input and not self.cfg.preprocessing.augment:
+                log.warning("mavias.bias_path separate without augmentation: the main model may only memorise the "
+                            "few images the bias path gets wrong; set preprocessing.augment true, or "
+                            "mavias.bias_path joint")
             fit_bias_path(self.projection, self.model.head, self.train.embeddings, self.train.labels)
             self.bias_fitted = True
 

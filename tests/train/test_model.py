@@ -162,3 +162,18 @@ def test_joint_bias_path_is_the_papers_single_loss(tmp_path):
     m = trainer.cfg.mavias
     expected = mavias_loss(trainer.model(x), method.tag_logits(train.embeddings[idx]), y, alpha=m.alpha, lam=m.lam, align=m.align)
     assert loss.item() == pytest.approx(expected.total.item(), rel=1e-6)
+
+
+def test_a_separate_bias_path_without_augmentation_is_warned_about(tmp_path, caplog):
+    frame = pd.DataFrame({"sample_id": ["a", "b"], "label": ["x", "y"], "x0": [0.0, 1.0], "x1": [1.0, 0.0]})
+    train = feature_split(frame, ["x", "y"])
+    train.embeddings = torch.rand(2, 8)
+    cfg = TrainConfig.model_validate({"method": "mavias", "backbone": {"name": "mlp", "width": 4}, "epochs": 1,
+                                      "optim": {"lr": 0.1}, "preprocessing": {"augment": False}})
+    trainer = Trainer(cfg, train, train, ["x", "y"], tmp_path, progress=False)
+    trainer.method.prepare(trainer._fit_plain)
+    assert "without augmentation" not in caplog.text  # feature inputs have nothing to augment
+    trainer.model.image_input = True
+    trainer.method.bias_fitted = False
+    trainer.method.prepare(trainer._fit_plain)
+    assert "separate without augmentation" in caplog.text
