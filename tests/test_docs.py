@@ -1,5 +1,6 @@
 """Every dotted name the documentation gives in backticks (``mavias.x.y`` or ``train.x.y`` for a package of mavias)
-names something that imports, unless it is a key of the nightly config (``train.nproc``)."""
+names something that imports, unless it is a key of the nightly config (``train.nproc``) or of the training config
+(``mavias.bias_path``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 import mavias
 from mavias.nightly.config import NightlyConfig
+from mavias.train.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = sorted(REPO.glob("docs/*.md")) + [REPO / "README.md"]
@@ -32,8 +34,11 @@ def documented_names() -> list[tuple[str, str]]:
 
 
 def is_config_key(dotted: str) -> bool:
-    """A field path of the nightly config, such as ``validation.keep_partial``."""
-    model = NightlyConfig
+    """A field path of the nightly or the training config, such as ``validation.keep_partial``."""
+    return any(_is_field_path(model, dotted) for model in (NightlyConfig, TrainConfig))
+
+
+def _is_field_path(model: type, dotted: str) -> bool:
     for part in dotted.split("."):
         fields = getattr(model, "model_fields", {})
         if part not in fields:

@@ -70,6 +70,11 @@ class MaviasConfig(_Strict):
         description="per_sample: the paper's eq.; batch: Frobenius norms over the batch with z_tag detached (public code)",
     )
     projection_lr_mult: float = Field(1.0, gt=0, description="learning-rate multiplier of the projection layer g")
+    bias_path: Literal["separate", "joint"] = Field(
+        "separate",
+        description="separate (default): g starts fitted to the labels and learns on its own CE(z_tag), the main "
+                    "model sees z_tag detached; joint (paper): g learns through CE(z_main + z_tag) only",
+    )
 
 
 class GroupDROConfig(_Strict):

@@ -26,6 +26,10 @@ def mavias_loss(
     Frobenius norms over the batch, without the 1/2, z_tag detached. The one remaining difference: g is trained by a
     parameter group of the main optimizer (lr x ``projection_lr_mult``), not by its own optimizer object -- the same
     update for SGD/Adam, whose state is per parameter.
+
+    With the per-sample form's gradient into g, g can meet the norm target with a class-independent offset
+    (softmax-invariant, so CE never stops it) and carry no bias at all (BENCHMARKS.md, "Why MAVias trailed JTT"):
+    the default separate bias path passes z_tag here detached.
     """
     z_main = z_main.float()
     z_tag = z_tag.float()
@@ -38,6 +42,25 @@ def mavias_loss(
     else:
         raise ValueError(f"unknown alignment mode {align!r}")
     return MaviasLoss(classification + alpha * alignment, classification, alignment)
+
+
+def fit_bias_path(projection: torch.nn.Module, head: torch.nn.Linear, embeddings: torch.Tensor, labels: torch.Tensor,
+                  *, steps: int = 300, batch_size: int = 4096, lr: float = 0.01, seed: int = 0) -> float:
+    """Fits g alone (Adam, head frozen) to predict the label from the bias embedding; returns the last batch's CE."""
+    device = head.weight.device
+    weight, bias = head.weight.detach(), head.bias.detach()
+    optimizer = torch.optim.Adam(projection.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    loss = torch.zeros(())
+    for _ in range(steps):
+        idx = torch.randint(len(labels), (min(batch_size, len(labels)),), generator=generator)
+        logits = F.linear(projection(embeddings[idx].to(device).float()), weight, bias)
+        loss = F.cross_entropy(logits, labels[idx].to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)  # no leftover gradient for the training loop's first step
+    return loss.item()
 
 
 def group_losses(per_sample: torch.Tensor, groups: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor]:

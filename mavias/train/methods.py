@@ -4,6 +4,7 @@ DebiAN."""
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable
 
 import torch
@@ -16,6 +17,7 @@ from mavias.train.inference import predict_logits
 from mavias.train.losses import (
     debian_losses,
     ema_update,
+    fit_bias_path,
     flac_divergence,
     generalized_ce,
     group_dro_step,
@@ -26,6 +28,7 @@ from mavias.train.losses import (
 from mavias.train.model import MainModel, build_projection
 
 Stats = dict[str, float]
+log = logging.getLogger(__name__)
 
 
 class Method:
@@ -71,9 +74,26 @@ class Mavias(Method):
         if train.embeddings is None:
             raise ValueError("MAVias needs bias embeddings for the training split (run `mavias encode` first)")
         self.projection = build_projection(train.embeddings.shape[1], model.feature_dim)
+        self.bias_fitted = False
 
     def modules(self) -> dict[str, nn.Module]:
         return {"model": self.model, "projection": self.projection}
+
+    def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
+        """separate: g starts fitted to the labels (head frozen), so the bias logits are informed from the first step."""
+        if self.cfg.mavias.bias_path == "separate" and not self.bias_fitted:
+            if self.model.image_input and not self.cfg.preprocessing.augment:
+                log.warning("mavias.bias_path separate without augmentation: the main model may only memorise the "
+                            "few images the bias path gets wrong; set preprocessing.augment true, or "
+                            "mavias.bias_path joint")
+            fit_bias_path(self.projection, self.model.head, self.train.embeddings, self.train.labels)
+            self.bias_fitted = True
+
+    def state_dict(self) -> dict:
+        return {"bias_fitted": self.bias_fitted}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.bias_fitted = bool(state.get("bias_fitted", False))
 
     def param_groups(self) -> list[dict]:
         lr = self.cfg.optim.lr
@@ -87,15 +107,25 @@ class Mavias(Method):
 
     def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         z_main = self.model(x)
-        z_tag = self.tag_logits(self.train.embeddings[idx].to(x.device))
+        embeddings = self.train.embeddings[idx].to(x.device)
         m = self.cfg.mavias
-        parts = mavias_loss(z_main, z_tag, y, alpha=m.alpha, lam=m.lam, align=m.align)
-        return parts.total, {
-            "loss": parts.total.item(),
+        if m.bias_path == "joint":
+            z_tag = self.tag_logits(embeddings)
+            parts = mavias_loss(z_main, z_tag, y, alpha=m.alpha, lam=m.lam, align=m.align)
+            total = parts.total
+        else:
+            # g alone fits y from the embedding (through the head, frozen here); the main model sees its logits fixed
+            head = self.model.head
+            z_tag = F.linear(self.projection(embeddings), head.weight.detach(), head.bias.detach())
+            parts = mavias_loss(z_main, z_tag.detach(), y, alpha=m.alpha, lam=m.lam, align=m.align)
+            total = parts.total + F.cross_entropy(z_tag.float(), y)
+        return total, {
+            "loss": total.item(),
             "loss_cls": parts.classification.item(),
             "loss_align": parts.alignment.item(),
             "norm_main": z_main.float().norm(dim=1).mean().item(),
             "norm_tag": z_tag.float().norm(dim=1).mean().item(),
+            "acc_tag": (z_tag.argmax(1) == y).float().mean().item(),  # near chance: the bias path carries nothing
         }
 
 

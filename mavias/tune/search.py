@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +23,12 @@ from mavias.errors import UserError
 from mavias.train.config import TrainConfig
 from mavias.train.prepare import PreparedData
 from mavias.train.recipe import resolve_config
+from mavias.train.sanity import TrainingDiverged
 from mavias.tune.space import Param, current_values, known_space, search_space, searched_keys, suggest_config
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.workflow import Reference, train_method
+
+log = logging.getLogger(__name__)
 
 STUDY_NAME = "mavias"
 STORAGE_FILE = "study.db"
@@ -85,7 +89,12 @@ def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference | No
     run_dir = trial_dir(out_dir, cfg)
     trial.set_user_attr("run_dir", str(run_dir))
     while True:
-        result = train_method(data, cfg, run_dir, reference, progress=progress, stop_after=1)
+        try:
+            result = train_method(data, cfg, run_dir, reference, progress=progress, stop_after=1)
+        except TrainingDiverged as diverged:  # a searched rate too high for this data: stop the trial, not the search
+            trial.set_user_attr("diverged", str(diverged).split(";")[0])
+            log.warning("trial %d stopped: %s", trial.number, str(diverged).split(";")[0])
+            raise optuna.TrialPruned() from diverged
         score = result.best[cfg.selection]["score"]
         trial.set_user_attr("epochs_trained", len(result.history))
         trial.report(score, step=len(result.history))
@@ -163,6 +172,11 @@ def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout
     criterion = base.selection
     completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not completed:
+        diverged = sum("diverged" in t.user_attrs for t in study.get_trials(deepcopy=False))
+        if diverged:
+            raise UserError(f"no trial of {out_dir} completed: {diverged} diverged (loss NaN or infinite); lower "
+                            "optim.lr (searched from a tenth to 10x of it), or leave it unset so a range test "
+                            "chooses it, and search into a new --out folder")
         hint = f"--timeout {timeout:g} s ended it before" if timeout else "no trial finished"
         raise UserError(f"no trial of {out_dir} completed ({hint}); a trial trains up to {base.epochs} epochs: raise "
                         "--timeout or --trials and run the same command again (finished epochs are kept)")

@@ -100,3 +100,21 @@ def test_a_slow_starting_trial_is_not_pruned_in_the_first_half(tmp_path):
         slow.report(0.5, step)
         verdicts.append(bool(slow.should_prune()))
     assert verdicts == [False] * 5 + [True] * 7  # judged after each epoch: stoppable once 6 are done
+
+
+@pytest.mark.slow
+def test_a_diverging_trial_stops_itself_not_the_search(tmp_path):
+    """Every trial of a rate far too high diverges: each is stopped and recorded, and the search ends in one line."""
+    data = tmp_path / "shapes"
+    _invoke("data", "make", "shape-colours", "--out", str(data), "--n-train", "200", "--n-val", "100",
+            "--n-test-per-cell", "1", "--image-size", "16")
+    command = [sys.executable, "-m", "mavias.cli", "tune", "--manifest", str(data / "manifest.parquet"),
+               "--relevance", str(data / "relevance.parquet"), "--workspace", str(tmp_path / "ws"),
+               "--out", str(tmp_path / "search"), "--trials", "2", "--set", "method=erm", "--set", "epochs=3",
+               "--set", "image_size=16", "--set", "backbone.width=8", "--set", "optim.lr=1e6"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "2 diverged" in result.stderr and "lower optim.lr" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert _complete_trials(tmp_path / "search" / "study.db") == 0
