@@ -44,23 +44,25 @@ def mavias_loss(
     return MaviasLoss(classification + alpha * alignment, classification, alignment)
 
 
+def frozen_head_logits(features: torch.Tensor, head: torch.nn.Linear) -> torch.Tensor:
+    """``head(features)`` with no gradient into the head: the separate bias path learns g only."""
+    return F.linear(features, head.weight.detach(), head.bias.detach())
+
+
 def fit_bias_path(projection: torch.nn.Module, head: torch.nn.Linear, embeddings: torch.Tensor, labels: torch.Tensor,
-                  *, steps: int = 300, batch_size: int = 4096, lr: float = 0.01, seed: int = 0) -> float:
-    """Fits g alone (Adam, head frozen) to predict the label from the bias embedding; returns the last batch's CE."""
+                  *, steps: int = 300, batch_size: int = 4096, lr: float = 0.01, seed: int = 0) -> None:
+    """Fits g alone (Adam, head frozen) to predict the label from the bias embedding."""
     device = head.weight.device
-    weight, bias = head.weight.detach(), head.bias.detach()
     optimizer = torch.optim.Adam(projection.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
-    loss = torch.zeros(())
     for _ in range(steps):
         idx = torch.randint(len(labels), (min(batch_size, len(labels)),), generator=generator)
-        logits = F.linear(projection(embeddings[idx].to(device).float()), weight, bias)
+        logits = frozen_head_logits(projection(embeddings[idx].to(device).float()), head)
         loss = F.cross_entropy(logits, labels[idx].to(device))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # no leftover gradient for the training loop's first step
-    return loss.item()
 
 
 def group_losses(per_sample: torch.Tensor, groups: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,6 +19,7 @@ from mavias.train.losses import (
     ema_update,
     fit_bias_path,
     flac_divergence,
+    frozen_head_logits,
     generalized_ce,
     group_dro_step,
     mavias_loss,
@@ -115,8 +116,7 @@ class Mavias(Method):
             total = parts.total
         else:
             # g alone fits y from the embedding (through the head, frozen here); the main model sees its logits fixed
-            head = self.model.head
-            z_tag = F.linear(self.projection(embeddings), head.weight.detach(), head.bias.detach())
+            z_tag = frozen_head_logits(self.projection(embeddings), self.model.head)
             parts = mavias_loss(z_main, z_tag.detach(), y, alpha=m.alpha, lam=m.lam, align=m.align)
             total = parts.total + F.cross_entropy(z_tag.float(), y)
         return total, {

@@ -92,8 +92,9 @@ def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference | No
         try:
             result = train_method(data, cfg, run_dir, reference, progress=progress, stop_after=1)
         except TrainingDiverged as diverged:  # a searched rate too high for this data: stop the trial, not the search
-            trial.set_user_attr("diverged", str(diverged).split(";")[0])
-            log.warning("trial %d stopped: %s", trial.number, str(diverged).split(";")[0])
+            what = str(diverged).split(";")[0]  # the divergence, without the advice for a single run
+            trial.set_user_attr("diverged", what)
+            log.warning("trial %d stopped: %s", trial.number, what)
             raise optuna.TrialPruned() from diverged
         score = result.best[cfg.selection]["score"]
         trial.set_user_attr("epochs_trained", len(result.history))
