@@ -10,8 +10,8 @@ transport, against ``session.run``, in the serving environment) comes from :mod:
 Goal: p50 overhead at batch 1 (server p50 - bare p50) <= 0.5 ms with the lean client, tritonclient's reported
 beside it. Then the latency of liveness probes while 8 clients send maximum-size requests (64 encoded
 1000 x 1000 images, the per-request pixel budget), and the server's peak RSS while image bombs are sent.
-The model defaults to the demo's architecture (48 px small CNN, width 32) with random weights: latency does not
-depend on the weights.
+The model defaults to a fixed small CNN (48 px, width 32, 3 classes) with random weights: latency does not depend on
+the weights, and a fixed model keeps the figures comparable between versions.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def batch_row(server: RunningServer, bare_session: ort.InferenceSession, batch: 
             "overhead_ms": {client: row["p50_ms"] - bare["p50_ms"] for client, row in times.items()}}
 
 
-def demo_architecture_version(folder: Path) -> Path:
-    """A version folder with the demo's architecture and random weights (needs torch: the bench's process has it)."""
+def fixed_model_version(folder: Path) -> Path:
+    """A version folder with the fixed small CNN and random weights (needs torch: the bench's process has it)."""
     import torch
 
     from mavias.export.version import export_checkpoint
@@ -222,7 +222,7 @@ def peak_rss_during_bombs(server: RunningServer) -> dict[str, Any]:
 def run_serve_bench(model_dir: Path | None, *, seconds: float, max_requests: int, work: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        version_dir = model_dir or demo_architecture_version(Path(tmp))
+        version_dir = model_dir or fixed_model_version(Path(tmp))
         card = json.loads((version_dir / "model_card.json").read_text())
         bare_session = make_session(version_dir / card["onnx"]["file"], providers=["CPUExecutionProvider"])
         image_shape = tuple(int(d) for d in bare_session.get_inputs()[0].shape[1:])
@@ -238,7 +238,7 @@ def run_serve_bench(model_dir: Path | None, *, seconds: float, max_requests: int
             row["transport_and_client_ms"] = {client: times["p50_ms"] - share["handler_p50_ms"]
                                               for client, times in row["clients"].items()}
     overhead = rows[0]["overhead_ms"]
-    return {"model": str(model_dir or "demo architecture, random weights (48 px small CNN, width 32)"),
+    return {"model": str(model_dir or "fixed model, random weights (48 px small CNN, width 32)"),
             "image_shape": list(image_shape), "onnxruntime": ort.__version__, "providers": ["CPUExecutionProvider"],
             "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, {os.cpu_count()} CPUs",
             "load_average": {"start": load_before, "after_latency": load_latency}, "clients": CLIENTS,

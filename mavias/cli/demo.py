@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mavias.demo.run import DEMO_TRAINING, MODEL_NAME, print_summary, run_demo
+from mavias.demo.run import MODEL_NAME, print_summary, run_demo
 from mavias.serve.try_it import show_round_trip
 from mavias.utils.console import make_console
 
@@ -20,7 +20,8 @@ def demo_command(
     n_train: Annotated[int, typer.Option(help="synthetic-scenes training images, split over the two nights")] = 4000,
     n_val: Annotated[int, typer.Option(help="validation images, split over the two nights")] = 1200,
     n_test_per_cell: Annotated[int, typer.Option(help="evaluation images per (class, background, co-object)")] = 20,
-    epochs: Annotated[int, typer.Option(help="training epochs of both models, each night")] = DEMO_TRAINING["epochs"],
+    epochs: Annotated[int | None, typer.Option(help="training epochs of both models, each night; default: the "
+                                                    "training recipe's, as a user gets them")] = None,
 ) -> None:
     """Two nights of the nightly DAG on this machine, offline: local S3 and SMTP servers, `airflow dags test`."""
     console = make_console()
