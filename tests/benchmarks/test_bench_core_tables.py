@@ -2,7 +2,8 @@
 
 import pytest
 
-from mavias.bench.core import DEFAULTS, ORACLE, benchmark_floors, peer_floor, summarise
+from mavias.bench.core import DEFAULTS, ORACLE, benchmark_floors, choose_methods, peer_floor, summarise
+from mavias.errors import UserError
 
 
 def _outcome(method: str, seed: int, wg: float, avg: float, criterion: str = "val_robust") -> dict:
@@ -44,3 +45,20 @@ def test_mavias_must_lead_on_two_thirds_of_the_benchmarks_and_stay_within_3_poin
     assert peer_floor(benchmarks(0.45, 0.42, 0.39))["met"]  # 2 of 3 ahead, the third 2 points behind LfF
     assert not peer_floor(benchmarks(0.45, 0.42, 0.37))["met"]  # 4 points behind LfF
     assert not peer_floor(benchmarks(0.45, 0.40, 0.40))["met"]  # ahead on 1 of 3 only
+
+
+def test_a_run_of_some_methods_judges_only_what_ran():
+    only_mavias = [o for o in _outcomes(0.42) if o["method"] in (DEFAULTS, "MAVias", "JTT")]
+    floors = benchmark_floors(summarise(only_mavias), n_classes=3)
+    assert floors["mavias_minus_peer_wg"] == {"JTT": pytest.approx(0.07)}
+    assert floors["met"]["tuned MAVias WG >= ERM (CLI defaults) WG + 10"]
+    without_mavias = benchmark_floors(summarise([o for o in only_mavias if o["method"] != "MAVias"]), n_classes=3)
+    assert "mavias_minus_peer_wg" not in without_mavias
+    assert not peer_floor({"b": {"floors": without_mavias}})["met"]  # nothing compared is not a met floor
+
+
+def test_methods_are_chosen_by_name_or_code_in_the_bench_order():
+    assert choose_methods(["mavias", "JTT", "flac"]) == ["JTT", "FLAC-B", "MAVias"]
+    assert choose_methods(None)[0] == "ERM"
+    with pytest.raises(UserError, match="unknown method 'MAVia'; use --method ERM or"):
+        choose_methods(["MAVia"])
