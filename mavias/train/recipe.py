@@ -9,6 +9,9 @@ next to the run (``recipe.json``, and as comments at the top of its ``config.yam
 | pretrained CNN | SGD, momentum 0.9 | lr range test (≤ 0.1) | 1e-4 | warm-up + cosine | ~half as many | crop + flip |
 | pretrained ViT | AdamW | lr range test (≤ 0.01) | 0.05 | warm-up + cosine | ~half as many | crop + flip |
 
+MAVias trains twice the steps of its family's recipe: its main model learns from what the bias path leaves
+unexplained, a small share of each epoch (BENCHMARKS.md, "MAVias and training length").
+
 The image size, when unset, is the training images' median shorter side (at most 224), and 224 for pretrained
 backbones, which were trained at that size.
 """
@@ -43,6 +46,7 @@ SIZE_SAMPLE = 256  # training images whose size is read (headers only) to choose
 MAX_IMAGE_SIZE = 224
 PRETRAINED_SIZE = 224
 RANGE_TEST_STEPS = 100
+LENGTH_FACTORS = {"mavias": 2}  # of the recipe's steps, per method
 RECIPE_FILE = "recipe.json"
 _TRANSFORMERS = ("vit", "deit", "swin", "beit", "eva", "dinov2")
 
@@ -191,9 +195,11 @@ def resolve_training(cfg: TrainConfig, train: SplitData, model: torch.nn.Module,
     if cfg.epochs is None:
         steps_per_epoch = max(1, len(train) // batch_size)
         low, high = recipe.epoch_bounds
-        update["epochs"] = int(min(max(math.ceil(recipe.target_steps / steps_per_epoch), low), high))
-        notes["epochs"] = (f"about {recipe.target_steps} steps of {batch_size} samples over {len(train)} training "
-                           f"samples, within [{low}, {high}] epochs")
+        factor = LENGTH_FACTORS.get(cfg.method, 1)
+        update["epochs"] = int(min(max(math.ceil(factor * recipe.target_steps / steps_per_epoch), low), high))
+        notes["epochs"] = (f"about {factor * recipe.target_steps} steps of {batch_size} samples over {len(train)} "
+                           f"training samples, within [{low}, {high}] epochs"
+                           + (f" ({factor} x the {recipe.family} recipe's for {cfg.method})" if factor != 1 else ""))
     tested = None
     if optim.lr is None:
         lr, reason, tested = _find_lr(cfg, optim, recipe, train, model, device, batch_size)

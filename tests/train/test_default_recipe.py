@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 from PIL import Image
 
@@ -13,7 +14,15 @@ from mavias.train.config import BackboneConfig, TrainConfig
 from mavias.train.data import feature_split
 from mavias.train.lr_range import steepest, suggest
 from mavias.train.optim import batches_per_epoch, drop_last, schedule_factor
-from mavias.train.recipe import RECIPES, TARGET_STEPS, median_shorter_side, recipe_for, resolve_image_settings
+from mavias.train.model import build_main_model
+from mavias.train.recipe import (
+    RECIPES,
+    TARGET_STEPS,
+    median_shorter_side,
+    recipe_for,
+    resolve_image_settings,
+    resolve_training,
+)
 from mavias.train.sanity import chance_warnings, trivial_rates
 from mavias.train.trainer import Trainer
 
@@ -51,6 +60,17 @@ def test_a_config_that_sets_nothing_gets_the_from_scratch_recipe_and_says_why(tm
     resumed = Trainer(_mlp(), train, val, CLASSES, tmp_path, progress=False)  # the same request, resumed
     assert resumed.cfg == cfg and json.loads((tmp_path / "recipe.json").read_text()) == recipe
     assert len(resumed.fit(stop_after=1).history) == 2  # it went on from its first epoch
+
+
+def test_mavias_gets_twice_the_recipes_steps(tmp_path):
+    train = _splits(n=2000)
+    mlp = build_main_model(BackboneConfig(name="mlp", width=8), train.in_channels, 2)
+    lengths = {method: resolve_training(_mlp(method=method, optim={"lr": 0.01}), train, mlp, torch.device("cpu"))
+               for method in ("erm", "mavias")}
+    steps = batches_per_epoch(2000, 16)
+    assert lengths["erm"].config.epochs == -(-TARGET_STEPS // steps)
+    assert lengths["mavias"].config.epochs == -(-2 * TARGET_STEPS // steps)
+    assert "2 x the from scratch recipe's for mavias" in lengths["mavias"].notes["epochs"]
 
 
 def test_what_the_user_sets_wins_and_no_range_test_runs(tmp_path):
