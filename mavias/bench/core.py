@@ -182,7 +182,8 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
         references = _run_jobs(pool, [(f"{b.name} seed {s}: ERM reference", reference_job, (work, b.name, s, threads))
                                       for b in chosen for s in range(seeds)], steps)
         methods = _run_jobs(pool, [(f"{b.name}: {m} (tune {trials}, {seeds} seeds)", method_job,
-                                    (work, b.name, m, seeds, trials, threads)) for b in chosen for m in tuned_methods], steps)
+                                    (work, b.name, m, seeds, trials, threads))
+                                   for b in chosen for m in tuned_methods], steps)
     steps.close()
     for bench in chosen:
         outcomes = [o for ref in references for o in ref if o["benchmark"] == bench.name]

@@ -71,7 +71,8 @@ def core(
     for name, result in report["benchmarks"].items():
         label = "held out" if result["held_out"] else "seen while choosing defaults"
         print_core_table(f"{name} ({label}; test, %)", result["summary"], IMAGE_COLUMNS)
-        console.print({"floors": result["floors"]["met"], "MAVias - peer WG": result["floors"].get("mavias_minus_peer_wg"),
+        console.print({"floors": result["floors"]["met"],
+                       "MAVias - peer WG": result["floors"].get("mavias_minus_peer_wg"),
                        "tuned": {m: t["best_params"] for m, t in result["tuning"].items()}})
     console.print({"MAVias >= every tuned peer on 2/3 of the benchmarks, within 3 points elsewhere":
                    report["peer_floor"]["met"]})

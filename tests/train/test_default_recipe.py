@@ -62,7 +62,7 @@ def test_a_config_that_sets_nothing_gets_the_from_scratch_recipe_and_says_why(tm
     assert len(resumed.fit(stop_after=1).history) == 2  # it went on from its first epoch
 
 
-def test_mavias_gets_twice_the_recipes_steps(tmp_path):
+def test_mavias_gets_twice_the_recipes_steps():
     train = _splits(n=2000)
     mlp = build_main_model(BackboneConfig(name="mlp", width=8), train.in_channels, 2)
     lengths = {method: resolve_training(_mlp(method=method, optim={"lr": 0.01}), train, mlp, torch.device("cpu"))
