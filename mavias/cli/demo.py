@@ -21,7 +21,7 @@ def demo_command(
     n_val: Annotated[int, typer.Option(help="validation images, split over the two nights")] = 1200,
     n_test_per_cell: Annotated[int, typer.Option(help="evaluation images per (class, background, co-object)")] = 20,
     epochs: Annotated[int | None, typer.Option(help="training epochs of both models, each night; default: the "
-                                                    "training recipe's, as a user gets them")] = None,
+                                                    "training recipe's, as a user gets them", min=1)] = None,
 ) -> None:
     """Two nights of the nightly DAG on this machine, offline: local S3 and SMTP servers, `airflow dags test`."""
     console = make_console()
