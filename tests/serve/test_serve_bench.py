@@ -1,4 +1,4 @@
-"""`mavias bench serve`'s measuring parts against a real server: both gRPC clients get the logits ONNX Runtime
+"""`mavias bench serve`'s measuring parts against a real server: every client gets the logits ONNX Runtime
 computes, the callers take turns, and the server's own share is measured in the serving environment."""
 
 from __future__ import annotations
@@ -8,13 +8,20 @@ import json
 import numpy as np
 import pytest
 
-from mavias.bench.serve import ROUNDS, interleaved_ms, raw_stub_call, server_handling, tritonclient_call
+from mavias.bench.serve import (
+    ROUNDS,
+    interleaved_ms,
+    raw_stub_call,
+    rest_binary_call,
+    server_handling,
+    tritonclient_call,
+)
 from mavias.export.session import make_session
 
 pytestmark = pytest.mark.slow
 
 
-def test_both_clients_get_the_logits_of_onnxruntime(start_server, versions):
+def test_every_client_gets_the_logits_of_onnxruntime(start_server, versions):
     server = start_server("--model-dir", str(versions["v1"]), "--name", "bench")
     card = json.loads((versions["v1"] / "model_card.json").read_text())
     session = make_session(versions["v1"] / card["onnx"]["file"], providers=["CPUExecutionProvider"])
@@ -22,6 +29,10 @@ def test_both_clients_get_the_logits_of_onnxruntime(start_server, versions):
     (expected,) = session.run(None, {"image": batch})
     lean = raw_stub_call(server.grpc_url, "image", batch)()
     triton = tritonclient_call(server.grpc_url, "image", batch)().as_numpy("logits")
+    rest = rest_binary_call(server.http_url, "image", batch)
+    first, again = rest(), rest()  # the second call reuses the kept-alive connection
+    np.testing.assert_allclose(first.reshape(expected.shape), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(again, first)
     np.testing.assert_allclose(lean.reshape(expected.shape), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(triton, expected, rtol=1e-5, atol=1e-6)
 
