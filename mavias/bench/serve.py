@@ -59,6 +59,7 @@ CLIENTS = {"tritonclient": "tritonclient.grpc InferenceServerClient.infer",
                        "parsed and its logits read",
            "rest_binary": "REST V2 with the binary data extension over one kept-alive http.client connection: body "
                           "built once, JSON answer parsed and its logits read"}
+GRPC_CLIENTS = ("tritonclient", "raw_stub")
 ROUNDS = 5
 LOAD_CLIENTS, LIVENESS_PROBES = 8, 200
 GOAL_LIVENESS_P99_MS = 100.0
@@ -256,8 +257,8 @@ def run_serve_bench(model_dir: Path | None, *, seconds: float, max_requests: int
             bombs = peak_rss_during_bombs(server)
         for row in rows:
             share = row["server_handling"] = server_handling(version_dir, row["batch"], seconds)
-            row["transport_and_client_ms"] = {client: times["p50_ms"] - share["handler_p50_ms"]
-                                              for client, times in row["clients"].items()}
+            row["transport_and_client_ms"] = {client: times["p50_ms"] - share["handler_p50_ms"]  # the gRPC handler's
+                                              for client, times in row["clients"].items() if client in GRPC_CLIENTS}
     overhead = rows[0]["overhead_ms"]
     return {"model": str(model_dir or "fixed model, random weights (48 px small CNN, width 32)"),
             "image_shape": list(image_shape), "onnxruntime": ort.__version__, "providers": ["CPUExecutionProvider"],
