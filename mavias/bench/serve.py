@@ -7,8 +7,10 @@ built once (what the server costs, with less of the client's): the protocol's ge
 the binary data extension over a kept-alive connection. The bare figure is ``session.run`` on the same batch in this
 process with the same ONNX file. The four take turns, in :data:`ROUNDS` rounds, so that they share the load of a busy
 machine. The server's own share (its handling without transport, against ``session.run``, in the serving
-environment) comes from :mod:`mavias.bench.serve_handling`. Goal: p50 overhead at batch 1 (server p50 - bare p50)
-<= 0.5 ms, judged with the lean gRPC client, the others reported beside it. Then the latency of liveness probes
+environment) comes from :mod:`mavias.bench.serve_handling`; the floor under any Python gRPC server on this stack
+from :mod:`mavias.bench.serve_floor`, the thinnest one with the same ONNX Runtime call, sent the lean client's request
+in the same turns. Goal: p50 overhead at batch 1 (server p50 - bare p50) <= 0.5 ms, judged with the lean gRPC client,
+the others reported beside it. Then the latency of liveness probes
 while 8 clients send maximum-size requests (64 encoded 1000 x 1000 images, the per-request pixel budget; goal p99
 <= 100 ms), and the server's peak RSS while image bombs are sent.
 The model defaults to a fixed small CNN (48 px, width 32, 3 classes) with random weights: latency does not depend on
@@ -30,7 +32,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,7 @@ from mavias.serve.launch import (
     running_server,
     serve_environment,
 )
+from mavias.utils.servers import free_port, stop_process
 
 BATCHES = (1, 32)
 GOAL_OVERHEAD_MS = 0.5
@@ -124,18 +128,39 @@ def server_handling(version_dir: Path, batch_size: int, seconds: float) -> dict[
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def batch_row(server: RunningServer, bare_session: ort.InferenceSession, batch: np.ndarray, *, seconds: float,
-              max_requests: int) -> dict[str, Any]:
-    """Bare ONNX Runtime and every client on one batch, in turns."""
+@contextmanager
+def floor_server(version_dir: Path, log_path: Path, timeout_s: float = 60.0) -> Iterator[str]:
+    """:mod:`mavias.bench.serve_floor` on ``version_dir`` on a free port; yields its gRPC address, stopped on exit."""
+    address = f"127.0.0.1:{free_port()}"
+    command = [str(require_serve_python()), "-m", "mavias.bench.serve_floor", str(version_dir), address.split(":")[1]]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=serve_environment())
+    try:
+        with grpc.insecure_channel(address) as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=timeout_s)
+            except grpc.FutureTimeoutError:
+                raise RuntimeError(f"{' '.join(command)} did not answer: {log_path.read_text()[-2000:]}") from None
+        yield address
+    finally:
+        stop_process(process)
+
+
+def batch_row(server: RunningServer, floor_url: str, bare_session: ort.InferenceSession, batch: np.ndarray, *,
+              seconds: float, max_requests: int) -> dict[str, Any]:
+    """Bare ONNX Runtime, every client and the floor server on one batch, in turns."""
     name = bare_session.get_inputs()[0].name
     calls = {"bare_onnxruntime": lambda: bare_session.run(None, {name: batch}),
              "tritonclient": tritonclient_call(server.grpc_url, name, batch),
              "raw_stub": raw_stub_call(server.grpc_url, name, batch),
-             "rest_binary": rest_binary_call(server.http_url, name, batch)}
+             "rest_binary": rest_binary_call(server.http_url, name, batch),
+             "floor_server": raw_stub_call(floor_url, name, batch)}
     times = {k: summary(v) for k, v in interleaved_ms(calls, seconds=seconds, max_requests=max_requests).items()}
-    bare = times.pop("bare_onnxruntime")
-    return {"batch": len(batch), "bare_onnxruntime": bare, "clients": times,
-            "overhead_ms": {client: row["p50_ms"] - bare["p50_ms"] for client, row in times.items()}}
+    bare, floor = times.pop("bare_onnxruntime"), times.pop("floor_server")
+    return {"batch": len(batch), "bare_onnxruntime": bare, "clients": times, "floor_server": floor,
+            "overhead_ms": {client: row["p50_ms"] - bare["p50_ms"] for client, row in times.items()},
+            "floor_overhead_ms": floor["p50_ms"] - bare["p50_ms"],
+            "over_floor_ms": times[GOAL_CLIENT]["p50_ms"] - floor["p50_ms"]}
 
 
 def fixed_model_version(folder: Path) -> Path:
@@ -248,8 +273,9 @@ def run_serve_bench(model_dir: Path | None, *, seconds: float, max_requests: int
         card = json.loads((version_dir / "model_card.json").read_text())
         bare_session = make_session(version_dir / card["onnx"]["file"], providers=["CPUExecutionProvider"])
         image_shape = tuple(int(d) for d in bare_session.get_inputs()[0].shape[1:])
-        with running_server(["--model-dir", str(version_dir), "--name", "bench"], work / "server.log") as server:
-            rows = [batch_row(server, bare_session,
+        with running_server(["--model-dir", str(version_dir), "--name", "bench"], work / "server.log") as server, \
+                floor_server(version_dir, work / "floor_server.log") as floor_url:
+            rows = [batch_row(server, floor_url, bare_session,
                               np.random.default_rng(0).random((size, *image_shape), dtype=np.float32),
                               seconds=seconds, max_requests=max_requests) for size in BATCHES]
             load_latency = os.getloadavg()

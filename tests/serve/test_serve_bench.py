@@ -1,5 +1,6 @@
 """`mavias bench serve`'s measuring parts against a real server: every client gets the logits ONNX Runtime
-computes, the callers take turns, and the server's own share is measured in the serving environment."""
+computes, the callers take turns, the server's own share is measured in the serving environment, and the floor
+server answers what ONNX Runtime computes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from mavias.bench.serve import (
     ROUNDS,
+    floor_server,
     interleaved_ms,
     raw_stub_call,
     rest_binary_call,
@@ -51,3 +53,13 @@ def test_the_servers_own_share_is_timed_in_the_serving_environment(versions):
     assert share["requests"] >= 10 * ROUNDS
     assert share["handler_p50_ms"] > 0 and share["bare_p50_ms"] > 0
     assert share["overhead_ms"] == pytest.approx(share["handler_p50_ms"] - share["bare_p50_ms"])
+
+
+def test_the_floor_server_answers_the_logits_of_onnxruntime(versions, tmp_path):
+    card = json.loads((versions["v1"] / "model_card.json").read_text())
+    session = make_session(versions["v1"] / card["onnx"]["file"], providers=["CPUExecutionProvider"])
+    batch = np.random.default_rng(2).random((3, 3, 16, 16), dtype=np.float32)
+    (expected,) = session.run(None, {"image": batch})
+    with floor_server(versions["v1"], tmp_path / "floor.log") as address:
+        answer = raw_stub_call(address, "image", batch)()
+    np.testing.assert_allclose(answer.reshape(expected.shape), expected, rtol=1e-5, atol=1e-6)
