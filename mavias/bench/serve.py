@@ -8,11 +8,11 @@ the binary data extension over a kept-alive connection. The bare figure is ``ses
 process with the same ONNX file. The four take turns, in :data:`ROUNDS` rounds, so that they share the load of a busy
 machine. The server's own share (its handling without transport, against ``session.run``, in the serving
 environment) comes from :mod:`mavias.bench.serve_handling`; the floor under any Python gRPC server on this stack
-from :mod:`mavias.bench.serve_floor`, the thinnest one with the same ONNX Runtime call, sent the lean client's request
-in the same turns. Goal: p50 overhead at batch 1 (server p50 - bare p50) <= 0.5 ms, judged with the lean gRPC client,
-the others reported beside it. Then the latency of liveness probes
-while 8 clients send maximum-size requests (64 encoded 1000 x 1000 images, the per-request pixel budget; goal p99
-<= 100 ms), and the server's peak RSS while image bombs are sent.
+from :mod:`mavias.bench.serve_floor`, the thinnest one with the same ONNX Runtime call, sent the lean client's
+request in the same turns. Goal: p50 overhead at batch 1 (server p50 - bare p50) <= 0.5 ms, judged with the lean
+gRPC client, the others reported beside it. Then the latency of liveness probes while 8 clients send maximum-size
+requests (64 encoded 1000 x 1000 images, the per-request pixel budget; goal p99 <= 100 ms), and the server's peak
+RSS while image bombs are sent.
 The model defaults to a fixed small CNN (48 px, width 32, 3 classes) with random weights: latency does not depend on
 the weights, and a fixed model keeps the figures comparable between versions.
 """

@@ -252,8 +252,9 @@ def serve(
     first = report["results"][0]
     console.print(f"goal: {report['goal']}: {'met' if report['meets_goal'] else 'NOT met'} ("
                   + ", ".join(f"{client} {value:.2f} ms" for client, value in first["overhead_ms"].items()) + ")")
-    console.print(f"floor: the thinnest Python gRPC server with the same session.run costs {first['floor_overhead_ms']:.2f}"
-                  f" ms over it at batch {first['batch']}; mavias serve adds {first['over_floor_ms']:.2f} ms to that floor")
+    console.print(f"floor: the thinnest Python gRPC server with the same session.run costs "
+                  f"{first['floor_overhead_ms']:.2f} ms over it at batch {first['batch']}; mavias serve adds "
+                  f"{first['over_floor_ms']:.2f} ms to that floor")
     live, bombs = report["liveness_under_load"], report["bombs"]
     console.print(f"liveness while {live['clients']} clients send {live['request']}: p50 {live['p50_ms']:.1f} ms, "
                   f"p99 {live['p99_ms']:.1f} ms, max {live['max_ms']:.1f} ms ({live['probes']} probes; infer "
