@@ -36,8 +36,22 @@ $(VENV)/.installed-all: pyproject.toml $(VENV)/bin/python
 	$(VENV)/bin/pip install -q -e '.[all]'
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/bin/python
+$(VENV)/.installed-test: pyproject.toml $(VENV)/bin/python $(VENV)/.installed-llama
 	$(VENV)/bin/pip install -q -e '.[all,test]'
+	touch $@
+
+# llama.cpp (the tests' OpenAI-compatible LLM server) compiles from source, by default for the building CPU
+# (-march=native): on a CPU that reports AMX but runs a kernel that does not enable it, that build dies with SIGILL at
+# the first request. So it is built portable (AVX2, no AMX), once per machine: the wheel is kept outside the checkout,
+# keyed by version and flags, and pip's own wheel cache (keyed by neither) is bypassed.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+LLAMA_WHEELS := $(HOME)/.cache/mavias/llama-wheels/$(LLAMA_CPP_VERSION)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha256sum | cut -c1-12)
+
+$(VENV)/.installed-llama: $(VENV)/bin/python
+	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS='$(LLAMA_CMAKE_ARGS)' \
+		$(VENV)/bin/pip wheel -q --no-cache-dir --no-deps -w $(LLAMA_WHEELS) 'llama-cpp-python==$(LLAMA_CPP_VERSION)'
+	$(VENV)/bin/pip install -q --force-reinstall --no-deps $(LLAMA_WHEELS)/llama_cpp_python-*.whl
 	touch $@
 
 # The model server's own environment (kserve cannot share one with Airflow, and it must not pull torch): the
