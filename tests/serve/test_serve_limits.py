@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from mavias.bench.serve import blank_png, bytes_request, smooth_png
-from tests.serve.conftest import get, metric, png, post, v2_body
+from tests.serve.conftest import get, metric, png, post, request, v2_body
 
 pytestmark = pytest.mark.slow
 
@@ -58,9 +58,12 @@ def test_liveness_answers_while_eight_clients_send_maximum_size_requests(server)
     body, headers = bytes_request([smooth_png((1_000, 1_000))] * 64)  # 64 Mpx: the per-request budget
     stop, answers, failures = threading.Event(), [], []
 
-    def client() -> None:
-        while not stop.is_set():
-            status, _ = post(server, "/v2/models/scenes/infer", body, headers)
+    def client() -> None:  # a request of 64 Mpx can take tens of seconds on a busy 2-core box: a generous timeout,
+        while not stop.is_set():  # and any error is a failure of the test, not a thread dying on the side
+            try:
+                status, _ = request(server, "/v2/models/scenes/infer", body, headers, timeout=120)
+            except OSError as err:
+                status = repr(err)
             (answers if status == 200 else failures).append(status)
 
     threads = [threading.Thread(target=client) for _ in range(8)]
