@@ -58,8 +58,10 @@ def test_liveness_answers_while_eight_clients_send_maximum_size_requests(server)
     body, headers = bytes_request([smooth_png((1_000, 1_000))] * 64)  # 64 Mpx: the per-request budget
     stop, answers, failures = threading.Event(), [], []
 
-    def client() -> None:  # a request of 64 Mpx can take tens of seconds on a busy 2-core box: a generous timeout,
-        while not stop.is_set():  # and any error is a failure of the test, not a thread dying on the side
+    # A 64-Mpx request can take tens of seconds on a busy 2-core box, hence the timeout; an error is a failure of
+    # the test, not a thread dying on the side.
+    def client() -> None:
+        while not stop.is_set():
             try:
                 status, _ = request(server, "/v2/models/scenes/infer", body, headers, timeout=120)
             except OSError as err:
