@@ -9,7 +9,7 @@ next to the run (``recipe.json``, and as comments at the top of its ``config.yam
 | pretrained CNN | SGD, momentum 0.9 | lr range test (≤ 0.1) | 1e-4 | warm-up + cosine | ~half as many | crop + flip |
 | pretrained ViT | AdamW | lr range test (≤ 0.01) | 0.05 | warm-up + cosine | ~half as many | crop + flip |
 
-MAVias trains twice the steps of its family's recipe: its main model learns from what the bias path leaves
+MAVias trains three times the steps of its family's recipe: its main model learns from what the bias path leaves
 unexplained, a small share of each epoch (BENCHMARKS.md, "MAVias and training length").
 
 The image size, when unset, is the training images' median shorter side (at most 224), and 224 for pretrained
@@ -46,7 +46,7 @@ SIZE_SAMPLE = 256  # training images whose size is read (headers only) to choose
 MAX_IMAGE_SIZE = 224
 PRETRAINED_SIZE = 224
 RANGE_TEST_STEPS = 100
-LENGTH_FACTORS = {"mavias": 2}  # of the recipe's steps, per method
+LENGTH_FACTORS = {"mavias": 3}  # of the recipe's steps, per method
 RECIPE_FILE = "recipe.json"
 _TRANSFORMERS = ("vit", "deit", "swin", "beit", "eva", "dinov2")
 

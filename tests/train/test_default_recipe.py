@@ -62,15 +62,15 @@ def test_a_config_that_sets_nothing_gets_the_from_scratch_recipe_and_says_why(tm
     assert len(resumed.fit(stop_after=1).history) == 2  # it went on from its first epoch
 
 
-def test_mavias_gets_twice_the_recipes_steps():
+def test_mavias_gets_three_times_the_recipes_steps():
     train = _splits(n=2000)
     mlp = build_main_model(BackboneConfig(name="mlp", width=8), train.in_channels, 2)
     lengths = {method: resolve_training(_mlp(method=method, optim={"lr": 0.01}), train, mlp, torch.device("cpu"))
                for method in ("erm", "mavias")}
     steps = batches_per_epoch(2000, 16)
     assert lengths["erm"].config.epochs == -(-TARGET_STEPS // steps)
-    assert lengths["mavias"].config.epochs == -(-2 * TARGET_STEPS // steps)
-    assert "2 x the from scratch recipe's for mavias" in lengths["mavias"].notes["epochs"]
+    assert lengths["mavias"].config.epochs == -(-3 * TARGET_STEPS // steps)
+    assert "3 x the from scratch recipe's for mavias" in lengths["mavias"].notes["epochs"]
 
 
 def test_what_the_user_sets_wins_and_no_range_test_runs(tmp_path):
