@@ -1,7 +1,7 @@
 """
 ### mavias_nightly
 
-Nightly open-set bias audit and MAVias retraining. Every task calls one stage function of `mavias.nightly`; this
+Nightly open-set bias audit and MAVias retraining. Every task calls one stage function of `mavias.ops.nightly`; this
 file only wires.
 
 0. **preflight**: the `gpu` pool and the connections exist (fails in seconds, saying what to create),
@@ -26,7 +26,7 @@ set) fails its task at once, without retries (`mavias_airflow.stages.run_stage`)
 
 Params (manual runs): `full_retrain` (train even without new partitions, from scratch), `skip_promotion`
 (publish but leave production alone), `force_partition` (process this partition again).
-Configuration: `$MAVIAS_NIGHTLY_CONFIG` (see `mavias.nightly.config`); connections `aws_default` (optional,
+Configuration: `$MAVIAS_NIGHTLY_CONFIG` (see `mavias.ops.nightly.config`); connections `aws_default` (optional,
 else the AWS environment) and `smtp_default`.
 """
 
@@ -43,7 +43,7 @@ from mavias_airflow.preflight import preflight_problems
 from mavias_airflow.resources import gpu_task_kwargs
 from mavias_airflow.stages import night_of, run_stage
 
-from mavias.nightly.config import NightlyConfig, load_nightly_config
+from mavias.ops.nightly.config import NightlyConfig, load_nightly_config
 
 log = logging.getLogger(__name__)
 CONFIG = load_nightly_config()  # YAML + environment only: connections are resolved inside the tasks
@@ -54,7 +54,7 @@ PRODUCTION_MODEL = Asset(
     name=f"mavias/{CONFIG.model_name}/production",
     uri=f"s3://{CONFIG.s3.bucket}/{CONFIG.s3.models_prefix}{CONFIG.model_name}/production.json",
 )
-# result name (as mavias.nightly.report.report() reads it) -> the task returning it
+# result name (as mavias.ops.nightly.report.report() reads it) -> the task returning it
 RESULT_TASKS = {
     "sensed": "sense", "validated": "pull_and_validate", "planned": "plan_tagging", "discovered": "discover",
     "dataset": "prepare_dataset", "reference": "train_reference", "candidate": "train_mavias",
@@ -64,7 +64,7 @@ RESULT_TASKS = {
 
 
 def _config() -> NightlyConfig:
-    return MaviasHook().get_conn()
+    return MaviasHook().get_config()
 
 
 def _night_time(context: Context) -> datetime:
@@ -83,7 +83,7 @@ def _task_states(context: Context) -> dict[str, str]:
 
 @task(retries=0)
 def preflight() -> None:
-    from mavias.nightly.failures import record_failure
+    from mavias.ops.nightly.failures import record_failure
 
     cfg = _config()
     problems = preflight_problems(cfg)
@@ -95,7 +95,7 @@ def preflight() -> None:
 
 @task
 def sense() -> dict:
-    from mavias.nightly import ingest
+    from mavias.ops.nightly import ingest
 
     context = get_current_context()
     return run_stage(ingest.sense, _night_time(context), force_partition=context["params"]["force_partition"])
@@ -103,14 +103,14 @@ def sense() -> dict:
 
 @task
 def pull_and_validate(sensed: dict) -> dict:
-    from mavias.nightly import ingest
+    from mavias.ops.nightly import ingest
 
     return run_stage(ingest.pull_and_validate, sensed)
 
 
 @task.short_circuit(ignore_downstream_trigger_rules=False)
 def should_train(validated: dict) -> bool:
-    from mavias.nightly import ingest
+    from mavias.ops.nightly import ingest
 
     full_retrain = get_current_context()["params"]["full_retrain"]
     go, why = ingest.training_decision(validated, full_retrain=full_retrain)
@@ -120,14 +120,14 @@ def should_train(validated: dict) -> bool:
 
 @task
 def plan_tagging(validated: dict) -> list[dict]:
-    from mavias.nightly import discover
+    from mavias.ops.nightly import discover
 
     return run_stage(discover.plan_tagging, validated)
 
 
 @task(**GPU, map_index_template="{{ shard_label }}")
 def tag_shard(job: dict) -> dict:
-    from mavias.nightly import discover
+    from mavias.ops.nightly import discover
 
     get_current_context()["shard_label"] = f"{job['partition']} {job['shard']}/{job['num_shards']}"
     return run_stage(discover.tag_shard, job)
@@ -135,14 +135,14 @@ def tag_shard(job: dict) -> dict:
 
 @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # also when no shard was left to tag
 def discover(validated: dict, tagged: list[dict] | None) -> dict:
-    from mavias.nightly import discover
+    from mavias.ops.nightly import discover
 
     return run_stage(discover.discover, validated, list(tagged or []))
 
 
 @task
 def prepare_dataset(validated: dict, discovered: dict) -> dict:
-    from mavias.nightly import dataset
+    from mavias.ops.nightly import dataset
 
     full_retrain = get_current_context()["params"]["full_retrain"]
     return run_stage(dataset.prepare_dataset, validated, full_retrain=full_retrain)
@@ -158,21 +158,21 @@ def data_changed(dataset: dict) -> bool:
 
 @task(**GPU)
 def train_reference(dataset: dict) -> dict:
-    from mavias.nightly import train
+    from mavias.ops.nightly import train
 
     return run_stage(train.train_reference_model, dataset)
 
 
 @task
 def plan_trials(dataset: dict) -> list[dict]:
-    from mavias.nightly import train
+    from mavias.ops.nightly import train
 
     return run_stage(train.plan_trials, dataset)
 
 
 @task(**GPU, map_index_template="{{ trial_label }}")
 def tune_trial(dataset: dict, reference: dict, job: dict) -> dict:
-    from mavias.nightly import train
+    from mavias.ops.nightly import train
 
     get_current_context()["trial_label"] = f"trial {job['number']}"
     return run_stage(train.run_trial, dataset, reference, job)
@@ -180,21 +180,21 @@ def tune_trial(dataset: dict, reference: dict, job: dict) -> dict:
 
 @task
 def train_mavias(dataset: dict, trials: list[dict]) -> dict:
-    from mavias.nightly import train
+    from mavias.ops.nightly import train
 
     return run_stage(train.select_candidate, dataset, list(trials))
 
 
 @task(multiple_outputs=True)
 def evaluate(dataset: dict, reference: dict, candidate: dict) -> dict:
-    from mavias.nightly import evaluate
+    from mavias.ops.nightly import evaluate
 
     return run_stage(evaluate.evaluate, dataset, reference, candidate)
 
 
 @task
 def package(dataset: dict, candidate: dict, evaluated: dict, gates: dict) -> dict:
-    from mavias.nightly import release
+    from mavias.ops.nightly import release
 
     return run_stage(release.package, dataset, candidate, evaluated, gates)
 
@@ -206,7 +206,7 @@ def gates_passed(gates: dict) -> bool:
 
 @task
 def publish(packaged: dict) -> dict:
-    from mavias.nightly import release
+    from mavias.ops.nightly import release
 
     return run_stage(release.publish, packaged)
 
@@ -218,7 +218,7 @@ def promotion_requested() -> bool:
 
 @task(outlets=[PROMOTIONS])
 def promote(published: dict, evaluated: dict) -> dict:
-    from mavias.nightly import release
+    from mavias.ops.nightly import release
 
     result = run_stage(release.promote, published, evaluated)
     if result["promoted"]:  # an asset event only for a real promotion, not for a lost race or a rerun
@@ -228,14 +228,14 @@ def promote(published: dict, evaluated: dict) -> dict:
 
 @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # after promotion, or after a blocked candidate
 def record_processed(dataset: dict) -> dict:
-    from mavias.nightly import ingest
+    from mavias.ops.nightly import ingest
 
     return run_stage(ingest.record_processed, dataset)
 
 
 @task(trigger_rule=TriggerRule.ALL_DONE)
 def report() -> dict:
-    from mavias.nightly import ingest, report
+    from mavias.ops.nightly import ingest, report
 
     context = get_current_context()
     states = _task_states(context)
@@ -263,7 +263,7 @@ def report() -> dict:
 @task(trigger_rule=TriggerRule.ALL_DONE)
 def notify() -> dict:
     """Send the queued report emails (tonight's and any an earlier night could not send)."""
-    from mavias.nightly import report
+    from mavias.ops.nightly import report
 
     cfg = _config()
     return report.notify(cfg, smtp_settings_from_connection(cfg.airflow.smtp_conn_id))
@@ -272,7 +272,7 @@ def notify() -> dict:
 @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
 def finish() -> None:
     """Fail the run when any task failed; the report has been sent (or queued) by then."""
-    from mavias.nightly import release
+    from mavias.ops.nightly import release
 
     context = get_current_context()
     states = _task_states(context)

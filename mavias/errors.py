@@ -1,27 +1,36 @@
-"""The exception types the command line explains in one line, and how it reports them.
+"""The exception types the library raises for what a person must act on, and how other errors map onto them.
 
-A :class:`UserError` is a mistake the user can fix: the CLI prints its message (which must say how to fix it) without
-a traceback and exits with status 2. An :class:`ExplainedFailure` is not the user's mistake but a failure whose
-message says what failed and what to do (a training run that crashed): one line, exit status 1. ``--debug`` shows
-the traceback of either. Library errors subclass them.
+A :class:`UserError` is a mistake the user can fix: wrong path, bad config value, missing column; its message says
+what is wrong and its ``hint`` what to do. An :class:`ExplainedFailure` is not the user's mistake but a failure whose
+message says what failed and what to do (a training run that crashed). Library errors subclass them; the library
+never prints or exits: the command line (``mavias.cli.errors``) and the nightly stages (``mavias.ops.nightly.failures``)
+decide how to show them.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import typer
 import yaml
 from pydantic import BaseModel, ValidationError
 
-USER_ERROR_EXIT_CODE = 2
-FAILURE_EXIT_CODE = 1
-
 
 class UserError(Exception):
-    """A mistake the user can fix: wrong path, bad config value, unsupported file type, missing column…"""
+    """A mistake the user can fix: wrong path, bad config value, unsupported file type, missing column…
+
+    ``hint`` says what to do when the message does not; ``str()`` gives both as one line."""
+
+    hint: str | None = None  # also for subclasses whose other bases take the constructor
+
+    def __init__(self, message: str = "", *, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.hint}" if self.hint else self.message
 
 
 class ExplainedFailure(Exception):
@@ -67,30 +76,11 @@ def as_user_error(error: BaseException) -> UserError | None:
     if isinstance(error, UserError):
         return error
     if isinstance(error, ValidationError):
-        return UserError(describe_validation_error(error, what=error.title) + "; fix the config or the --set value")
+        return UserError(describe_validation_error(error, what=error.title),
+                         hint="fix the setting named above where it is set (config file, option or environment)")
     if isinstance(error, yaml.YAMLError):
         return UserError(f"not valid YAML: {error}".replace("\n", " "))
     if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError)) and error.filename:
         kind = {FileNotFoundError: "does not exist", IsADirectoryError: "is a folder, not a file"}
-        return UserError(f"{error.filename} {kind.get(type(error), 'is not a folder')}; check the path")
+        return UserError(f"{error.filename} {kind.get(type(error), 'is not a folder')}", hint="check the path")
     return None
-
-
-@contextmanager
-def user_errors_exit(*, debug: bool) -> Iterator[None]:
-    """A user mistake raised inside ends the command: one red line on stderr, exit status 2; an explained failure
-    likewise, with exit status 1.
-
-    With ``debug`` they keep their traceback; other errors (bugs) always do.
-    """
-    try:
-        yield
-    except Exception as error:
-        if isinstance(error, ExplainedFailure) and not debug:
-            typer.secho(f"error: {' '.join(str(error).split())}", fg="red", err=True)
-            raise typer.Exit(FAILURE_EXIT_CODE) from None
-        mistake = None if debug else as_user_error(error)
-        if mistake is None:
-            raise
-        typer.secho(f"error: {' '.join(str(mistake).split())}", fg="red", err=True)
-        raise typer.Exit(USER_ERROR_EXIT_CODE) from None

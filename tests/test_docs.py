@@ -1,5 +1,5 @@
-"""Every dotted name the documentation gives in backticks (``mavias.x.y`` or ``train.x.y`` for a package of mavias)
-names something that imports, unless it is a key of the nightly config (``train.nproc``) or of the training config
+"""Every dotted name the documentation gives in backticks (``mavias.x.y``, or ``train.x.y`` for a package of mavias
+or of one of its groups, ``mavias.core.train``) names something that imports, unless it is a key of the nightly config (``train.nproc``) or of the training config
 (``mavias.bias_path``)."""
 
 from __future__ import annotations
@@ -12,15 +12,19 @@ from pathlib import Path
 import pytest
 
 import mavias
-from mavias.nightly.config import NightlyConfig
-from mavias.train.config import TrainConfig
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.core.train.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = sorted(REPO.glob("docs/*.md")) + [REPO / "README.md"]
 DOTTED = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
-PACKAGES = {module.name for module in pkgutil.iter_modules(mavias.__path__)}
+GROUPS = ("core", "ops", "tools")
+PACKAGES = {module.name: f"mavias.{module.name}" for module in pkgutil.iter_modules(mavias.__path__)} | {
+    module.name: f"mavias.{group}.{module.name}"
+    for group in GROUPS for module in pkgutil.iter_modules(importlib.import_module(f"mavias.{group}").__path__)
+}
 FILE_SUFFIXES = {"csv", "html", "json", "md", "npy", "onnx", "parquet", "png", "pt", "py", "sqlite", "toml", "txt",
-                 "yaml"}  # `relevance.parquet` names a file, not mavias.relevance.parquet
+                 "yaml"}  # `relevance.parquet` names a file, not mavias.core.relevance.parquet
 
 
 def documented_names() -> list[tuple[str, str]]:
@@ -29,7 +33,7 @@ def documented_names() -> list[tuple[str, str]]:
         for name in DOTTED.findall(document.read_text()):
             head, last = name.split(".")[0], name.rsplit(".", 1)[-1]
             if (head == "mavias" or head in PACKAGES) and last not in FILE_SUFFIXES and not is_config_key(name):
-                names.add((document.name, name if head == "mavias" else f"mavias.{name}"))
+                names.add((document.name, name if head == "mavias" else PACKAGES[head] + name[len(head):]))
     return sorted(names)
 
 

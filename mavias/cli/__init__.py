@@ -19,7 +19,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from mavias.errors import user_errors_exit
+from mavias.cli.errors import user_errors_exit
 
 DEBUG_ENV = "MAVIAS_DEBUG"
 
@@ -52,7 +52,7 @@ COMMANDS = {
     "export": Command("mavias.cli.export", "export_command",
                       "Export the main model (backbone + head, never the bias projection) as ONNX, verified against "
                       "PyTorch."),
-    "serve": Command("mavias.serve.launch", "serve_command",
+    "serve": Command("mavias.cli.serve", "serve_command",
                      "Serve an exported model (open inference protocol V1/V2 over REST and gRPC, on 127.0.0.1); see "
                      "--help."),
     "data": Command("mavias.cli.data", "app", "Built-in benchmarks (make) and importers of image folders and "
@@ -63,8 +63,9 @@ COMMANDS = {
                      "`mavias judge`: decide per class which tags are relevant (intrinsic) and which are potential "
                      "biases."),
     "encode": Command("mavias.cli.encode", "app",
-                      "`mavias encode`: irrelevant tags of each sample -> one bias embedding per distinct tag set, "
-                      "stored once."),
+                      "`mavias encode`: the irrelevant tags of each sample -> one bias embedding per distinct tag "
+                      "set, stored once in the workspace's embedding store (which training reads; `mavias discover` "
+                      "does this as its last step)."),
     "discover": Command("mavias.cli.discover", "app",
                         "`mavias discover --partition P`: tag -> judge -> encode one partition, paying only for what "
                         "is new."),

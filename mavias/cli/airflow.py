@@ -1,5 +1,5 @@
 """``mavias airflow up|down``: run the nightly DAG under a real local Airflow stack (see
-:mod:`mavias.nightly.local_airflow`)."""
+:mod:`mavias.ops.airflow_stack.stack`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mavias.nightly import local_airflow
+from mavias.ops.airflow_stack import stack as local_airflow
 
 app = typer.Typer(help="A local Airflow stack: LocalExecutor on SQLite, or CeleryExecutor with PostgreSQL, Redis and "
                        "two workers (default and gpu queues).")

@@ -1,4 +1,4 @@
-"""`mavias audit PATH --out DIR`: your own images audited in one command (:mod:`mavias.audit`)."""
+"""`mavias audit PATH --out DIR`: your own images audited in one command (:mod:`mavias.ops.audit`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,33 @@ from typing import Annotated
 
 import typer
 
-from mavias.cli.discover import LlmModel
-from mavias.cli.judge import BaseUrl, JudgeKind
-from mavias.cli.tag import AllowDownload, Model, Pretrained, Threshold, TopK, VocabularyPath, WeightsDir
-from mavias.cli.train import MinSupport, _overrides, console, summary_table, warn
-from mavias.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
-from mavias.evaluate.metrics import MIN_SUPPORT
-from mavias.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
+from mavias.cli.options import (
+    AllowDownload,
+    ConfigFile,
+    JudgeKind,
+    LlmBaseUrl,
+    LlmMaxRetries,
+    LlmModel,
+    LlmTimeout,
+    MinSupport,
+    Overrides,
+    Preset,
+    Pretrained,
+    TaggerModel,
+    Threshold,
+    TopK,
+    VocabularyPath,
+    WeightsDir,
+    console,
+    parse_overrides,
+    warn,
+)
+from mavias.cli.train import summary_table
+from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
+from mavias.core.evaluate.metrics import MIN_SUPPORT
+from mavias.core.judging.factory import DEFAULT_BASE_URL, DEFAULT_LLM_MODEL, JudgeSettings
+from mavias.core.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
+from mavias.core.tagging.factory import TaggerSettings
 
 
 def audit_command(
@@ -24,7 +44,7 @@ def audit_command(
                                                              "PATH) or Parquet with a list column tags")] = None,
     min_support: MinSupport = MIN_SUPPORT,
     layout: Annotated[str, typer.Option(help="auto, imagefolder, waterbirds, celeba, urbancars or manifest")] = "auto",
-    model: Model = OPENCLIP_MODEL,
+    tagger_model: TaggerModel = OPENCLIP_MODEL,
     pretrained: Pretrained = OPENCLIP_PRETRAINED,
     vocabulary: VocabularyPath = None,
     threshold: Threshold = TAG_THRESHOLD,
@@ -34,23 +54,29 @@ def audit_command(
     allow_random_tags: Annotated[bool, typer.Option(help="tag with random weights (--pretrained none) although the "
                                                          "tags are noise")] = False,
     judge: JudgeKind = "offline",
-    base_url: BaseUrl = "https://api.openai.com/v1",
-    llm_model: LlmModel = "gpt-4o",
-    config: Annotated[Path | None, typer.Option("--config", help="YAML training config (default: the recipe)")] = None,
-    preset: Annotated[str | None, typer.Option("--preset", help="paper preset")] = None,
-    set_: Annotated[list[str], typer.Option("--set", help="training override of both runs, e.g. --set epochs=20")] = [],
+    base_url: LlmBaseUrl = DEFAULT_BASE_URL,
+    llm_model: LlmModel = DEFAULT_LLM_MODEL,
+    timeout: LlmTimeout = 120.0,
+    max_retries: LlmMaxRetries = 5,
+    config: ConfigFile = None,
+    preset: Preset = None,
+    set_: Overrides = [],
     gates: Annotated[Path | None, typer.Option("--gates", help="quality-gate YAML (default: the shipped one)")] = None,
     device: Annotated[str, typer.Option(help="auto (GPU when present), cpu, cuda")] = "auto",
     name: Annotated[str | None, typer.Option(help="the model's name (default: the data folder's)")] = None,
 ) -> None:
     """Audit your own images in one command: import, tag, judge, ERM reference, MAVias, evaluate, export and the HTML
     report, resumably."""
-    from mavias.audit import AuditOptions, TaggerSettings, run_audit
+    from mavias.ops.audit import AuditOptions, run_audit
 
-    tagger = TaggerSettings(model, pretrained, vocabulary, threshold, top_k, weights_dir, allow_download,
-                            allow_random_tags)
-    result = run_audit(AuditOptions(path, out, tags, layout, min_support, tagger, judge, base_url, llm_model, config,
-                                    preset, _overrides(set_), gates, device, name))
+    tagger = TaggerSettings(model=tagger_model, pretrained=pretrained, vocabulary=vocabulary, threshold=threshold,
+                            top_k=top_k, weights_dir=weights_dir, allow_download=allow_download)
+    judge_settings = JudgeSettings(kind=judge, base_url=base_url, model=llm_model, timeout=timeout,
+                                   max_retries=max_retries)
+    result = run_audit(AuditOptions(path=path, out=out, tags=tags, layout=layout, min_support=min_support,
+                                    tagger=tagger, allow_random_tags=allow_random_tags, judge=judge_settings,
+                                    config=config, preset=preset, overrides=parse_overrides(set_), gates=gates,
+                                    device=device, name=name))
     table, _ = summary_table(result.evaluation)
     console.print(table)
     warn(result.caveats)

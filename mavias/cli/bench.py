@@ -22,7 +22,7 @@ def pipeline_command(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
 ) -> None:
     """The demo's two nights: wall time per task, night 2 vs night 1 work, ONNX vs PyTorch CPU latency."""
-    from mavias.bench.pipeline import run_pipeline_bench
+    from mavias.tools.bench.pipeline import run_pipeline_bench
 
     run_pipeline_bench(work, runs=runs, threads=threads, json_path=json_out)
 
@@ -64,7 +64,7 @@ def core(
 ) -> None:
     """Every method (ERM, JTT, LfF, SD, FLAC-B, DebiAN, MAVias, GroupDRO oracle) tuned with the same budget on every
     built-in benchmark, then its choice trained on every seed."""
-    from mavias.bench.core import run_core_bench
+    from mavias.tools.bench.core import run_core_bench
 
     report = run_core_bench(work, seeds=seeds, trials=trials, benchmarks=benchmark, methods=method,
                             json_path=json_out, workers=workers, progress=True, moons=moons)
@@ -101,7 +101,7 @@ def audit(
 ) -> None:
     """How well the label-free audit finds each benchmark's shortcuts (B' precision / recall against the true
     shortcut tags), and how well its worst group tracks the true one over checkpoints of differing bias."""
-    from mavias.bench.audit import run_audit_bench
+    from mavias.tools.bench.audit import run_audit_bench
 
     report = run_audit_bench(work, seeds=seeds, benchmarks=benchmark, json_path=json_out, progress=True)
     table = Table(title="label-free audit (test; floors: recall >= 0.9, precision >= 0.8, rho >= 0.8, gap <= 10)")
@@ -129,7 +129,7 @@ def criteria(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results (every checkpoint) as JSON")] = None,
 ) -> None:
     """How well each selection criterion ranks checkpoints by test worst-group accuracy (analysis, 8 runs)."""
-    from mavias.bench.criteria import run_criteria_bench
+    from mavias.tools.bench.criteria import run_criteria_bench
 
     report = run_criteria_bench(work, benchmark=benchmark, seed=seed, json_path=json_out, progress=True)
     label = "held out" if report["held_out"] else "seen while choosing defaults"
@@ -156,7 +156,7 @@ def discovery(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
 ) -> None:
     """Tagger images/s, encodings/s with and without dedupe, LLM requests per class, judge precision/recall."""
-    from mavias.bench.discovery import run_discovery_bench
+    from mavias.tools.bench.discovery import run_discovery_bench
 
     run_discovery_bench(work, model=model, tag_images=tag_images, device=device, base_url=base_url, llm_model=llm_model,
                         json_path=json_out, console=console)
@@ -172,7 +172,7 @@ def scale(
     plot: Annotated[Path | None, typer.Option(help="write the time and memory plot (PNG)")] = None,
 ) -> None:
     """One night per data size (1x, 4x, 16x a partition): seconds and peak memory per step, with the work done."""
-    from mavias.bench.scale import STEPS, run_scale_bench
+    from mavias.tools.bench.scale import STEPS, run_scale_bench
 
     multiples = _multiples(scales)
     runs = run_scale_bench(work, scales=multiples, base=base, json_path=json_out, plot_path=plot)
@@ -208,7 +208,7 @@ def data(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
 ) -> None:
     """Import speed (imagefolder, Waterbirds) and ResNet-18 training throughput, ERM vs MAVias."""
-    from mavias.bench.data import run_data_bench
+    from mavias.tools.bench.data import run_data_bench
 
     report = run_data_bench(work, n_files=n_files, batches=batches, batch_size=batch_size, image_size=image_size,
                             device=device, json_path=json_out)
@@ -227,7 +227,7 @@ def serve(
     """The model server's requests/s and p50/p99 latency at batch 1 and 32 (CPU; tritonclient, a lean gRPC
     client and a lean REST client) vs a bare ONNX Runtime call; liveness latency under 8 maximum-size clients; peak
     RSS under image bombs."""
-    from mavias.bench.serve import run_serve_bench
+    from mavias.tools.bench.serve import run_serve_bench
     from mavias.utils.atomic import write_json
 
     report = run_serve_bench(model_dir, seconds=seconds, max_requests=max_requests, work=work)

@@ -13,16 +13,16 @@ from typing import Annotated
 import typer
 from pydantic import BaseModel, ValidationError
 
-from mavias.datasets.base import ImportResult, check_out_dir, write_import
-from mavias.datasets.celeba import import_celeba
-from mavias.datasets.imagefolder import SplitOptions, import_imagefolder
-from mavias.datasets.imagenet9 import import_imagenet9
-from mavias.datasets.s3 import import_s3, settings_for
-from mavias.datasets.sidecar import attach_tags
-from mavias.datasets.urbancars import import_urbancars
-from mavias.datasets.waterbirds import import_waterbirds
-from mavias.manifest import small_class_warnings
-from mavias.manifest.info import DatasetInfo, write_dataset_info
+from mavias.core.datasets.base import ImportResult, check_out_dir, write_import
+from mavias.core.datasets.celeba import import_celeba
+from mavias.core.datasets.imagefolder import SplitOptions, import_imagefolder
+from mavias.core.datasets.imagenet9 import import_imagenet9
+from mavias.core.datasets.s3 import import_s3, settings_for
+from mavias.core.datasets.sidecar import attach_tags
+from mavias.core.datasets.urbancars import import_urbancars
+from mavias.core.datasets.waterbirds import import_waterbirds
+from mavias.core.manifest import small_class_warnings
+from mavias.core.manifest.info import DatasetInfo, write_dataset_info
 from mavias.utils.console import make_console
 
 app = typer.Typer(help="Built-in benchmarks (make) and importers of image folders and published datasets (import).",
@@ -37,7 +37,7 @@ SeedOption = Annotated[int | None, typer.Option(help="random seed")]
 
 
 def _make(name: str, out: Path, options: dict) -> None:
-    from mavias.benchmarks import BENCHMARKS
+    from mavias.core.synthetic import BENCHMARKS
 
     benchmark = BENCHMARKS[name]
     try:

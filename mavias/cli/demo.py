@@ -1,4 +1,4 @@
-"""`mavias demo`: two nights of the nightly DAG on this machine, offline (:mod:`mavias.demo`), then one real
+"""`mavias demo`: two nights of the nightly DAG on this machine, offline (:mod:`mavias.tools.demo`), then one real
 request to the model server on the promoted model."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from mavias.demo.run import MODEL_NAME, print_summary, run_demo
-from mavias.serve.try_it import show_round_trip
+from mavias.tools.demo.run import MODEL_NAME, print_summary, run_demo
+from mavias.ops.serve.try_it import show_round_trip
 from mavias.utils.console import make_console
 
 

@@ -8,36 +8,42 @@ from typing import Annotated
 
 import typer
 
-from mavias.cli.encode import EncodeMode, EncoderKind, EncoderModel
-from mavias.cli.judge import BaseUrl, JudgeKind, ReviewPath
-from mavias.cli.tag import (
+from mavias.cli.options import (
     AllowDownload,
-    BatchSize,
     CacheDir,
     Device,
-    Model,
+    EncodeMode,
+    EncoderSpec,
+    ImageBatchSize,
+    JudgeKind,
+    LlmBaseUrl,
+    LlmMaxRetries,
+    LlmModel,
+    LlmTimeout,
     Pretrained,
+    ReviewPath,
     TaggerKind,
+    TaggerModel,
     Threshold,
     TopK,
     VocabularyPath,
     WeightsDir,
     Workers,
+    console,
     counts_table,
+    warn,
 )
-from mavias.discover import Workspace, discover_partition, partition_name, resolve_manifest
-from mavias.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
-from mavias.encode.factory import make_encoder
-from mavias.judging.factory import make_judge
-from mavias.judging.review import load_review
-from mavias.manifest import load_manifest
-from mavias.tagging.base import read_tags, tagging_warnings
-from mavias.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
-from mavias.tagging.factory import make_tagger, resolve_tagger_kind
-from mavias.tagging.run import DEFAULT_NUM_SHARDS
-from mavias.utils.console import make_console
-
-LlmModel = Annotated[str, typer.Option("--llm-model", envvar="MAVIAS_LLM_MODEL", help="LLM model name (--judge llm)")]
+from mavias.core.discovery import Workspace, discover_partition, manifest_file, partition_name
+from mavias.core.encode import make_encoder
+from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
+from mavias.core.encode.factory import MINILM
+from mavias.core.judging.factory import DEFAULT_BASE_URL, DEFAULT_LLM_MODEL, JudgeSettings, make_judge
+from mavias.core.judging.review import load_review
+from mavias.core.manifest import load_manifest
+from mavias.core.tagging.base import read_tags, tagging_warnings
+from mavias.core.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
+from mavias.core.tagging.factory import TaggerSettings, make_tagger
+from mavias.core.tagging.run import DEFAULT_NUM_SHARDS
 
 app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)
 
@@ -50,21 +56,22 @@ def discover(
     ),
     name: Annotated[str | None, typer.Option(help="partition name (default: the manifest's folder name)")] = None,
     tagger: TaggerKind = "auto",
-    model: Model = OPENCLIP_MODEL,
+    tagger_model: TaggerModel = OPENCLIP_MODEL,
     pretrained: Pretrained = OPENCLIP_PRETRAINED,
     vocabulary: VocabularyPath = None,
     threshold: Threshold = TAG_THRESHOLD,
     top_k: TopK = TAG_TOP_K,
     judge: JudgeKind = "offline",
-    base_url: BaseUrl = "https://api.openai.com/v1",
-    llm_model: LlmModel = "gpt-4o",
+    base_url: LlmBaseUrl = DEFAULT_BASE_URL,
+    llm_model: LlmModel = DEFAULT_LLM_MODEL,
+    timeout: LlmTimeout = 120.0,
+    max_retries: LlmMaxRetries = 5,
     review: ReviewPath = None,
-    encoder: EncoderKind = "sentence",
-    encoder_model: EncoderModel = None,
+    encoder: EncoderSpec = MINILM,
     mode: EncodeMode = "collective",
     device: Device = "auto",
     num_shards: Annotated[int, typer.Option(help="tagging shards (each committed atomically)")] = DEFAULT_NUM_SHARDS,
-    batch_size: BatchSize = 32,
+    batch_size: ImageBatchSize = 32,
     workers: Workers = 2,
     cache_dir: CacheDir = None,
     weights_dir: WeightsDir = None,
@@ -72,28 +79,26 @@ def discover(
 ) -> None:
     """Run tag -> judge -> encode on a partition and print what it cost (zero on a second run), where its tags and
     relevance decisions are, and the training command that uses them."""
-    manifest_path = resolve_manifest(partition)
+    manifest_path = manifest_file(partition)
     manifest = load_manifest(manifest_path, check_files=False)
-    tagger_obj = make_tagger(resolve_tagger_kind(tagger, manifest), model=model, pretrained=pretrained,
-                             vocabulary=vocabulary, threshold=threshold, top_k=top_k, device=device,
-                             cache_dir=cache_dir, weights_dir=weights_dir, allow_download=allow_download)
-    encoder_obj = make_encoder(
-        encoder,
-        model=encoder_model or (model if encoder == "openclip" else None),  # same family as the tagger
-        pretrained=pretrained, mode=mode, device=device, weights_dir=weights_dir, allow_download=allow_download,
-    )
-    counts = discover_partition(partition, workspace, tagger_obj, make_judge(judge, base_url=base_url, model=llm_model),
-                                encoder_obj, name=name, review=load_review(review) if review else None,
-                                num_shards=num_shards, batch_size=batch_size, num_workers=workers)
+    tagger_obj = make_tagger(TaggerSettings(kind=tagger, model=tagger_model, pretrained=pretrained,
+                                            vocabulary=vocabulary, threshold=threshold, top_k=top_k, device=device,
+                                            cache_dir=cache_dir, weights_dir=weights_dir,
+                                            allow_download=allow_download), manifest)
+    encoder_obj = make_encoder(encoder, mode=mode, device=device, weights_dir=weights_dir,
+                               allow_download=allow_download)
+    judge_obj = make_judge(JudgeSettings(kind=judge, base_url=base_url, model=llm_model, timeout=timeout,
+                                         max_retries=max_retries))
+    counts = discover_partition(partition, workspace, tagger_obj, judge_obj, encoder_obj, name=name,
+                                review=load_review(review) if review else None, num_shards=num_shards,
+                                batch_size=batch_size, num_workers=workers)
     summary = asdict(counts)
     per_class = summary.pop("llm_requests_per_class")
     summary |= {f"llm requests: {cls}": n for cls, n in per_class.items()}
-    console = make_console()
     console.print(counts_table(f"discovery of {partition}", summary))
     ws, part = Workspace(workspace), partition_name(partition, name)
     usable = counts.images - counts.images_quarantined
-    for warning in tagging_warnings(tagger_obj, read_tags(ws.tags_table(part)), usable):
-        console.print(f"[bold red]warning:[/] {warning}")
+    warn(tagging_warnings(tagger_obj, read_tags(ws.tags_table(part)), usable))
     console.print(f"tags: {ws.tags_table(part)}\nrelevance decisions: {ws.relevance(part)}\n"
                   f"next: mavias train --manifest {manifest_path} --relevance {ws.relevance(part)} "
                   f"--tags {ws.tags_table(part)} --workspace {workspace} --set method=erm --out runs/erm",

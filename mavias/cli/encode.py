@@ -1,4 +1,5 @@
-"""`mavias encode`: irrelevant tags of each sample -> one bias embedding per distinct tag set, stored once."""
+"""`mavias encode`: the irrelevant tags of each sample -> one bias embedding per distinct tag set, stored once in the
+workspace's embedding store (which training reads; `mavias discover` does this as its last step)."""
 
 from __future__ import annotations
 
@@ -8,25 +9,8 @@ from typing import Annotated
 
 import typer
 
-from mavias.cli.tag import AllowDownload, Device, Pretrained, WeightsDir, counts_table
-from mavias.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
-from mavias.encode.factory import make_encoder
-from mavias.encode.samples import encode_samples, save_sample_embeddings
-from mavias.encode.sentence import DEFAULT_MODEL as SENTENCE_MODEL
-from mavias.encode.store import EmbeddingStore
-from mavias.manifest import load_manifest
-from mavias.relevance import irrelevant_tags, load_relevance
-from mavias.tagging.base import read_tags, tag_lists
-from mavias.utils.console import make_console
-
-EncoderKind = Annotated[
-    str, typer.Option("--encoder", help="sentence (offline MiniLM, default) or openclip (the paper's CLIP text tower)")
-]
-EncoderModel = Annotated[
-    str | None, typer.Option("--encoder-model", help=f"default {SENTENCE_MODEL} / {OPENCLIP_MODEL}")
-]
-EncodeMode = Annotated[str, typer.Option(help="openclip: collective (one prompt) or separate (mean per tag)")]
-
+from mavias.cli.options import AllowDownload, Device, EncodeMode, EncoderSpec, WeightsDir, console, counts_table
+from mavias.core.encode.factory import MINILM
 
 app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)
 
@@ -35,34 +19,32 @@ app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=Tru
 def encode(
     manifest: Annotated[Path, typer.Option(help="manifest (.parquet or .csv)")],
     relevance: Annotated[Path, typer.Option(help="relevance table (class, tag, relevant, source)")],
-    store: Annotated[Path, typer.Option(help="embedding store folder (shared across partitions)")],
-    out: Annotated[Path, typer.Option(help="sample embeddings table to write (sample_id, key)")],
+    workspace: Annotated[Path, typer.Option(help="workspace whose embedding store receives the vectors (the "
+                                                 "--workspace of `mavias train`)")] = Path(".mavias"),
     tags: Annotated[Path | None, typer.Option(help="tags table (default: the manifest's tags column)")] = None,
-    encoder: EncoderKind = "sentence",
-    encoder_model: EncoderModel = None,
-    pretrained: Pretrained = OPENCLIP_PRETRAINED,
+    encoder: EncoderSpec = MINILM,
     mode: EncodeMode = "collective",
     device: Device = "auto",
     weights_dir: WeightsDir = None,
     allow_download: AllowDownload = False,
 ) -> None:
     """Encode each sample's irrelevant tags; tag sets already in the store are never encoded again."""
+    from mavias.core.discovery import Workspace
+    from mavias.core.encode import EmbeddingStore, bias_embeddings, make_encoder
+    from mavias.core.manifest import load_manifest
+    from mavias.core.relevance import load_relevance
+    from mavias.core.tagging.base import read_tags, tag_lists
+
     df = load_manifest(manifest, check_files=False)
-    sample_tags = tag_lists(read_tags(tags), df["sample_id"]) if tags else df["tags"]
-    bias_tags = irrelevant_tags(df["label"], sample_tags.set_axis(df.index), load_relevance(relevance))
-    text_encoder = make_encoder(
-        encoder,
-        model=encoder_model,
-        pretrained=pretrained,
-        mode=mode,
-        device=device,
-        weights_dir=weights_dir,
-        allow_download=allow_download,
-    )
-    keys, n_encoded = encode_samples(df["sample_id"], bias_tags, text_encoder, EmbeddingStore(store))
-    save_sample_embeddings(keys, out)
-    counts = {"samples": len(keys), "distinct prompts": keys["key"].nunique(), "prompts encoded": n_encoded}
+    sample_tags = tag_lists(read_tags(tags), df["sample_id"]).set_axis(df.index) if tags else df["tags"]
+    text_encoder = make_encoder(encoder, mode=mode, device=device, weights_dir=weights_dir,
+                                allow_download=allow_download)
+    store = Workspace(workspace).embeddings(text_encoder.encoder_id)
+    embedded = bias_embeddings(df["label"], sample_tags, load_relevance(relevance), text_encoder,
+                               EmbeddingStore(store))
+    counts = {"samples": len(df), "distinct prompts": embedded.distinct_prompts, "prompts encoded": embedded.encoded}
     token_limit = getattr(text_encoder, "token_limit", None)  # OpenCLIP encoders count context-window overflows
     if token_limit is not None:
         counts |= {f"token limit: {k}": v for k, v in asdict(token_limit).items()}
-    make_console().print(counts_table(f"encoding with {text_encoder.encoder_id}", counts))
+    console.print(counts_table(f"encoding with {text_encoder.encoder_id}", counts))
+    console.print(f"store: {store}")

@@ -1,5 +1,5 @@
 """``mavias export``: a run's main model (backbone + head) as verified ONNX, with its model card next to it
-(:func:`mavias.export.version.export_checkpoint`)."""
+(:func:`mavias.ops.export.version.export_checkpoint`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from mavias.errors import UserError
-from mavias.export.version import export_checkpoint
-from mavias.registry.model_card import CARD_NAME
-from mavias.train.trainer import run_checkpoint
+from mavias.ops.export.version import export_checkpoint
+from mavias.ops.registry.model_card import CARD_NAME
+from mavias.cli.options import run_checkpoint
 
 
 def export_command(

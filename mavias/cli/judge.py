@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -15,9 +14,9 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mavias.judging.base import BATCH_SIZE, JudgeError, JudgeStats, RelevanceJudge
-from mavias.judging.cache import DecisionCache, decide_all
-from mavias.judging.evaluate import (
+from mavias.core.judging.base import BATCH_SIZE, JudgeStats, RelevanceJudge
+from mavias.core.judging.cache import DecisionCache, decide_all
+from mavias.core.judging.quality import (
     TRUTH_DIR,
     Evaluation,
     decision_errors,
@@ -25,48 +24,32 @@ from mavias.judging.evaluate import (
     evaluate_relevance,
     evaluation_table,
 )
-from mavias.judging.factory import JUDGE_KINDS, make_judge
-from mavias.judging.review import apply_review, export_review, load_review
-from mavias.manifest import load_manifest
-from mavias.relevance import load_relevance, save_relevance
-from mavias.utils.console import make_console
+from mavias.core.judging.factory import DEFAULT_BASE_URL, DEFAULT_LLM_MODEL, JUDGE_KINDS, JudgeSettings, make_judge
+from mavias.core.judging.review import apply_review, export_review, load_review
+from mavias.core.manifest import load_manifest
+from mavias.core.relevance import load_relevance, save_relevance
+from mavias.cli.options import (
+    JudgeKind,
+    LlmBaseUrl,
+    LlmMaxRetries,
+    LlmModel,
+    LlmTimeout,
+    Reasoning,
+    ReviewPath,
+    Samples,
+    SystemInUser,
+    console,
+)
 
 BENCHMARKS = ("synthetic-scenes", "realworld-dev", "realworld-heldout", "realworld-unseen", "realworld-blind")
 
-JudgeKind = Annotated[str, typer.Option("--judge", help="offline (WordNet + MiniLM, no network) or llm")]
-BaseUrl = Annotated[
-    str, typer.Option(envvar="MAVIAS_LLM_BASE_URL", help="OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp)")
-]
-ModelName = Annotated[str, typer.Option("--model", envvar="MAVIAS_LLM_MODEL", help="LLM model name")]
-Timeout = Annotated[float, typer.Option(help="seconds per LLM request")]
-MaxRetries = Annotated[int, typer.Option(help="retries per batch on 429 / 5xx / timeouts")]
-SystemInUser = Annotated[
-    bool, typer.Option(help="send the instructions in the user message (chat templates that drop the system role)")
-]
 CachePath = Annotated[
     Path | None, typer.Option("--cache", help="decision cache, SQLite (default ~/.cache/mavias/judge-decisions.sqlite)")
 ]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="judge every tag again and store nothing")]
-ReviewPath = Annotated[Path | None, typer.Option("--review", help="reviewed decisions (YAML) that override the judge")]
 BatchSize = Annotated[int, typer.Option(help="tags per judge call", min=1, max=BATCH_SIZE)]
-Reasoning = Annotated[
-    bool,
-    typer.Option(help="reasoning model: max_completion_tokens, default temperature (else learnt from the first 400)"),
-]
-Samples = Annotated[int, typer.Option(help="LLM answers per batch, majority vote (self-consistency)", min=1)]
 
 app = typer.Typer(help=__doc__, no_args_is_help=True)
-console = make_console()
-
-
-@contextmanager
-def judge_errors_exit() -> Iterator[None]:
-    """A judge that cannot decide ends the command with its message, not a traceback."""
-    try:
-        yield
-    except JudgeError as error:
-        console.print(f"[red]judge error:[/red] {error}")
-        raise typer.Exit(1) from error
 
 
 def default_cache_path() -> Path:
@@ -78,37 +61,20 @@ def default_cache_path() -> Path:
 class JudgeOptions:
     """The command-line choice of judge, cache and review, shared by `run` and `eval`."""
 
-    kind: str = "offline"
-    base_url: str = "https://api.openai.com/v1"
-    model: str = "gpt-4o"
-    timeout: float = 120.0
-    max_retries: int = 5
-    system_in_user: bool = False
+    settings: JudgeSettings = JudgeSettings()
     cache: Path | None = None
     no_cache: bool = False
     review: Path | None = None
     batch_size: int = BATCH_SIZE
-    reasoning: bool = False
-    samples: int = 1
 
     def decide(self, wanted: dict[str, set[str]]) -> tuple[pd.DataFrame, RelevanceJudge]:
         """Decide every (class, tag) with a live count of the tags sent to the judge; the judge comes back too."""
         reviewed = load_review(self.review) if self.review else None
         with (
-            judge_errors_exit(),
             nullcontext(None) if self.no_cache else DecisionCache(self.cache or default_cache_path()) as cache,
             Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar,
         ):
-            judge = make_judge(
-                self.kind,
-                base_url=self.base_url,
-                model=self.model,
-                timeout=self.timeout,
-                max_retries=self.max_retries,
-                system_prompt_in_user=self.system_in_user,
-                reasoning=self.reasoning,
-                samples=self.samples,
-            )
+            judge = make_judge(self.settings)
             task = bar.add_task(f"judging with {judge.judge_id}", total=None)
             judged = 0
 
@@ -167,10 +133,10 @@ def run(
     vocabulary: Annotated[Path | None, typer.Option(help="vocabulary for --classes (default: built-in)")] = None,
     out: Annotated[Path, typer.Option(help="relevance table to write")] = Path("relevance.parquet"),
     judge: JudgeKind = "offline",
-    base_url: BaseUrl = "https://api.openai.com/v1",
-    model: ModelName = "gpt-4o",
-    timeout: Timeout = 120.0,
-    max_retries: MaxRetries = 5,
+    base_url: LlmBaseUrl = DEFAULT_BASE_URL,
+    llm_model: LlmModel = DEFAULT_LLM_MODEL,
+    timeout: LlmTimeout = 120.0,
+    max_retries: LlmMaxRetries = 5,
     system_in_user: SystemInUser = False,
     cache: CachePath = None,
     no_cache: NoCache = False,
@@ -183,16 +149,15 @@ def run(
     if (manifest is None) == (classes is None):
         raise typer.BadParameter("pass either --manifest or --classes")
     if classes is not None:
-        from mavias.tagging.vocabulary import load_vocabulary
+        from mavias.core.tagging.vocabulary import load_vocabulary
 
         words = set(load_vocabulary(vocabulary))
         wanted = {name.strip(): words for name in classes.split(",") if name.strip()}
     else:
         wanted = tags_by_class(manifest, tags)
-    options = JudgeOptions(
-        judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size, reasoning,
-        samples,
-    )  # fmt: skip
+    settings = JudgeSettings(kind=judge, base_url=base_url, model=llm_model, timeout=timeout, max_retries=max_retries,
+                             system_prompt_in_user=system_in_user, reasoning=reasoning, samples=samples)
+    options = JudgeOptions(settings=settings, cache=cache, no_cache=no_cache, review=review, batch_size=batch_size)
     table, judge_obj = options.decide(wanted)
     save_relevance(table, out)
     console.print(summary_table(table))
@@ -219,7 +184,7 @@ def load_truth(truth: Path | None, benchmark: str | None) -> tuple[pd.DataFrame,
         raise typer.BadParameter(f"unknown benchmark {benchmark!r}; use one of {BENCHMARKS}")
     if benchmark.startswith("realworld-"):
         return load_relevance(TRUTH_DIR / f"{benchmark}.csv"), benchmark
-    from mavias.benchmarks.synthetic_scenes import SyntheticScenesConfig, ground_truth_relevance
+    from mavias.core.synthetic.synthetic_scenes import SyntheticScenesConfig, ground_truth_relevance
 
     return ground_truth_relevance(SyntheticScenesConfig().classes), benchmark
 
@@ -232,10 +197,10 @@ def eval_command(
         Path | None, typer.Option(help="score this relevance table instead of running a judge")
     ] = None,
     judge: JudgeKind = "offline",
-    base_url: BaseUrl = "https://api.openai.com/v1",
-    model: ModelName = "gpt-4o",
-    timeout: Timeout = 120.0,
-    max_retries: MaxRetries = 5,
+    base_url: LlmBaseUrl = DEFAULT_BASE_URL,
+    llm_model: LlmModel = DEFAULT_LLM_MODEL,
+    timeout: LlmTimeout = 120.0,
+    max_retries: LlmMaxRetries = 5,
     system_in_user: SystemInUser = False,
     cache: CachePath = None,
     no_cache: NoCache = False,
@@ -256,10 +221,9 @@ def eval_command(
     wanted = {str(n): set(rows["tag"]) for n, rows in truth_table.groupby("class")}
     if compare is not None and compare not in JUDGE_KINDS:
         raise typer.BadParameter(f"unknown judge {compare!r} for --compare; use one of {JUDGE_KINDS}")
-    options = JudgeOptions(
-        judge, base_url, model, timeout, max_retries, system_in_user, cache, no_cache, review, batch_size, reasoning,
-        samples,
-    )  # fmt: skip
+    settings = JudgeSettings(kind=judge, base_url=base_url, model=llm_model, timeout=timeout, max_retries=max_retries,
+                             system_prompt_in_user=system_in_user, reasoning=reasoning, samples=samples)
+    options = JudgeOptions(settings=settings, cache=cache, no_cache=no_cache, review=review, batch_size=batch_size)
     if predicted is not None:
         table = load_relevance(predicted)
         runs = [(predicted.stem, apply_review(table, load_review(review)) if review else table, None)]
@@ -267,7 +231,8 @@ def eval_command(
         table, judge_obj = options.decide(wanted)
         runs = [(judge_obj.judge_id, table, judge_obj.stats.requests)]
     if compare is not None:
-        table, judge_obj = dataclasses.replace(options, kind=compare).decide(wanted)
+        table, judge_obj = dataclasses.replace(options, settings=dataclasses.replace(settings, kind=compare)).decide(
+            wanted)
         runs.append((judge_obj.judge_id, table, judge_obj.stats.requests))
     evaluations = []
     for label, table, _ in runs:

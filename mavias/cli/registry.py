@@ -17,9 +17,9 @@ from typing import Annotated
 import typer
 
 from mavias.errors import UserError
-from mavias.registry import ModelRegistry, PointerRecord, PromotionConflict, RegistryError
-from mavias.registry.kubernetes import CONTAINER, InferenceServiceError, InferenceServiceRef, point_inference_service
-from mavias.registry.storage import load_settings, make_s3_client
+from mavias.ops.registry import ModelRegistry, PointerRecord, PromotionConflict, RegistryError
+from mavias.ops.registry.kubernetes import CONTAINER, InferenceServiceError, InferenceServiceRef, point_inference_service
+from mavias.storage.s3 import load_settings, make_s3_client
 
 app = typer.Typer(help="Model registry: immutable versions, atomic production pointer, history, rollback.")
 

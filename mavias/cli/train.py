@@ -6,66 +6,39 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
 import typer
-import yaml
 from rich.table import Table
 
-from mavias.discover import Workspace as DiscoveryWorkspace
-from mavias.evaluate.explain import small_group_caveats
-from mavias.evaluate.metrics import MIN_SUPPORT
-from mavias.manifest import load_manifest, read_dataset_info, small_class_warnings
-from mavias.relevance import load_relevance
-from mavias.train.config import TrainConfig, load_config, preset_names
-from mavias.train.distributed import check_supported
-from mavias.train.encoder import encoder_from_spec
-from mavias.train.model import weights_file
-from mavias.train.prepare import PreparedData, prepare_image_data
-from mavias.utils.console import make_console
-
-console = make_console()
-
-Manifest = Annotated[Path, typer.Option("--manifest", help="dataset manifest (.parquet or .csv)", exists=True)]
-Relevance = Annotated[Path, typer.Option("--relevance", help="relevance table (class, tag, relevant, source)", exists=True)]
-Tags = Annotated[Path | None, typer.Option("--tags", help="tags table from `mavias tag`; default: the manifest's tags")]
-Workspace = Annotated[Path, typer.Option("--workspace", help="cache folder for bias embeddings")]
-GroupAttrs = Annotated[str, typer.Option("--group-attrs", help="comma-separated attr_* columns forming true groups")]
-MinSupport = Annotated[int, typer.Option("--min-support", min=1, help="samples a (class, tag) pair needs to enter B', "
-                                         "and a group needs for its accuracy to count (smaller ones are flagged)")]
-
-
-def _prepare(manifest: Path, relevance: Path, tags: Path | None, workspace: Path, cfg: TrainConfig, group_attrs: str,
-             out: Path) -> PreparedData:
-    encoder = encoder_from_spec(cfg.encoder)
-    return prepare_image_data(
-        manifest,
-        relevance=load_relevance(relevance),
-        tags_table=None if tags is None else pd.read_parquet(tags),
-        encoder=encoder,
-        store_dir=DiscoveryWorkspace(workspace).embeddings(encoder.encoder_id),
-        config=cfg,
-        group_attrs=[a for a in group_attrs.split(",") if a],
-        quarantine_csv=out / "quarantine.csv",
-    )
-
-
-def _overrides(values: list[str]) -> dict:
-    pairs = {}
-    for item in values:
-        if "=" not in item:
-            raise typer.BadParameter(f"--set takes key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        pairs[key] = yaml.safe_load(value)
-    return pairs
-
+from mavias.cli.options import (
+    ConfigFile,
+    GroupAttrs,
+    Manifest,
+    MinSupport,
+    Overrides,
+    Preset,
+    Relevance,
+    Tags,
+    Workspace,
+    console,
+    parse_overrides,
+    prepare_data,
+    run_checkpoint,
+    warn,
+)
+from mavias.core.evaluate.explain import small_group_caveats
+from mavias.core.evaluate.metrics import MIN_SUPPORT
+from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
+from mavias.core.train.config import load_config
+from mavias.core.train.distributed import check_supported
+from mavias.core.train.model import weights_file
 
 def train(
     manifest: Manifest,
     relevance: Relevance,
     out: Annotated[Path, typer.Option("--out", help="run folder (resumes if it holds a checkpoint)")],
-    config: Annotated[Path | None, typer.Option("--config", help="YAML training config")] = None,
-    preset: Annotated[str | None, typer.Option("--preset", help=f"paper preset: {', '.join(preset_names())}")] = None,
-    set_: Annotated[list[str], typer.Option("--set", help="override, e.g. --set mavias.lam=0.4")] = [],
+    config: ConfigFile = None,
+    preset: Preset = None,
+    set_: Overrides = [],
     tags: Tags = None,
     reference: Annotated[Path | None, typer.Option("--reference", help="ERM reference run folder (for selection val_tag_wg)")] = None,
     group_attrs: GroupAttrs = "",
@@ -76,15 +49,15 @@ def train(
 ) -> None:
     """Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes checkpoints,
     metrics.csv and TensorBoard logs."""
-    from mavias.workflow import BIASED_TAGS_FILE, empty_reason, load_reference, reference_checkpoint, train_method
+    from mavias.core.protocol import BIASED_TAGS_FILE, empty_reason, load_reference, reference_checkpoint, train_method
 
-    cfg = load_config(config, preset=preset, overrides=_overrides(set_))
+    cfg = load_config(config, preset=preset, overrides=parse_overrides(set_))
     check_supported(cfg, nproc)
     weights_file(cfg.backbone)  # a missing pretrained file fails now, not after the data is prepared
     if reference is not None:
         reference_checkpoint(reference)
     warn(small_class_warnings(load_manifest(manifest, check_files=False)))
-    data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
+    data = prepare_data(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data, min_support=min_support)
     result = train_method(data, cfg, out, ref, nproc=nproc)  # its warnings are logged (shown by the root command)
     if cfg.method == "erm" and reference is None:  # any ERM run is a reference: its B' is computed now
@@ -93,11 +66,6 @@ def train(
                       f"{out / BIASED_TAGS_FILE}")
         warn([f"B' is empty: {reason}" for reason in [empty_reason(found, data, min_support=min_support)] if reason])
     console.print(f"best checkpoints: {json.dumps(result.best)}\nnext: mavias evaluate --run {out} --manifest {manifest} ...")
-
-
-def warn(warnings: list[str]) -> None:
-    for warning in warnings:
-        console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True)
 
 
 def evaluate(
@@ -118,8 +86,7 @@ def evaluate(
     """Evaluate a run: the label-free (open-set) worst group under the reference's B', the closed-set one beside it
     where group attributes exist (--group-attrs or dataset.json), UrbanCars-style gaps, and the CelebA / ImageNet-9
     metrics when the manifest's dataset.json declares that protocol."""
-    from mavias.train.trainer import run_checkpoint
-    from mavias.workflow import (
+    from mavias.core.protocol import (
         empty_reason,
         evaluate_checkpoint,
         load_reference,
@@ -135,7 +102,7 @@ def evaluate(
     cfg = load_config(run / "config.yaml")
     out = out or run / f"eval-{split}-{checkpoint.stem.removeprefix('best_')}"
     group_attrs = group_attrs or ",".join(dataset.group_attrs if dataset else [])
-    data = _prepare(manifest, relevance, tags, workspace, cfg, group_attrs, out)
+    data = prepare_data(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     if reference is None and cfg.method == "erm":
         reference = run
         console.print("label-free groups from the run itself (an ERM run) as the reference; --reference chooses another")

@@ -8,12 +8,22 @@ from typing import Annotated
 
 import typer
 
-from mavias.cli.train import GroupAttrs, Manifest, MinSupport, Relevance, Tags, Workspace, _overrides, _prepare
-from mavias.evaluate.metrics import MIN_SUPPORT
-from mavias.train.config import load_config
-from mavias.utils.console import make_console
-
-console = make_console()
+from mavias.cli.options import (
+    ConfigFile,
+    GroupAttrs,
+    Manifest,
+    MinSupport,
+    Overrides,
+    Preset,
+    Relevance,
+    Tags,
+    Workspace,
+    console,
+    parse_overrides,
+    prepare_data,
+)
+from mavias.core.evaluate.metrics import MIN_SUPPORT
+from mavias.core.train.config import load_config
 
 
 def tune_command(
@@ -25,9 +35,9 @@ def tune_command(
         "(without it the criterion is the balanced validation accuracy)", exists=True)] = None,
     trials: Annotated[int, typer.Option("--trials", min=1, help="trials to finish in all (resumed ones count)")] = 12,
     timeout: Annotated[float | None, typer.Option("--timeout", help="stop starting trials after this many seconds")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="base YAML training config")] = None,
-    preset: Annotated[str | None, typer.Option("--preset", help="base paper preset")] = None,
-    set_: Annotated[list[str], typer.Option("--set", help="base override, e.g. --set epochs=12")] = [],
+    config: ConfigFile = None,
+    preset: Preset = None,
+    set_: Overrides = [],
     warm_start: Annotated[Path | None, typer.Option("--warm-start", help="JSON of settings to try first (a previous best); default: the base settings")] = None,
     seed: Annotated[int, typer.Option(help="sampler seed")] = 0,
     tags: Tags = None,
@@ -38,15 +48,15 @@ def tune_command(
     """Search the learning rate (two decades around the recipe's), the epochs and the method's own settings
     (`--set method=...`, default mavias) with Optuna TPE and median pruning, selecting by the bias-unaware validation
     criterion only."""
-    from mavias.tune.search import load_warm_start, tune
-    from mavias.workflow import load_reference, reference_checkpoint
+    from mavias.core.tune.search import load_warm_start, tune
+    from mavias.core.protocol import load_reference, reference_checkpoint
 
-    base = load_config(config, preset=preset, overrides=_overrides(set_))
+    base = load_config(config, preset=preset, overrides=parse_overrides(set_))
     if warm_start is not None:  # what can be checked before any data is prepared
         load_warm_start(warm_start, base)
     if reference is not None:
         reference_checkpoint(reference)
-    data = _prepare(manifest, relevance, tags, workspace, base, group_attrs, out)
+    data = prepare_data(manifest, relevance, tags, workspace, base, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data, min_support=min_support)
     result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=warm_start, seed=seed, progress=True)
     console.print(f"best ({base.selection} {result.best_value:.4f}): {json.dumps(result.best_params)}")

@@ -1,4 +1,4 @@
-"""Hooks: the nightly config with S3 credentials from an Airflow connection, the model registry, SMTP settings.
+"""Hooks: the nightly config with S3 credentials from an Airflow connection, its model registry, SMTP settings.
 
 Credentials come from the Airflow connection when it exists (an ``aws``-type connection: login = access key id,
 password = secret access key, extra ``endpoint_url`` / ``region_name`` / ``aws_session_token``), otherwise from the
@@ -13,10 +13,10 @@ from airflow.sdk import BaseHook, Connection
 from airflow.sdk.exceptions import AirflowNotFoundException
 from pydantic import SecretStr
 
-from mavias.nightly.config import NightlyConfig, load_nightly_config
-from mavias.registry import ModelRegistry
-from mavias.registry.storage import S3Settings, make_s3_client
-from mavias.reporting.mail import SmtpSettings
+from mavias.ops.nightly.config import NightlyConfig, load_nightly_config
+from mavias.ops.registry import ModelRegistry
+from mavias.storage.s3 import S3Settings, make_s3_client
+from mavias.ops.reporting.mail import SmtpSettings
 
 
 def _optional_connection(conn_id: str) -> Connection | None:
@@ -47,7 +47,8 @@ def s3_settings_from_connection(base: S3Settings, conn_id: str) -> S3Settings:
 
 
 class MaviasHook(BaseHook):
-    """The nightly configuration (YAML + environment) with S3 credentials resolved from ``aws_conn_id``."""
+    """The nightly configuration (YAML + environment) with S3 credentials resolved from ``aws_conn_id``; its client
+    (``get_conn``) is the model registry of the configured model."""
 
     conn_name_attr = "aws_conn_id"
     default_conn_name = "aws_default"
@@ -59,28 +60,15 @@ class MaviasHook(BaseHook):
         self.config_path = config_path
         self.aws_conn_id = aws_conn_id
 
-    def get_conn(self) -> NightlyConfig:
+    def get_config(self) -> NightlyConfig:
         cfg = load_nightly_config(self.config_path)
         conn_id = self.aws_conn_id or cfg.airflow.aws_conn_id
         return cfg.model_copy(update={"s3": s3_settings_from_connection(cfg.s3, conn_id)})
 
-
-class MaviasRegistryHook(MaviasHook):
-    """The S3 model registry of one model: versions, atomic production pointer, history, rollback."""
-
-    hook_name = "MAVias model registry"
-
-    def __init__(self, model_name: str | None = None, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.model_name = model_name
-
-    def get_registry(self) -> ModelRegistry:
-        cfg = self.get_conn()
-        return ModelRegistry(make_s3_client(cfg.s3), cfg.s3, self.model_name or cfg.model_name)
-
-    def production_version(self) -> str | None:
-        record = self.get_registry().production()
-        return record.version if record else None
+    def get_conn(self) -> ModelRegistry:
+        """The model registry (versions, the production pointer, history) of the configured model."""
+        cfg = self.get_config()
+        return ModelRegistry(make_s3_client(cfg.s3), cfg.s3, cfg.model_name)
 
 
 def smtp_settings_from_connection(conn_id: str) -> SmtpSettings | None:

@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from mavias.gates import DEFAULT_GATES_PATH, evaluate_gates, load_gate_config
+from mavias.ops.gates import DEFAULT_GATES_PATH, evaluate_gates, load_gate_config
 from mavias.utils.atomic import write_json
 
 
@@ -19,7 +19,7 @@ def _read_json(path: str | None) -> dict[str, Any] | None:
 
 
 class QualityGateOperator(BaseOperator):
-    """Gate a candidate's metrics (``metrics.json`` of ``mavias.workflow.write_run_evaluation``) against the ERM
+    """Gate a candidate's metrics (``metrics.json`` of ``mavias.core.protocol.write_run_evaluation``) against the ERM
     reference's and, when given, production's, with the versioned gate YAML.
 
     Returns the gate report as a dict (``passed``, ``config``, ``gates``) plus ``inputs``: the metrics files it

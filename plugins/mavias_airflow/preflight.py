@@ -14,7 +14,7 @@ import httpx
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from mavias.nightly.config import NightlyConfig
+from mavias.ops.nightly.config import NightlyConfig
 
 log = logging.getLogger(__name__)
 

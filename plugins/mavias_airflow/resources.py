@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes.client import models as k8s
 
-from mavias.nightly.config import AirflowSection
+from mavias.ops.nightly.config import AirflowSection
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_NODES = {"mavias.io/pool": "gpu"}  # replaces the pod template's CPU-pool node selector (infra/helm)

@@ -11,9 +11,9 @@ from airflow.sdk import get_current_context
 from airflow.sdk.exceptions import AirflowFailException
 
 from mavias.errors import as_user_error
-from mavias.nightly.config import NightlyConfig
-from mavias.nightly.failures import one_line, record_failure
-from mavias.nightly.layout import night_id
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.failures import one_line, record_failure
+from mavias.ops.nightly.layout import night_id
 from mavias_airflow.hooks import MaviasHook
 
 T = TypeVar("T")
@@ -28,7 +28,7 @@ def run_stage(stage: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``stage(config, *args, **kwargs)`` with the night's config; see the module docstring for its errors."""
     context = get_current_context()
     try:
-        cfg: NightlyConfig = MaviasHook().get_conn()
+        cfg: NightlyConfig = MaviasHook().get_config()
     except Exception as err:  # noqa: BLE001 - a config that cannot be read is a mistake, explained, not retried
         raise AirflowFailException(f"the nightly configuration cannot be used: {one_line(err)}") from err
     try:

@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from mavias.demo.services import DAG_ID
+from mavias.tools.demo.services import DAG_ID
 
 
 class Api:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from mavias.tagging import ManifestTagger, TagBatch
-from mavias.tagging.base import ScoredTags
+from mavias.core.tagging import ManifestTagger, TagBatch
+from mavias.core.tagging.base import ScoredTags
 
 DELAY_ENV = "MAVIAS_TEST_TAG_DELAY_S"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from mavias.nightly import local_airflow
+from mavias.ops.airflow_stack import stack as local_airflow
 from mavias.utils.servers import free_port
 from tests.airflow.api import Api
 from tests.airflow.harness import TEST_TRAINING, stack_deployment
-from tests.pipeline.s3server import moto_endpoint  # noqa: F401 - a fixture
+from tests.support.s3server import moto_endpoint  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 

@@ -30,11 +30,11 @@ from typer.testing import CliRunner
 
 from mavias.cli import app
 from mavias.errors import UserError
-from mavias.nightly import local_airflow
+from mavias.ops.airflow_stack import stack as local_airflow
 from mavias.utils.servers import free_port
 from tests.airflow.api import Api
 from tests.airflow.harness import TEST_TRAINING, Deployment, stack_deployment
-from tests.pipeline.s3server import moto_endpoint  # noqa: F401 - a fixture
+from tests.support.s3server import moto_endpoint  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -80,9 +80,9 @@ def _kill_when_training(home: Path, timeout_s: float) -> int:
 
 
 def _is_rank(cmdline: list[str]) -> bool:
-    """A training process started by torch's launcher (``python -u -m mavias.train.distributed JOB``), not the
-    launcher itself (``python -m torch.distributed.run ... -m mavias.train.distributed JOB``)."""
-    return "mavias.train.distributed" in cmdline and "torch.distributed.run" not in cmdline
+    """A training process started by torch's launcher (``python -u -m mavias.core.train.distributed JOB``), not the
+    launcher itself (``python -m torch.distributed.run ... -m mavias.core.train.distributed JOB``)."""
+    return "mavias.core.train.distributed" in cmdline and "torch.distributed.run" not in cmdline
 
 
 def _cmdline(process: psutil.Process) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mavias.demo.services import airflow_environment
+from mavias.tools.demo.services import airflow_environment
 
 GPU_TASKS = {"tag_shard", "train_reference", "tune_trial"}
 SECRET = "s3cr3t-never-logged"
@@ -38,10 +38,13 @@ if dag is not None:
                                       "mapped": task.is_mapped, "trigger_rule": task.trigger_rule.value,
                                       "timeout_s": task.execution_timeout and task.execution_timeout.total_seconds(),
                                       "upstream": sorted(task.upstream_task_ids)}
-    cfg = MaviasHook().get_conn()
+    cfg = MaviasHook().get_config()
     smtp = smtp_settings_from_connection("smtp_default")
     out["s3"] = {"endpoint_url": cfg.s3.endpoint_url, "secret": cfg.s3.secret_access_key.get_secret_value(),
                  "repr": repr(cfg.s3) + str(cfg.model_dump())}
+    registry = MaviasHook().get_conn()
+    out["registry"] = {"name": registry.name, "prefix": registry.prefix,
+                       "endpoint": registry.client.meta.endpoint_url}
     out["smtp"] = {"host": smtp.host, "port": smtp.port, "security": smtp.security, "from_addr": smtp.from_addr}
 print("PROBE " + json.dumps(out, default=str))
 """
@@ -107,6 +110,9 @@ def test_every_task_and_the_run_are_bounded_in_time_and_preflight_comes_first(da
 
 def test_hooks_map_connections_and_keep_secrets(dag_info: dict) -> None:
     assert dag_info["s3"]["endpoint_url"] == "http://127.0.0.1:9000"  # from the connection's extra
+    # the hook's client is the configured model's registry, on the connection's endpoint
+    assert dag_info["registry"]["name"] == "m" and dag_info["registry"]["prefix"].endswith("m/")
+    assert dag_info["registry"]["endpoint"] == "http://127.0.0.1:9000"
     assert dag_info["s3"]["secret"] == SECRET
     assert SECRET not in dag_info["s3"]["repr"]
     assert dag_info["smtp"] == {"host": "127.0.0.1", "port": 2525, "security": "none", "from_addr": "mavias@localhost"}

@@ -20,13 +20,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from mavias.demo.run import DemoData
-from mavias.manifest import content_sample_id
-from mavias.nightly.incoming import ProcessedLedger
-from mavias.registry.storage import get_json, list_objects, put_json
+from mavias.tools.demo.run import DemoData
+from mavias.core.manifest import content_sample_id
+from mavias.ops.nightly.incoming import ProcessedLedger
+from mavias.storage.s3 import get_json, list_objects, put_json
 from tests.airflow.conftest import deploy
 from tests.airflow.harness import TEST_TRAINING, Deployment, Night
-from tests.pipeline.s3server import FaultInjectingProxy
+from tests.support.s3server import FaultInjectingProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # ten nights, the first test waits for them all
 

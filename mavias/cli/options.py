@@ -1,0 +1,137 @@
+"""The options several commands share, one name per thing across commands (``--tagger-model`` is always the image
+tagger's model, ``--llm-model`` the judge's LLM, ``--encoder`` the text encoder spec), and the helpers that turn them
+into the library's settings. Nothing here imports torch: a command's ``--help`` must answer at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+import yaml
+from rich.table import Table
+
+from mavias.core.encode.factory import SPEC_FORMS
+from mavias.core.train.config import preset_names
+from mavias.errors import UserError
+from mavias.utils.console import make_console
+
+if TYPE_CHECKING:
+    from mavias.core.train.config import TrainConfig
+    from mavias.core.train.prepare import PreparedData
+
+console = make_console()
+
+# --- data ------------------------------------------------------------------------------------------------------
+Manifest = Annotated[Path, typer.Option("--manifest", help="dataset manifest (.parquet or .csv)", exists=True)]
+Relevance = Annotated[Path, typer.Option("--relevance", help="relevance table (class, tag, relevant, source)",
+                                         exists=True)]
+Tags = Annotated[Path | None, typer.Option("--tags", help="tags table from `mavias tag`; default: the manifest's tags")]
+Workspace = Annotated[Path, typer.Option("--workspace", help="cache folder of the bias embeddings (one store per "
+                                         "encoder)")]
+GroupAttrs = Annotated[str, typer.Option("--group-attrs", help="comma-separated attr_* columns forming true groups")]
+MinSupport = Annotated[int, typer.Option("--min-support", min=1, help="samples a (class, tag) pair needs to enter B', "
+                                         "and a group needs for its accuracy to count (smaller ones are flagged)")]
+
+# --- training settings -----------------------------------------------------------------------------------------
+ConfigFile = Annotated[Path | None, typer.Option("--config", help="YAML training config")]
+Preset = Annotated[str | None, typer.Option("--preset", help=f"paper preset: {', '.join(preset_names())}")]
+Overrides = Annotated[list[str], typer.Option("--set", help="override, e.g. --set mavias.lam=0.4 (repeatable)")]
+
+# --- the image tagger ------------------------------------------------------------------------------------------
+TaggerKind = Annotated[str, typer.Option(
+    "--tagger", help="openclip (zero-shot over a vocabulary), manifest (its tags column), or auto (manifest if it "
+    "has tags)")]
+TaggerModel = Annotated[str, typer.Option("--tagger-model", help="the tagger's open_clip architecture")]
+Pretrained = Annotated[str, typer.Option(
+    "--pretrained", help="the tagger's open_clip pretrained tag, a local checkpoint file, or 'none' (random init)")]
+VocabularyPath = Annotated[Path | None, typer.Option("--vocabulary", help="tag vocabulary file (default: built-in)")]
+Threshold = Annotated[float, typer.Option(help="keep tags with probability >= threshold x uniform (1/|vocabulary|)")]
+TopK = Annotated[int, typer.Option("--top-k", help="at most this many tags per image")]
+Device = Annotated[str, typer.Option(help="auto (GPU when present), cpu, cuda, cuda:1, ...")]
+CacheDir = Annotated[Path | None, typer.Option(help="cache of vocabulary embeddings (default ~/.cache/mavias)")]
+WeightsDir = Annotated[str | None, typer.Option(help="open_clip / Hugging Face weights cache folder")]
+AllowDownload = Annotated[bool, typer.Option(help="allow downloading weights (default: offline, local cache only)")]
+ImageBatchSize = Annotated[int, typer.Option(help="images per batch")]
+Workers = Annotated[int, typer.Option(help="data-loading worker processes")]
+
+# --- the relevance judge ---------------------------------------------------------------------------------------
+JudgeKind = Annotated[str, typer.Option("--judge", help="offline (WordNet + MiniLM, no network) or llm")]
+LlmBaseUrl = Annotated[str, typer.Option(
+    "--base-url", envvar="MAVIAS_LLM_BASE_URL",
+    help="OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp); its key: $MAVIAS_LLM_API_KEY or "
+    "$OPENAI_API_KEY")]
+LlmModel = Annotated[str, typer.Option("--llm-model", envvar="MAVIAS_LLM_MODEL", help="the judge's LLM model name")]
+LlmTimeout = Annotated[float, typer.Option("--timeout", help="seconds per LLM request")]
+LlmMaxRetries = Annotated[int, typer.Option("--max-retries", help="retries per batch on 429 / 5xx / timeouts")]
+SystemInUser = Annotated[bool, typer.Option(
+    help="send the instructions in the user message (chat templates that drop the system role)")]
+Reasoning = Annotated[bool, typer.Option(
+    help="reasoning model: max_completion_tokens, default temperature (else learnt from the first 400)")]
+Samples = Annotated[int, typer.Option(help="LLM answers per batch, majority vote (self-consistency)", min=1)]
+ReviewPath = Annotated[Path | None, typer.Option("--review", help="reviewed decisions (YAML) that override the judge")]
+
+# --- the text encoder ------------------------------------------------------------------------------------------
+EncoderSpec = Annotated[str, typer.Option("--encoder", help=f"text encoder of the bias embeddings: {SPEC_FORMS}")]
+EncodeMode = Annotated[str, typer.Option(help="openclip: collective (one prompt) or separate (mean per tag)")]
+
+def parse_overrides(values: list[str]) -> dict:
+    """``--set key=value`` pairs (values read as YAML: numbers, booleans, lists) as a dict of dotted keys."""
+    pairs = {}
+    for item in values:
+        if "=" not in item:
+            raise UserError(f"--set takes key=value, got {item!r}", hint="e.g. --set mavias.lam=0.4")
+        key, value = item.split("=", 1)
+        pairs[key] = yaml.safe_load(value)
+    return pairs
+
+
+def run_checkpoint(run: Path, criterion: str | None) -> Path:
+    """The checkpoint of ``--run`` for ``--criterion`` (default: the run's own ``selection``)."""
+    from mavias.core.train.config import load_config
+    from mavias.core.train.trainer import CRITERIA, best_checkpoint
+
+    if not run.is_dir():
+        raise UserError(f"{run} is not a run folder", hint="pass the --out folder of `mavias train`, or --checkpoint PATH")
+    if criterion is None:
+        if not (run / "config.yaml").is_file():
+            raise UserError(f"{run} holds no config.yaml",
+                            hint=f"pass --criterion {'|'.join(CRITERIA)} or --checkpoint PATH")
+        criterion = load_config(run / "config.yaml").selection
+    checkpoint = best_checkpoint(run, criterion)
+    if not checkpoint.is_file():
+        raise UserError(f"{checkpoint} does not exist",
+                        hint="train the run to its first validation, or pick another --criterion")
+    return checkpoint
+
+
+def prepare_data(manifest: Path, relevance: Path, tags: Path | None, workspace: Path, cfg: TrainConfig,
+                 group_attrs: str, out: Path) -> PreparedData:
+    """The images decoded, with their bias embeddings from the workspace's store (encoded there once)."""
+    import pandas as pd
+
+    from mavias.core.discovery import Workspace as DiscoveryWorkspace
+    from mavias.core.encode import make_encoder
+    from mavias.core.relevance import load_relevance
+    from mavias.core.train.prepare import prepare_image_data
+
+    encoder = make_encoder(cfg.encoder)
+    return prepare_image_data(
+        manifest, relevance=load_relevance(relevance), tags_table=None if tags is None else pd.read_parquet(tags),
+        encoder=encoder, store_dir=DiscoveryWorkspace(workspace).embeddings(encoder.encoder_id), config=cfg,
+        group_attrs=[a for a in group_attrs.split(",") if a], quarantine_csv=out / "quarantine.csv",
+    )
+
+
+def warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True)
+
+
+def counts_table(title: str, counts: dict[str, int]) -> Table:
+    table = Table(title=title)
+    table.add_column("count")
+    table.add_column("value", justify="right")
+    for name, value in counts.items():
+        table.add_row(name, str(value))
+    return table

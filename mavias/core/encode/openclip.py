@@ -1,0 +1,294 @@
+"""OpenCLIP, loaded offline-first, and the OpenCLIP text encoder for bias prompts.
+
+Weights come from a local checkpoint file, or from the open_clip / Hugging Face hub cache when ``pretrained`` is a
+tag; nothing is downloaded unless ``allow_download`` is set. ``pretrained=None`` builds a randomly initialised model
+from a fixed seed (tests, benchmarks), so its id and therefore every cache key stay stable across processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import open_clip
+import torch
+from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
+from open_clip.tokenizer import SimpleTokenizer
+
+from mavias.core.encode.base import bias_prompt
+from mavias.core.devices import choose_device
+from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
+from mavias.errors import UserError
+from mavias.utils.progress import progress_bar
+
+ENCODE_MODES = ("collective", "separate")
+_EMPTY_PROMPT = bias_prompt([])
+_PROMPT_PREFIX = "a photo of "
+
+
+class WeightsNotFoundError(UserError, FileNotFoundError):
+    """OpenCLIP weights that are neither a local file nor in the local cache (and downloading is not allowed)."""
+
+
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 24), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def _hub_candidates(hf_hub: str) -> tuple[str, list[str]]:
+    """Repo id and file names open_clip would fetch for a ``hf_hub`` entry ('org/repo/' or 'org/repo/file')."""
+    repo_id, filename = os.path.split(hf_hub)
+    filename = filename or HF_WEIGHTS_NAME
+    if filename == HF_WEIGHTS_NAME:
+        return repo_id, [HF_SAFE_WEIGHTS_NAME, filename]
+    if filename.endswith((".bin", ".pth")):
+        return repo_id, [filename[:-4] + ".safetensors", filename]
+    return repo_id, [filename]
+
+
+def _cached_checkpoint(cfg: dict, weights_dir: str | None) -> str | None:
+    """The locally cached checkpoint of a pretrained tag, without touching the network."""
+    if cfg.get("file"):
+        return cfg["file"] if os.path.isfile(cfg["file"]) else None
+    if cfg.get("hf_hub"):
+        from huggingface_hub import try_to_load_from_cache
+
+        repo_id, names = _hub_candidates(cfg["hf_hub"])
+        for name in names:
+            path = try_to_load_from_cache(repo_id, name, cache_dir=weights_dir)
+            if isinstance(path, str):
+                return path
+    if cfg.get("url"):
+        path = Path(weights_dir or "~/.cache/clip").expanduser() / os.path.basename(cfg["url"])
+        if path.is_file():
+            return str(path)
+    return None
+
+
+def _other_ways(model: str, cfg: dict) -> str:
+    """The ways forward without downloading: a checkpoint file, one's own tags, or random weights."""
+    where = [f"Hugging Face repo {_hub_candidates(cfg['hf_hub'])[0]}"] if cfg.get("hf_hub") else []
+    where += [f"URL {cfg['url']}"] if cfg.get("url") else []
+    # a bare checkpoint file carries no activation setting: OpenAI weights need the QuickGELU variant of the model
+    architecture = f" --model {model}-quickgelu" if cfg.get("quick_gelu") else ""
+    return (f"fetch the checkpoint yourself (from {' or '.join(where) or 'its publisher'}) and pass the file:"
+            f"{architecture} --pretrained /path/to/checkpoint, or bring your own tags (mavias data import imagefolder "
+            "ROOT --tags tags.csv; `mavias audit --tags`); --pretrained none runs a randomly initialised model, whose "
+            "tags are noise")
+
+
+def _missing_weights_message(model: str, pretrained: str, cfg: dict, weights_dir: str | None) -> str:
+    return (
+        f"OpenCLIP weights {model!r}/{pretrained!r} are not in the local cache "
+        f"({weights_dir or 'default Hugging Face cache and ~/.cache/clip'}); nothing is downloaded by default.\n"
+        f"Either run once with downloading allowed (--allow-download), or {_other_ways(model, cfg)}"
+    )
+
+
+def _download(model: str, pretrained: str, cfg: dict, weights_dir: str | None) -> str:
+    try:
+        return open_clip.download_pretrained(cfg, cache_dir=weights_dir)
+    except (OSError, RuntimeError, ValueError) as err:  # no network, hub errors, a broken partial download
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise WeightsNotFoundError(f"could not download the OpenCLIP weights {model!r}/{pretrained!r} ({reason}). "
+                                   f"Check the connection, or {_other_ways(model, cfg)}") from err
+
+
+@dataclass(frozen=True)
+class _Weights:
+    checkpoint: str | None  # local file; None = random init
+    weights_id: str
+    tag_cfg: dict  # open_clip's pretrained config of a tag (quick_gelu, mean/std, ...); empty otherwise
+
+
+def _locate_weights(
+    model: str, pretrained: str | None, weights_dir: str | None, allow_download: bool, seed: int
+) -> _Weights:
+    if pretrained is None or pretrained.lower() in ("", "none", "random"):
+        return _Weights(None, f"random-init-seed{seed}", {})
+    if os.path.isfile(pretrained):
+        return _Weights(pretrained, f"file-{_file_digest(Path(pretrained))}", {})
+    cfg = open_clip.get_pretrained_cfg(model, pretrained)
+    if not cfg:
+        known = ", ".join(open_clip.list_pretrained_tags_by_model(model)) or "none"
+        raise WeightsNotFoundError(f"{pretrained!r} is neither a file nor a pretrained tag of {model} (tags: {known})")
+    if allow_download:
+        return _Weights(_download(model, pretrained, cfg, weights_dir), pretrained, cfg)
+    checkpoint = _cached_checkpoint(cfg, weights_dir)
+    if checkpoint is None:
+        raise WeightsNotFoundError(_missing_weights_message(model, pretrained, cfg, weights_dir))
+    return _Weights(checkpoint, pretrained, cfg)
+
+
+def _token_length(tokenizer, text: str) -> int:
+    if isinstance(tokenizer, SimpleTokenizer):
+        return len(tokenizer.encode(text)) + 2  # start and end tokens
+    return len(tokenizer.tokenizer(text)["input_ids"])  # HF-backed tokenizers wrap a transformers tokenizer
+
+
+class OpenClip:
+    """One loaded OpenCLIP model with its image preprocessing and tokenizer."""
+
+    def __init__(
+        self,
+        model: str = OPENCLIP_MODEL,
+        pretrained: str | None = OPENCLIP_PRETRAINED,
+        *,
+        device: str = "auto",
+        weights_dir: str | None = None,
+        allow_download: bool = False,
+        seed: int = 0,
+    ):
+        if not allow_download:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # HF-backed tokenizers must not reach out either
+        weights = _locate_weights(model, pretrained, weights_dir, allow_download, seed)
+        self.device = choose_device(device)
+        self.model_name = model
+        self.weights_id = weights.weights_id
+        self.random_weights = weights.checkpoint is None  # untrained: what it says of an image is noise
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.model, _, self.preprocess = open_clip.create_model_and_transforms(
+                model,
+                pretrained=weights.checkpoint,
+                device=self.device,
+                force_quick_gelu=bool(weights.tag_cfg.get("quick_gelu", False)),
+                image_mean=weights.tag_cfg.get("mean"),
+                image_std=weights.tag_cfg.get("std"),
+                image_interpolation=weights.tag_cfg.get("interpolation"),
+                image_resize_mode=weights.tag_cfg.get("resize_mode"),
+            )
+        self.model.eval()
+        self.tokenizer = open_clip.get_tokenizer(model)
+        self.context_length: int = self.tokenizer.context_length
+        self.dim: int = int(open_clip.get_model_config(model)["embed_dim"])
+
+    @property
+    def model_id(self) -> str:
+        return f"open_clip:{self.model_name}:{self.weights_id}"
+
+    def token_length(self, text: str) -> int:
+        return _token_length(self.tokenizer, text)
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")
+
+    @torch.inference_mode()
+    def encode_text(self, texts: list[str], *, batch_size: int = 256, progress: str | None = None) -> np.ndarray:
+        """L2-normalised float32 text embeddings; texts beyond the context window are cut by the tokenizer. With
+        ``progress`` (its description) a bar counts the texts."""
+        chunks = []
+        starts = range(0, len(texts), batch_size)
+        for start in progress_bar(starts, desc=progress, unit="batch", enabled=progress is not None):
+            tokens = self.tokenizer(texts[start : start + batch_size]).to(self.device)
+            with self._autocast():
+                chunks.append(self.model.encode_text(tokens, normalize=True).float().cpu().numpy())
+        return np.concatenate(chunks) if chunks else np.zeros((0, self.dim), dtype=np.float32)
+
+    @torch.inference_mode()
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """L2-normalised float32 image embeddings of a preprocessed batch, on the model's device."""
+        with self._autocast():
+            return self.model.encode_image(images.to(self.device), normalize=True).float()
+
+
+@dataclass
+class TokenLimitCounts:
+    """How often prompts hit the text encoder's context window (77 tokens for CLIP)."""
+
+    prompts: int = 0  # prompts encoded
+    over_limit: int = 0  # prompts longer than the window: encoded as chunks of tags, averaged
+    chunks: int = 0  # chunk prompts made for them
+    truncated: int = 0  # texts still longer than the window (one very long tag, or free text): cut by the tokenizer
+
+
+def _prompt_tags(prompt: str) -> list[str] | None:
+    """The tags of a :func:`bias_prompt`, or ``None`` for free text."""
+    if prompt == _EMPTY_PROMPT:
+        return []
+    if prompt.startswith(_PROMPT_PREFIX):
+        return prompt[len(_PROMPT_PREFIX) :].split(", ")
+    return None
+
+
+class OpenClipTextEncoder:
+    """TextEncoder over OpenCLIP's text tower.
+
+    ``collective`` (paper default): one embedding of "a photo of t1, ..., tk". A prompt longer than the context
+    window is split into consecutive chunks of its sorted tags that each fit, every chunk is encoded as its own
+    "a photo of ..." prompt, and the chunk embeddings are averaged weighted by their tag counts, then L2-normalised.
+    ``separate`` (paper ablation): the mean of the embeddings of "a photo of {tag}" for each tag.
+    """
+
+    def __init__(
+        self,
+        model: str = OPENCLIP_MODEL,
+        pretrained: str | None = OPENCLIP_PRETRAINED,
+        *,
+        device: str = "auto",
+        mode: str = "collective",
+        weights_dir: str | None = None,
+        allow_download: bool = False,
+        clip: OpenClip | None = None,
+    ):
+        if mode not in ENCODE_MODES:
+            raise ValueError(f"mode must be one of {ENCODE_MODES}, got {mode!r}")
+        self.clip = clip or OpenClip(
+            model, pretrained, device=device, weights_dir=weights_dir, allow_download=allow_download
+        )
+        self.mode = mode
+        self.token_limit = TokenLimitCounts()
+
+    @property
+    def encoder_id(self) -> str:
+        return f"{self.clip.model_id}:{self.mode}"
+
+    @property
+    def dim(self) -> int:
+        return self.clip.dim
+
+    def _fits(self, text: str) -> bool:
+        return self.clip.token_length(text) <= self.clip.context_length
+
+    def chunk_tags(self, tags: list[str]) -> list[list[str]]:
+        """Consecutive runs of ``tags`` whose prompts each fit the context window."""
+        chunks: list[list[str]] = [[]]
+        for tag in tags:
+            if chunks[-1] and not self._fits(bias_prompt([*chunks[-1], tag])):
+                chunks.append([])
+            chunks[-1].append(tag)
+        return chunks
+
+    def _plan(self, prompt: str) -> list[tuple[str, int]]:
+        """The texts to encode for one prompt, with their weights in its average."""
+        tags = _prompt_tags(prompt)
+        if self.mode == "separate" and tags:
+            plan = [(bias_prompt([tag]), 1) for tag in tags]
+        elif tags is None or self._fits(prompt):
+            plan = [(prompt, 1)]
+        else:
+            chunks = self.chunk_tags(tags)
+            self.token_limit.over_limit += 1
+            self.token_limit.chunks += len(chunks)
+            plan = [(bias_prompt(chunk), len(chunk)) for chunk in chunks]
+        self.token_limit.truncated += sum(not self._fits(text) for text, _ in plan)
+        return plan
+
+    def encode(self, prompts: list[str]) -> np.ndarray:
+        plans = [self._plan(p) for p in prompts]
+        self.token_limit.prompts += len(prompts)
+        texts = sorted({text for plan in plans for text, _ in plan})
+        vectors = dict(zip(texts, self.clip.encode_text(texts)))
+        out = np.zeros((len(prompts), self.dim), dtype=np.float32)
+        for i, plan in enumerate(plans):
+            mean = np.average([vectors[t] for t, _ in plan], axis=0, weights=[w for _, w in plan])
+            out[i] = mean / max(np.linalg.norm(mean), 1e-12)
+        return out

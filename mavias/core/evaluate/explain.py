@@ -1,0 +1,72 @@
+"""Honest answers on small data: why B' is empty, and which figures come from too few samples, each in one sentence
+a user can act on.
+
+B' (:mod:`mavias.core.evaluate.shortcuts`) needs, in turn: tags at all; tags judged irrelevant to a class; a (class,
+irrelevant tag) pair with ``min_support`` training samples; such a pair more frequent in its class than elsewhere
+(association); and a reference that leans on it on validation samples (reliance). The first step that fails is the
+reason, with the numbers behind it and what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from mavias.core.evaluate.shortcuts import MIN_ODDS_RATIO, is_associated, tag_presence
+
+
+def _top_pair(labels: pd.Series, irrelevant: pd.Series) -> tuple[str, str, int]:
+    """(class, tag, training samples) of the most frequent (class, irrelevant tag) pair."""
+    presence = tag_presence(irrelevant.reset_index(drop=True))
+    presence["label"] = labels.reset_index(drop=True).to_numpy()[presence["row"].to_numpy()]
+    counts = presence.groupby(["label", "tag"]).size().sort_values(ascending=False)
+    (label, tag), support = counts.index[0], int(counts.iloc[0])
+    return str(label), str(tag), support
+
+
+def explain_empty_biased_tags(train_labels: pd.Series, train_tags: pd.Series, train_irrelevant: pd.Series,
+                              evidence: pd.DataFrame, *, min_support: int, reference_val_acc: float | None,
+                              n_val: int) -> str:
+    """The reason B' came out empty (``train_labels`` are class names; ``evidence`` is every pair tested)."""
+    if not train_tags.map(len).any():
+        return ("no training image has a tag: tag the images (mavias discover, or a tags sidecar with --tags) before "
+                "looking for shortcuts")
+    if not train_irrelevant.map(len).any():
+        return ("no tag was judged irrelevant to its class (every tag describes the class it is on), so no tag can "
+                "be a shortcut: check the relevance decisions (mavias judge export-review) or tag more of what is "
+                "around the objects")
+    if evidence.empty:
+        name, tag, support = _top_pair(train_labels, train_irrelevant)
+        return (f"too few samples per tag: no (class, irrelevant tag) pair has --min-support {min_support} training "
+                f"images (the most: '{tag}' on {support} '{name}' images); add images, or lower --min-support "
+                "(fewer samples give noisier answers)")
+    associated = evidence[is_associated(evidence)]
+    if associated.empty:
+        return (f"no irrelevant tag is more frequent in one class than in the others by a shortcut's margin (odds ratio "
+                f"{MIN_ODDS_RATIO}; {len(evidence)} pairs with at least min-support samples tested): the tags name no "
+                "shortcut in this data")
+    accuracy = "unknown" if reference_val_acc is None else f"{reference_val_acc:.1%}"
+    tags = ", ".join(f"'{t}' ({c})" for c, t in zip(associated["class"][:3], associated["tag"][:3]))
+    return (f"reference too weak to show reliance: {len(associated)} tag(s) go with a class ({tags}), but the ERM "
+            f"reference (validation accuracy {accuracy} on {n_val} images) does not measurably lean on them; "
+            "a longer-trained reference or a larger validation split can show it")
+
+
+def small_group_caveats(metrics: Mapping[str, Any], what: str, *, groups: bool = True) -> list[str]:
+    """The figures of an :func:`~mavias.core.evaluate.dataset_metrics.evaluation_report` computed from fewer than its minimum
+    support, as caveats naming them (``what``: whose groups, e.g. "MAVias open-set"); without ``groups`` only the
+    worst group's."""
+    min_support, small = metrics["min_support"], list(metrics["small_groups"])
+    caveats = []
+    if metrics["worst_group_small"]:
+        caveats.append(f"the {what} worst-group accuracy {metrics['worst_group_accuracy']:.3f} comes from "
+                       f"{metrics['worst_group']} with only {metrics['worst_group_n']} sample(s), fewer than the "
+                       f"minimum support {min_support}: it is noise, not a measurement; collect more images of that "
+                       "group")
+    if small and groups:
+        shown = ", ".join(small[:4]) + (" …" if len(small) > 4 else "")
+        caveats.append(f"{len(small)} of {metrics['n_groups']} {what} groups have fewer than {min_support} samples "
+                       f"({shown}): their accuracies, and the averages over them, are noisy")
+    return caveats

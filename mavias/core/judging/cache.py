@@ -1,0 +1,140 @@
+"""Persistent judge decisions and the one function that turns (class, tags) into a relevance table.
+
+A decision is keyed by (judge id incl. model, prompt version, class, tag): a tag is judged once per class, ever,
+unless the judge's prompt version changes. The store is one SQLite file in WAL mode, safe for concurrent runs.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import closing
+from pathlib import Path
+
+import pandas as pd
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
+
+from mavias.core.judging.base import BATCH_SIZE, RelevanceJudge, batches
+from mavias.core.judging.review import REVIEW_SOURCE, ReviewedDecisions
+from mavias.core.relevance import RELEVANCE_COLUMNS, validate_relevance
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS decisions (
+    judge_id TEXT NOT NULL,
+    prompt_version TEXT NOT NULL,
+    class TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    relevant INTEGER NOT NULL,
+    decided_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    PRIMARY KEY (judge_id, prompt_version, class, tag)
+)
+"""
+INSERT = "INSERT OR REPLACE INTO decisions (judge_id, prompt_version, class, tag, relevant) VALUES (?, ?, ?, ?, ?)"
+LOOKUP_CHUNK = 500  # stays far below SQLite's limit on query parameters
+
+
+class DecisionCache:
+    """Judge decisions on disk (or in memory when ``path`` is None)."""
+
+    def __init__(self, path: str | Path | None = None):
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path) if path is not None else ":memory:", timeout=60)
+        self._initialise(wal=path is not None)
+
+    @retry(
+        retry=retry_if_exception(lambda e: isinstance(e, sqlite3.OperationalError) and "locked" in str(e)),
+        wait=wait_exponential(multiplier=0.05, max=2),
+        stop=stop_after_delay(60),
+        reraise=True,
+    )
+    def _initialise(self, *, wal: bool) -> None:
+        # Switching to WAL takes an exclusive lock and SQLite does not wait for it (no busy handler), so
+        # processes opening a new cache file together can see "database is locked": retry with backoff.
+        if wal:
+            self._db.execute("PRAGMA journal_mode=WAL")
+        with self._db:
+            self._db.execute(SCHEMA)
+
+    def lookup(self, judge: RelevanceJudge, class_name: str, tags: list[str]) -> dict[str, bool]:
+        found: dict[str, bool] = {}
+        for chunk in batches(tags, LOOKUP_CHUNK):
+            marks = ",".join("?" * len(chunk))
+            query = (
+                "SELECT tag, relevant FROM decisions WHERE judge_id = ? AND prompt_version = ? AND class = ? "
+                f"AND tag IN ({marks})"
+            )
+            with closing(self._db.execute(query, [judge.judge_id, judge.prompt_version, class_name, *chunk])) as rows:
+                found.update((tag, bool(relevant)) for tag, relevant in rows)
+        return found
+
+    def store(self, judge: RelevanceJudge, class_name: str, decisions: Mapping[str, bool]) -> None:
+        rows = [(judge.judge_id, judge.prompt_version, class_name, tag, int(v)) for tag, v in decisions.items()]
+        with self._db:  # one transaction: a batch is stored whole or not at all
+            self._db.executemany(INSERT, rows)
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM decisions").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> DecisionCache:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def decide(
+    judge: RelevanceJudge,
+    class_name: str,
+    tags: Iterable[str],
+    cache: DecisionCache | None = None,
+    review: ReviewedDecisions | None = None,
+    *,
+    batch_size: int = BATCH_SIZE,
+    on_batch: Callable[[int], None] | None = None,
+) -> pd.DataFrame:
+    """The relevance table of one class: reviewed verdicts, else cached decisions, else the judge's.
+
+    Only tags without a reviewed or cached decision reach the judge, sorted and in batches of ``batch_size``;
+    each batch is cached as soon as it is decided, so an interrupted run loses at most one batch.
+    ``on_batch`` is called with the size of every judged batch (for progress bars).
+    """
+    unique = sorted({tag.strip() for tag in tags if tag and tag.strip()})
+    reviewed = review.verdicts(class_name, unique) if review is not None else {}
+    to_decide = [tag for tag in unique if tag not in reviewed]
+    decided = cache.lookup(judge, class_name, to_decide) if cache is not None else {}
+    judge.stats.cache_hits += len(decided)
+    for batch in batches([tag for tag in to_decide if tag not in decided], batch_size):
+        relevant = judge.judge(class_name, batch)
+        verdicts = {tag: tag in relevant for tag in batch}
+        if cache is not None:
+            cache.store(judge, class_name, verdicts)
+        decided.update(verdicts)
+        if on_batch:
+            on_batch(len(batch))
+    rows = [(class_name, tag, decided[tag], judge.judge_id) for tag in to_decide]
+    rows += [(class_name, tag, verdict, REVIEW_SOURCE) for tag, verdict in reviewed.items()]
+    table = pd.DataFrame(rows, columns=RELEVANCE_COLUMNS).sort_values("tag", kind="stable")
+    return validate_relevance(table)
+
+
+def decide_all(
+    judge: RelevanceJudge,
+    tags_by_class: Mapping[str, Iterable[str]],
+    cache: DecisionCache | None = None,
+    review: ReviewedDecisions | None = None,
+    *,
+    batch_size: int = BATCH_SIZE,
+    on_batch: Callable[[int], None] | None = None,
+) -> pd.DataFrame:
+    """:func:`decide` for every class, in sorted class order, as one relevance table."""
+    tables = [
+        decide(judge, name, tags_by_class[name], cache, review, batch_size=batch_size, on_batch=on_batch)
+        for name in sorted(tags_by_class)
+    ]
+    if not tables:
+        return validate_relevance(pd.DataFrame(columns=RELEVANCE_COLUMNS))
+    return validate_relevance(pd.concat(tables, ignore_index=True))

@@ -1,0 +1,336 @@
+"""LLM judge: any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp) decides which tags are relevant.
+
+Follows the paper's LLM step (REFERENCE.md; supplement, "System Prompt"): tags of a class in batches of at most 100,
+the model returns only the relevant ones as ``{"relevant_tags": [...]}``, everything else is irrelevant. The prompt is
+our own wording of the paper's rules; sampling is fixed (temperature 0) and the answer is bounded by a JSON schema
+whose items are an enum of the batch's tags, so a small model cannot repeat or invent tags until ``max_tokens``.
+
+Reasoning models (OpenAI o-series, gpt-5) take ``max_completion_tokens`` instead of ``max_tokens``, which also pays
+for their hidden reasoning, and refuse any temperature but the default: a 400 naming either parameter switches the
+request shape once and the judge keeps it for its endpoint (``reasoning=True`` sets it from the start).
+With ``samples`` > 1 each batch is asked that many times at ``SAMPLING_TEMPERATURE`` and a tag is relevant when a
+strict majority of the answers lists it (self-consistency); every request counts in ``stats.requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import openai
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from mavias.core.judging.base import (
+    BATCH_SIZE,
+    JudgeConfigError,
+    JudgeResponseError,
+    JudgeStats,
+    JudgeUnavailableError,
+    batches,
+)
+
+log = logging.getLogger(__name__)
+
+PROMPT_VERSION = "mavias-relevance-v1"
+API_KEY_ENV = ("MAVIAS_LLM_API_KEY", "OPENAI_API_KEY")
+NO_KEY = "no-key"  # local servers need none, but the client insists on one
+STYLES = ("json_schema", "json_object", "plain")  # structured-output styles, most to least strict
+REASONING_TOKENS = 4096  # room for a reasoning model's hidden reasoning, on top of the answer's own tokens
+SAMPLING_TEMPERATURE = 0.7  # self-consistency needs different answers to vote on
+
+SYSTEM_PROMPT = """\
+You sort image tags for an object class. You get the name of a class and a list of tags that an image tagger \
+produced for pictures of that class. Decide which tags describe the object of the class itself.
+
+A tag is relevant when it names the class or a kind of it, or describes the object itself: one of its physical \
+parts or components, a defining feature, an inherent characteristic, or an essential behaviour or function.
+A tag is irrelevant when it describes anything else in the picture: the background, the place or scene, the \
+environment, weather, lighting or time of day, textures, other objects, animals or people, and any other context \
+the object can appear without. A colour is irrelevant unless that colour defines the class. For classes of people, \
+gender, race and age are irrelevant unless the class itself is defined by them.
+
+Example: for the class "bicycle", the tags "wheel", "pedal", "handlebar", "vehicle" and "riding" are relevant, while \
+"road", "helmet", "red" and "sunset" are irrelevant.
+
+Answer with JSON only, exactly in the form {"relevant_tags": [...]}, listing the relevant tags spelled as in the \
+input. Use an empty list when no tag is relevant."""
+
+USER_TEMPLATE = """\
+Class: {class_name}
+Tags: {tags}
+
+List only the tags that describe the {class_name} itself (its kinds, parts, defining features, essential \
+behaviours); leave out background, scene, lighting, colours and other objects. Reply with JSON only: \
+{{"relevant_tags": [...]}}"""
+
+
+class _UnreadableAnswerError(ValueError):
+    pass
+
+
+class _StyleUnsupportedError(Exception):
+    pass
+
+
+def api_key_from_environment(api_key: str | None) -> str:
+    """The given key, else the first of $MAVIAS_LLM_API_KEY / $OPENAI_API_KEY, else a placeholder for local servers."""
+    return api_key or next((os.environ[name] for name in API_KEY_ENV if os.environ.get(name)), NO_KEY)
+
+
+def response_schema(tags: list[str]) -> dict[str, Any]:
+    """The answer's JSON schema, bounded by the batch: only its tags, at most once each."""
+    return {
+        "type": "object",
+        "properties": {
+            "relevant_tags": {"type": "array", "items": {"type": "string", "enum": tags}, "maxItems": len(tags)}
+        },
+        "required": ["relevant_tags"],
+        "additionalProperties": False,
+    }
+
+
+def _response_format(style: str, tags: list[str]) -> dict[str, Any] | None:
+    schema = response_schema(tags)
+    if style == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "relevant_tags", "strict": True, "schema": schema}}
+    if style == "json_object":  # llama.cpp and others take the schema here and turn it into a grammar
+        return {"type": "json_object", "schema": schema}
+    return None
+
+
+def _max_tokens(tags: list[str]) -> int:
+    """Room for every tag of the batch quoted once, and no more (a tag is at most ~1 token per 3 characters)."""
+    return 32 + sum(4 + len(tag) // 3 for tag in tags)
+
+
+# --- reading the answer ----------------------------------------------------------------------------------------
+
+_KEY = re.compile(r'"relevant[_ ]tags"\s*:\s*\[(.*)', re.IGNORECASE | re.DOTALL)
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _json_values(text: str):
+    """Every JSON value embedded in ``text`` (code fences and chatter around it are skipped)."""
+    decoder = json.JSONDecoder()
+    for start, char in enumerate(text):
+        if char in "{[":
+            try:
+                yield decoder.raw_decode(text, start)[0]
+            except json.JSONDecodeError:
+                continue
+
+
+def parse_relevant_tags(content: str) -> list[str]:
+    """The tag list of an answer: a JSON object (or a bare list), else the quoted strings of a cut-off list."""
+    for value in _json_values(content or ""):
+        if isinstance(value, dict):
+            found = next((v for k, v in value.items() if k.lower().replace(" ", "_") == "relevant_tags"), None)
+            if isinstance(found, list):
+                return [str(tag) for tag in found]
+        elif isinstance(value, list) and all(isinstance(tag, str) for tag in value):
+            return value
+    truncated = _KEY.search(content or "")  # e.g. an answer stopped by max_tokens in the middle of the list
+    if truncated:
+        return [json.loads(f'"{match}"') for match in _QUOTED.findall(truncated.group(1).split("]")[0])]
+    raise _UnreadableAnswerError(f"no relevant_tags list in the answer: {(content or '')[:200]!r}")
+
+
+# --- errors and retries ----------------------------------------------------------------------------------------
+
+
+def _is_style_error(error: openai.APIStatusError) -> bool:
+    """A server that rejects the response_format style rather than failing (llama.cpp answers 500 to json_schema)."""
+    if error.status_code not in (400, 422, 500, 501):
+        return False
+    text = f"{error.message} {error.body}".lower()
+    return any(word in text for word in ("response_format", "json_schema", "json_object", "schema"))
+
+
+def _is_transient(error: BaseException) -> bool:
+    if isinstance(error, openai.APIStatusError):
+        return error.status_code in (408, 409, 429) or error.status_code >= 500
+    return isinstance(error, (openai.APIConnectionError, _UnreadableAnswerError))  # timeouts are connection errors
+
+
+def _retry_after(error: BaseException | None) -> float | None:
+    if not isinstance(error, openai.APIStatusError):
+        return None
+    value = error.response.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date; exponential backoff is good enough
+
+
+def _refused_parameter(error: openai.APIStatusError) -> str | None:
+    """The request parameter a reasoning model refused ("max_tokens", "temperature"), if that is the error."""
+    if error.status_code != 400:
+        return None
+    text = f"{error.message} {error.body}".lower()
+    return next((name for name in ("max_tokens", "temperature") if name in text.replace("max_completion", "")), None)
+
+
+def majority(answers: list[set[str]]) -> set[str]:
+    """Tags listed by more than half of the answers."""
+    counts = Counter(tag for answer in answers for tag in answer)
+    return {tag for tag, count in counts.items() if 2 * count > len(answers)}
+
+
+def _config_error(error: openai.APIStatusError, base_url: str, model: str) -> JudgeConfigError | None:
+    if error.status_code in (401, 403):
+        return JudgeConfigError(
+            f"the LLM endpoint {base_url} refused the credentials (HTTP {error.status_code}); "
+            f"set {' or '.join(API_KEY_ENV)} to a valid key"
+        )
+    if error.status_code == 404:
+        return JudgeConfigError(f"model {model!r} not found at {base_url} (HTTP 404); check --llm-model and --base-url")
+    return None
+
+
+class LLMJudge:
+    """Judges relevance with an OpenAI-compatible chat model; see the module docstring for the protocol."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 120.0,
+        max_retries: int = 5,
+        prompt_version: str = PROMPT_VERSION,
+        batch_size: int = BATCH_SIZE,
+        system_prompt_in_user: bool = False,
+        backoff_seconds: float = 1.0,
+        max_wait_seconds: float = 60.0,
+        stats: JudgeStats | None = None,
+        reasoning: bool = False,
+        samples: int = 1,
+    ):
+        if samples < 1:
+            raise JudgeConfigError(f"samples must be at least 1, got {samples}")
+        self.base_url = base_url
+        self.model = model
+        self.prompt_version = prompt_version
+        self.batch_size = batch_size
+        self.system_prompt_in_user = system_prompt_in_user  # for chat templates that drop the system message
+        self.stats = stats or JudgeStats()
+        self.style: str | None = None  # the structured-output style this endpoint accepted
+        self.reasoning = reasoning  # max_completion_tokens and the default temperature (learnt from a 400 too)
+        self.samples = samples
+        self._max_retries = max_retries
+        self._backoff = backoff_seconds
+        self._max_wait = max_wait_seconds
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=api_key_from_environment(api_key), timeout=timeout, max_retries=0
+        )
+
+    @property
+    def judge_id(self) -> str:
+        return f"llm:{self.model}" + (f"+vote{self.samples}" if self.samples > 1 else "")
+
+    def judge(self, class_name: str, tags: list[str]) -> set[str]:
+        return {tag for batch in batches(tags, self.batch_size) for tag in self._vote(class_name, batch)}
+
+    def _vote(self, class_name: str, tags: list[str]) -> set[str]:
+        if self.samples == 1:
+            return self._judge_batch(class_name, tags)
+        answers = [self._judge_batch(class_name, tags) for _ in range(self.samples)]
+        self.stats.tags_judged -= len(tags) * (self.samples - 1)  # tags, not samples
+        return majority(answers)
+
+    def _judge_batch(self, class_name: str, tags: list[str]) -> set[str]:
+        answer = self._with_retries(lambda: self._ask(class_name, tags))
+        by_key = {tag.strip().lower(): tag for tag in tags}
+        chosen = {by_key.get(str(tag).strip().lower()) for tag in answer}
+        invented = {str(tag) for tag in answer if str(tag).strip().lower() not in by_key}
+        if invented:
+            log.warning("%s: dropped %d tag(s) not in the batch: %s", class_name, len(invented), sorted(invented)[:5])
+        self.stats.dropped_invented += len(invented)
+        self.stats.tags_judged += len(tags)
+        return chosen - {None}
+
+    def _ask(self, class_name: str, tags: list[str]) -> list[str]:
+        """One answer, in the strictest structured-output style the endpoint has not refused."""
+        start = STYLES.index(self.style) if self.style else 0
+        for style in STYLES[start:-1]:
+            try:
+                content = self._complete(class_name, tags, style)
+            except _StyleUnsupportedError:
+                log.info("%s does not take response_format style %r; trying the next", self.base_url, style)
+                continue
+            self.style = style
+            return parse_relevant_tags(content)
+        self.style = STYLES[-1]
+        return parse_relevant_tags(self._complete(class_name, tags, self.style))
+
+    def _complete(self, class_name: str, tags: list[str], style: str) -> str:
+        request: dict[str, Any] = {"model": self.model, "messages": self._messages(class_name, tags)}
+        if self.reasoning:
+            request["max_completion_tokens"] = REASONING_TOKENS + _max_tokens(tags)
+        else:
+            request["max_tokens"] = _max_tokens(tags)
+            request["temperature"] = SAMPLING_TEMPERATURE if self.samples > 1 else 0
+        response_format = _response_format(style, tags)
+        if response_format is not None:
+            request["response_format"] = response_format
+        self.stats.requests += 1
+        try:
+            completion = self._client.chat.completions.create(**request)
+        except openai.APIStatusError as error:
+            if not self.reasoning and _refused_parameter(error):
+                log.info("%s refused %r: switching to reasoning-model parameters", self.base_url, _refused_parameter(error))
+                self.reasoning = True
+                return self._complete(class_name, tags, style)
+            if style != "plain" and _is_style_error(error):
+                raise _StyleUnsupportedError(style) from error
+            config_error = _config_error(error, self.base_url, self.model)
+            if config_error is not None:
+                raise config_error from None  # the server's text may echo (part of) the key
+            raise
+        return completion.choices[0].message.content or ""
+
+    def _messages(self, class_name: str, tags: list[str]) -> list[dict[str, str]]:
+        user = USER_TEMPLATE.format(class_name=class_name, tags=json.dumps(tags, ensure_ascii=False))
+        if self.system_prompt_in_user:
+            return [{"role": "user", "content": f"{SYSTEM_PROMPT}\n\n{user}"}]
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+    def _with_retries(self, call: Callable[[], list[str]]) -> list[str]:
+        """Exponential backoff (or the server's Retry-After) on 429, 5xx, timeouts and unreadable answers."""
+        retrying = Retrying(
+            stop=stop_after_attempt(self._max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(_is_transient),
+            before_sleep=self._count_retry,
+            reraise=True,
+        )
+        try:
+            return retrying(call)
+        except _UnreadableAnswerError as error:
+            raise JudgeResponseError(f"{self.judge_id} at {self.base_url}: {error}",
+                                     hint="use a model that follows JSON instructions, or --judge offline") from error
+        except openai.APIError as error:
+            if not _is_transient(error):
+                raise
+            attempts = self._max_retries + 1
+            raise JudgeUnavailableError(
+                f"{self.base_url} failed {attempts} time(s) in a row; last: {type(error).__name__}: {error}",
+                hint="check that the endpoint is up and --base-url is right (lower --timeout / --max-retries to "
+                     "fail sooner), or use --judge offline",
+            ) from error
+
+    def _wait(self, state: RetryCallState) -> float:
+        retry_after = _retry_after(state.outcome.exception() if state.outcome else None)
+        backoff = self._backoff * 2 ** (state.attempt_number - 1)
+        return min(self._max_wait, backoff if retry_after is None else retry_after)
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self.stats.retries += 1
+        error = state.outcome.exception() if state.outcome else None
+        log.warning("%s: attempt %d failed (%s); retrying", self.base_url, state.attempt_number, type(error).__name__)

@@ -1,0 +1,112 @@
+"""Reviewed decisions: a YAML file of human verdicts per class and tag that overrides any judge.
+
+Format (``version: 1``)::
+
+    version: 1
+    decisions:
+      landbird:
+        relevant: [beak, feather, wing]
+        irrelevant: [branch, forest, sky]
+
+Tags match case-insensitively; class names match exactly. ``mavias judge export-review`` writes the current
+decisions in this format for a person to edit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mavias.errors import UserError, describe_validation_error
+from mavias.core.relevance import validate_relevance
+from mavias.utils.atomic import atomic_path
+
+REVIEW_SOURCE = "review"
+HEADER = """\
+# Reviewed relevance decisions (mavias judge). Edit freely: move a tag between `relevant` and `irrelevant`,
+# delete tags you do not want to decide by hand. These verdicts override every judge on the next `mavias judge run`.
+"""
+
+
+def _key(tag: str) -> str:
+    return tag.strip().lower()
+
+
+class ClassDecisions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    relevant: list[str] = Field(default_factory=list)
+    irrelevant: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> ClassDecisions:
+        both = sorted({_key(t) for t in self.relevant} & {_key(t) for t in self.irrelevant})
+        if both:
+            raise ValueError(f"tag(s) both relevant and irrelevant: {both}")
+        return self
+
+
+class ReviewedDecisions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    decisions: dict[str, ClassDecisions] = Field(default_factory=dict)
+
+    def verdicts(self, class_name: str, tags: list[str]) -> dict[str, bool]:
+        """The reviewed verdict of each of ``tags`` that has one."""
+        reviewed = self.decisions.get(class_name)
+        if reviewed is None:
+            return {}
+        known = {_key(t): True for t in reviewed.relevant} | {_key(t): False for t in reviewed.irrelevant}
+        return {tag: known[_key(tag)] for tag in tags if _key(tag) in known}
+
+
+class ReviewError(UserError, ValueError):
+    """A reviewed-decisions file that cannot be read."""
+
+
+def load_review(path: str | Path) -> ReviewedDecisions:
+    path = Path(path)
+    if not path.is_file():
+        raise ReviewError(f"reviewed decisions {path} do not exist; write them with `mavias judge export-review`")
+    try:
+        return ReviewedDecisions.model_validate(yaml.safe_load(path.read_text()) or {})
+    except yaml.YAMLError as error:
+        raise ReviewError(f"reviewed decisions {path} are not valid YAML: {error}") from None
+    except ValidationError as error:
+        raise ReviewError(describe_validation_error(error, what=f"reviewed decisions {path}")) from None
+
+
+def apply_review(table: pd.DataFrame, review: ReviewedDecisions) -> pd.DataFrame:
+    """Override the table's decisions with the reviewed ones (``source="review"``)."""
+    table = validate_relevance(table)
+    for class_name, rows in table.groupby("class"):
+        for tag, verdict in review.verdicts(str(class_name), rows["tag"].tolist()).items():
+            index = rows.index[rows["tag"] == tag]
+            table.loc[index, ["relevant", "source"]] = [verdict, REVIEW_SOURCE]
+    return table
+
+
+def review_from_table(table: pd.DataFrame) -> ReviewedDecisions:
+    table = validate_relevance(table)
+    return ReviewedDecisions(
+        decisions={
+            str(class_name): ClassDecisions(
+                relevant=sorted(rows.loc[rows["relevant"], "tag"]),
+                irrelevant=sorted(rows.loc[~rows["relevant"], "tag"]),
+            )
+            for class_name, rows in table.groupby("class")
+        }
+    )
+
+
+def export_review(table: pd.DataFrame, path: str | Path) -> Path:
+    """Write the table's decisions as a reviewed-decisions YAML file for a person to edit."""
+    document = review_from_table(table).model_dump(mode="json")
+    with atomic_path(path) as tmp:
+        tmp.write_text(HEADER + yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=120))
+    return Path(path)

@@ -1,0 +1,118 @@
+"""Reading, writing and validating manifests."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from mavias.errors import UserError
+from mavias.core.manifest.info import INFO_NAME, STANDARD_SPLITS, read_dataset_info
+from mavias.utils.atomic import atomic_path
+from mavias.utils.tables import read_parquet_or_csv
+
+SPLITS = STANDARD_SPLITS
+REQUIRED_COLUMNS = ("sample_id", "uri", "label", "split")
+ATTR_PREFIX = "attr_"
+
+
+class ManifestError(UserError, ValueError):
+    """A manifest that breaks the contract; the message lists every problem found."""
+
+
+def content_sample_id(data: bytes) -> str:
+    """Stable sample id from the content: the first 16 hex digits of the sha256 of the bytes."""
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def attribute_columns(df: pd.DataFrame) -> list[str]:
+    return sorted(c for c in df.columns if c.startswith(ATTR_PREFIX))
+
+
+def resolve_uri(manifest_dir: Path, uri: str) -> Path:
+    """Local path of a manifest ``uri``; relative uris are relative to the manifest's folder."""
+    if uri.startswith("s3://"):
+        raise ManifestError(f"{uri}: s3:// uris must be fetched to a local folder first (mavias.ops.nightly.incoming.pull_partition)")
+    path = Path(uri)
+    return path if path.is_absolute() else manifest_dir / path
+
+
+def read_manifest_table(path: Path) -> pd.DataFrame:
+    df = read_parquet_or_csv(path, what="manifest", error=ManifestError)
+    if path.suffix == ".csv" and "tags" in df.columns:
+        df["tags"] = df["tags"].map(lambda s: [t for t in s.split("|") if t])
+    return df
+
+
+def validate_manifest(
+    df: pd.DataFrame, *, manifest_dir: Path | None = None, eval_splits: Sequence[str] = ()
+) -> pd.DataFrame:
+    """Check the contract and return a normalised copy; raise :class:`ManifestError` listing all problems.
+
+    With ``manifest_dir`` given, every local file must also exist. ``eval_splits`` are the named evaluation splits a
+    ``dataset.json`` declares (e.g. ImageNet-9's ``mixed_rand``); they are allowed besides train/val/test.
+    """
+    allowed = (*SPLITS, *eval_splits)
+    problems: list[str] = []
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise ManifestError(f"missing required column(s): {', '.join(missing)}")
+    if df.empty:
+        raise ManifestError("manifest has no rows")
+    df = df.copy()
+    for col in REQUIRED_COLUMNS:
+        df[col] = df[col].astype(str)
+        blank = df[col].str.strip() == ""
+        if blank.any():
+            problems.append(f"{int(blank.sum())} row(s) with an empty {col!r}")
+    bad_split = ~df["split"].isin(allowed)
+    if bad_split.any():
+        values = sorted(df.loc[bad_split, "split"].unique())[:5]
+        problems.append(
+            f"{int(bad_split.sum())} row(s) with an unknown split {values} (allowed: {', '.join(allowed)}; "
+            f"declare further evaluation splits in {INFO_NAME})"
+        )
+    dup = df["sample_id"].duplicated(keep=False)
+    if dup.any():
+        ids = sorted(df.loc[dup, "sample_id"].unique())[:5]
+        problems.append(f"{int(dup.sum())} row(s) share a sample_id, e.g. {ids}")
+    if "tags" in df.columns:
+        df["tags"] = df["tags"].map(_normalise_tags)
+    if manifest_dir is not None:
+        local = ~df["uri"].str.startswith("s3://")
+        absent = [u for u in df.loc[local, "uri"] if not resolve_uri(manifest_dir, u).exists()]
+        if absent:
+            problems.append(f"{len(absent)} file(s) not found, e.g. {absent[:3]} (relative to {manifest_dir})")
+    if problems:
+        raise ManifestError("invalid manifest:\n  - " + "\n  - ".join(problems))
+    return df.reset_index(drop=True)
+
+
+def _normalise_tags(value) -> list[str]:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return []
+    return sorted({str(t).strip().lower() for t in value if str(t).strip()})
+
+
+def load_manifest(path: str | Path, *, check_files: bool = True) -> pd.DataFrame:
+    """Load and validate a manifest (Parquet or CSV with ``|``-separated tags)."""
+    path = Path(path)
+    df = read_manifest_table(path)
+    info = read_dataset_info(path)
+    try:
+        return validate_manifest(
+            df, manifest_dir=path.parent if check_files else None, eval_splits=info.eval_splits if info else ()
+        )
+    except ManifestError as err:
+        raise ManifestError(f"{path}: {err}") from None
+
+
+def save_manifest(df: pd.DataFrame, path: str | Path, *, eval_splits: Sequence[str] = ()) -> Path:
+    """Validate (without file checks) and write atomically as Parquet."""
+    path = Path(path)
+    df = validate_manifest(df, eval_splits=eval_splits)
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
+    return path

@@ -1,0 +1,52 @@
+"""Quarantine images that fail to decode: listed with a reason, never a crash, never silently dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO
+
+import pandas as pd
+from PIL import Image
+
+from mavias.core.manifest.io import resolve_uri
+from mavias.utils.atomic import atomic_path
+
+QUARANTINE_COLUMNS = ["sample_id", "uri", "reason"]
+
+
+def decode_problem(path: Path) -> str | None:
+    """Why the image at ``path`` cannot be used, or ``None`` when it decodes."""
+    if not path.exists():
+        return "file not found"
+    return image_problem(path)
+
+
+def image_problem(source: Path | IO[bytes]) -> str | None:
+    """Why the image (a path or a binary file object) cannot be decoded, or ``None`` when it decodes."""
+    try:
+        with Image.open(source) as img:
+            img.load()
+            if img.width == 0 or img.height == 0:
+                return "empty image"
+    except Exception as err:  # PIL raises many unrelated types for broken files
+        return f"cannot decode: {type(err).__name__}: {err}"
+    return None
+
+
+def quarantine_undecodable(
+    df: pd.DataFrame, manifest_dir: Path, out_csv: Path | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split a manifest into (decodable rows, quarantined rows with a ``reason``).
+
+    When ``out_csv`` is given, the quarantined rows are appended to it (deduplicated by ``sample_id``).
+    """
+    reasons = [decode_problem(resolve_uri(manifest_dir, uri)) for uri in df["uri"]]
+    bad = pd.Series([r is not None for r in reasons], index=df.index)
+    quarantined = df.loc[bad, ["sample_id", "uri"]].assign(reason=[r for r in reasons if r is not None])
+    if out_csv is not None and not quarantined.empty:
+        out_csv = Path(out_csv)
+        previous = pd.read_csv(out_csv, dtype=str) if out_csv.exists() else pd.DataFrame(columns=QUARANTINE_COLUMNS)
+        merged = pd.concat([previous, quarantined], ignore_index=True).drop_duplicates("sample_id", keep="last")
+        with atomic_path(out_csv) as tmp:
+            merged.to_csv(tmp, index=False)
+    return df.loc[~bad].reset_index(drop=True), quarantined.reset_index(drop=True)

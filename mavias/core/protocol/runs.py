@@ -1,0 +1,59 @@
+"""Training runs as the paper's protocols prescribe: the recipe resolved first (an explicit step, run where the
+training runs), then the ERM reference (selected by validation accuracy) or any method (every criterion's checkpoint
+kept, selected without bias labels); one process, or data-parallel over several."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mavias.core.evaluate.metrics import MIN_SUPPORT
+from mavias.core.evaluate.shortcuts import SHORTCUT
+from mavias.core.protocol.reference import Reference, load_reference
+from mavias.core.train.config import TrainConfig
+from mavias.core.train.distributed import fit_distributed
+from mavias.core.train.failures import explained_training_errors
+from mavias.core.train.prepare import PreparedData
+from mavias.core.train.recipe import ResolvedRecipe, resolve_recipe
+from mavias.core.train.trainer import Trainer, TrainResult
+
+
+def resolve_run(data: PreparedData, cfg: TrainConfig, out_dir: str | Path) -> ResolvedRecipe:
+    """The recipe of a run folder for this data (its range test cached; a folder that resolved the same request before
+    keeps its choices); an error is one readable line (:class:`~mavias.core.train.failures.TrainingFailed`)."""
+    with explained_training_errors(cfg.method, Path(out_dir), lambda: 0):
+        return resolve_recipe(cfg, data["train"], len(data.classes), run_dir=Path(out_dir))
+
+
+def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *, tag_min_support: int = MIN_SUPPORT,
+                    rule: str = SHORTCUT, progress: bool = True, keep_epochs: bool = False, nproc: int = 1) -> Reference:
+    """The ERM reference; with ``keep_epochs`` its training also serves as the ERM baseline (`erm_baseline`)."""
+    recipe = resolve_run(data, cfg.model_copy(update={"method": "erm", "selection": "val_acc"}), out_dir)
+    if nproc > 1:
+        run = fit_distributed(data, recipe, out_dir, nproc, keep_epochs=keep_epochs)
+    else:
+        run = Trainer(recipe, data["train"], data["val"], data.classes, out_dir, progress=progress,
+                      keep_epochs=keep_epochs).fit()
+    return load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
+
+
+def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference | None,
+                 *, progress: bool = True, stop_after: int | None = None, nproc: int = 1) -> TrainResult:
+    """Train one run; with ``nproc`` > 1 data-parallel over that many processes (:mod:`mavias.core.train.distributed`)."""
+    if cfg.selection == "val_tag_wg" and reference is None:
+        raise ValueError("selection val_tag_wg needs the ERM reference (train_reference) for its tag-derived groups")
+    val_groups = None if reference is None else reference.val_groups
+    recipe = resolve_run(data, cfg, out_dir)
+    if nproc > 1:
+        return fit_distributed(data, recipe, out_dir, nproc, val_groups=val_groups, stop_after=stop_after)
+    trainer = Trainer(recipe, data["train"], data["val"], data.classes, out_dir, val_groups=val_groups,
+                      progress=progress)
+    return trainer.fit(stop_after=stop_after)
+
+
+def erm_baseline(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference) -> TrainResult:
+    """The ERM baseline, selected under the reference's tag groups. The reference trains ERM with the same settings
+    and seed, so where it kept its epochs they are selected again instead of repeating the training."""
+    trainer = Trainer(resolve_run(data, cfg, out_dir), data["train"], data["val"], data.classes, out_dir,
+                      val_groups=reference.val_groups, progress=False)
+    source = reference.kept_epochs(trainer.cfg.epochs)
+    return trainer.reselect(source) if source is not None else trainer.fit()

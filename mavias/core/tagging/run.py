@@ -1,0 +1,279 @@
+"""Tag a partition shard by shard: deterministic shards, atomic per-shard commits, resumable and incremental.
+
+Output folder of a partition::
+
+    samples-shard-003-of-008.parquet   sample_id, tagger_id, status (tagged | reused | quarantined), reason
+    tags-shard-003-of-008.parquet      tags table of the shard; written last, so its presence commits the shard
+    tags.parquet, class_tag_counts.parquet, quarantine.csv   written by collect_partition once all shards exist
+
+Several workers may each run one shard (``shard=(i, n)``) of the same partition at once: they share no file.
+A :class:`TagsStore` over the output folders of earlier partitions lets a shard copy the tags of images it has
+already seen (same content id, same tagger) instead of tagging them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import astuple, dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+
+from mavias.core.manifest import resolve_uri
+from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, decode_problem
+from mavias.core.tagging.base import (
+    TagBatch,
+    Tagger,
+    class_tag_counts,
+    empty_tags_table,
+    read_tags,
+    tags_table,
+    write_tags,
+)
+from mavias.utils.atomic import atomic_path
+from mavias.utils.progress import progress_bar
+
+DEFAULT_NUM_SHARDS = 8
+TAGS_NAME = "tags.parquet"
+CLASS_TAG_COUNTS_NAME = "class_tag_counts.parquet"
+QUARANTINE_NAME = "quarantine.csv"
+SAMPLES_COLUMNS = ["sample_id", "tagger_id", "status", "reason"]
+TAGGED, REUSED, QUARANTINED = "tagged", "reused", "quarantined"
+
+
+@dataclass
+class TagCounts:
+    images_tagged: int = 0  # images the tagger looked at in this run
+    images_reused: int = 0  # images whose tags were copied from an earlier partition
+    images_quarantined: int = 0
+    shards_done: int = 0  # shards committed in this run
+    shards_skipped: int = 0  # shards already committed by an earlier run
+
+    def __add__(self, other: TagCounts) -> TagCounts:
+        return TagCounts(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+
+def shard_of(sample_id: str, num_shards: int) -> int:
+    """Deterministic shard of a sample: independent of row order, stable across runs and machines."""
+    return int(hashlib.sha256(sample_id.encode()).hexdigest()[:8], 16) % num_shards
+
+
+def shard_paths(out_dir: Path, index: int, num_shards: int) -> tuple[Path, Path]:
+    """(samples file, tags file) of one shard."""
+    name = f"shard-{index:03d}-of-{num_shards:03d}.parquet"
+    return out_dir / f"samples-{name}", out_dir / f"tags-{name}"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'i/n' -> (i, n) with 0 <= i < n."""
+    try:
+        index, num_shards = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard must look like i/n (e.g. 0/4), got {text!r}") from None
+    if not 0 <= index < num_shards:
+        raise ValueError(f"shard {text!r}: need 0 <= i < n")
+    return index, num_shards
+
+
+class TagsStore:
+    """The committed shard outputs of every partition folder under ``root`` (``root/<partition>/...``)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def _committed(self) -> Iterator[tuple[Path, Path]]:
+        for samples_path in sorted(self.root.glob("*/samples-shard-*.parquet")):
+            tags_path = samples_path.with_name("tags-" + samples_path.name.removeprefix("samples-"))
+            if tags_path.exists():
+                yield samples_path, tags_path
+
+    def lookup(self, tagger_id: str, sample_ids: Sequence[str]) -> tuple[set[str], pd.DataFrame]:
+        """(ids among ``sample_ids`` already tagged by ``tagger_id``, their tags)."""
+        wanted, known, parts = set(sample_ids), set(), [empty_tags_table()]
+        for samples_path, tags_path in self._committed():
+            samples = pd.read_parquet(samples_path)
+            done = samples["status"].isin([TAGGED, REUSED]) & (samples["tagger_id"] == tagger_id)
+            found = (set(samples.loc[done, "sample_id"]) & wanted) - known
+            if found:
+                tags = read_tags(tags_path)
+                parts.append(tags[tags["sample_id"].isin(found)])
+                known |= found
+        return known, pd.concat(parts, ignore_index=True)
+
+
+@dataclass(frozen=True)
+class _LoaderOptions:
+    batch_size: int
+    num_workers: int
+    progress: bool
+
+
+class _ImageDataset(Dataset):
+    def __init__(self, paths: list[Path], preprocess):
+        self.paths = paths
+        self.preprocess = preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor | None, str | None]:
+        try:
+            with Image.open(self.paths[i]) as img:
+                return i, self.preprocess(img.convert("RGB")), None
+        except Exception as err:  # any undecodable image is quarantined with its reason, never a crash
+            return i, None, decode_problem(self.paths[i]) or f"cannot preprocess: {type(err).__name__}: {err}"
+
+
+def _collate(items) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]:
+    ok = [(i, x) for i, x, _ in items if x is not None]
+    failed = [(i, reason) for i, x, reason in items if x is None]
+    return [i for i, _ in ok], (torch.stack([x for _, x in ok]) if ok else None), failed
+
+
+def _batches(
+    rows: pd.DataFrame, manifest_dir: Path, tagger: Tagger, options: _LoaderOptions
+) -> Iterator[tuple[TagBatch, dict[str, str]]]:
+    """(batch of decodable rows, {sample_id: reason} of the undecodable ones) in order."""
+    if tagger.preprocess is None:
+        for start in range(0, len(rows), options.batch_size):
+            yield TagBatch(rows.iloc[start : start + options.batch_size], None), {}
+        return
+    dataset = _ImageDataset([resolve_uri(manifest_dir, u) for u in rows["uri"]], tagger.preprocess)
+    loader = DataLoader(
+        dataset,
+        batch_size=options.batch_size,
+        num_workers=options.num_workers,
+        collate_fn=_collate,
+        pin_memory=torch.cuda.is_available(),
+    )
+    for positions, images, failed in loader:
+        failures = {rows["sample_id"].iloc[i]: reason for i, reason in failed}
+        yield TagBatch(rows.iloc[positions], images), failures
+
+
+def _run_tagger(
+    rows: pd.DataFrame, manifest_dir: Path, tagger: Tagger, options: _LoaderOptions
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    parts, failures = [empty_tags_table()], {}
+    with progress_bar(total=len(rows), unit="img", desc="tagging", enabled=options.progress) as bar:
+        for batch, failed in _batches(rows, manifest_dir, tagger, options):
+            if len(batch.rows):
+                parts.append(tags_table(batch.rows["sample_id"].tolist(), tagger.tag(batch)))
+            failures.update(failed)
+            bar.update(len(batch.rows) + len(failed))
+    return pd.concat(parts, ignore_index=True), failures
+
+
+def _check_tagger(samples_path: Path, tagger_id: str) -> None:
+    found = set(pd.read_parquet(samples_path, columns=["tagger_id"])["tagger_id"])
+    if found - {tagger_id}:
+        raise ValueError(
+            f"{samples_path.parent} holds tags of another tagger ({sorted(found)}), not {tagger_id}: "
+            "write each tagger's output to its own folder"
+        )
+
+
+def _tag_shard(
+    rows: pd.DataFrame,
+    manifest_dir: Path,
+    tagger: Tagger,
+    paths: tuple[Path, Path],
+    known: set[str],
+    reused: pd.DataFrame,
+    loader: _LoaderOptions,
+) -> TagCounts:
+    """Tag the rows not in ``known`` (whose tags ``reused`` holds), then commit the shard: samples first, tags last."""
+    todo = rows[~rows["sample_id"].isin(known)]
+    new_tags, failures = _run_tagger(todo, manifest_dir, tagger, loader)
+    ids = rows["sample_id"].tolist()
+    samples = pd.DataFrame(
+        {
+            "sample_id": ids,
+            "tagger_id": tagger.tagger_id,
+            "status": [REUSED if s in known else QUARANTINED if s in failures else TAGGED for s in ids],
+            "reason": [failures.get(s) for s in ids],
+        },
+        columns=SAMPLES_COLUMNS,
+    )
+    samples_path, tags_path = paths
+    with atomic_path(samples_path) as tmp:
+        samples.to_parquet(tmp, index=False)
+    write_tags(pd.concat([reused, new_tags], ignore_index=True), tags_path)  # the commit
+    return TagCounts(
+        images_tagged=len(todo) - len(failures),
+        images_reused=len(rows) - len(todo),
+        images_quarantined=len(failures),
+        shards_done=1,
+    )
+
+
+def tag_partition(
+    manifest_df: pd.DataFrame,
+    manifest_dir: str | Path,
+    tagger: Tagger,
+    out_dir: str | Path,
+    *,
+    shard: tuple[int, int] | None = None,
+    num_shards: int = DEFAULT_NUM_SHARDS,
+    store: TagsStore | None = None,
+    batch_size: int = 32,
+    num_workers: int = 0,
+    progress: bool = True,
+) -> TagCounts:
+    """Tag one shard ``(i, n)`` of a partition, or all ``num_shards`` shards in turn; committed shards are skipped."""
+    out_dir = Path(out_dir)
+    if shard is not None:
+        num_shards = shard[1]
+    wanted = [shard[0]] if shard is not None else list(range(num_shards))
+    committed = [i for i in wanted if shard_paths(out_dir, i, num_shards)[1].exists()]
+    for index in committed:
+        _check_tagger(shard_paths(out_dir, index, num_shards)[0], tagger.tagger_id)
+    pending = [i for i in wanted if i not in committed]
+    assignment = manifest_df["sample_id"].map(lambda s: shard_of(s, num_shards))
+    pending_ids = manifest_df.loc[assignment.isin(pending), "sample_id"].tolist()
+    known, reused = store.lookup(tagger.tagger_id, pending_ids) if store and pending else (set(), empty_tags_table())
+    loader = _LoaderOptions(batch_size, num_workers, progress)
+    counts = TagCounts(shards_skipped=len(committed))
+    for index in pending:
+        rows = manifest_df[assignment == index]
+        shard_reused = reused[reused["sample_id"].isin(rows["sample_id"])]
+        paths = shard_paths(out_dir, index, num_shards)
+        counts += _tag_shard(rows, Path(manifest_dir), tagger, paths, known, shard_reused, loader)
+    return counts
+
+
+def missing_shards(out_dir: str | Path, num_shards: int) -> list[int]:
+    return [i for i in range(num_shards) if not shard_paths(Path(out_dir), i, num_shards)[1].exists()]
+
+
+def _committed_paths(out_dir: Path, num_shards: int) -> list[tuple[Path, Path]]:
+    missing = missing_shards(out_dir, num_shards)
+    if missing:
+        raise RuntimeError(f"{out_dir}: shard(s) {missing} of {num_shards} are not tagged yet")
+    return [shard_paths(out_dir, i, num_shards) for i in range(num_shards)]
+
+
+def shard_samples(out_dir: str | Path, num_shards: int) -> pd.DataFrame:
+    """Every sample of a fully tagged partition with its status (tagged, reused, quarantined) and reason."""
+    paths = _committed_paths(Path(out_dir), num_shards)
+    return pd.concat([pd.read_parquet(samples_path) for samples_path, _ in paths], ignore_index=True)
+
+
+def collect_partition(manifest_df: pd.DataFrame, out_dir: str | Path, num_shards: int) -> pd.DataFrame:
+    """Merge the committed shards into the partition's tags table, class tag counts and quarantine list."""
+    out_dir = Path(out_dir)
+    paths = _committed_paths(out_dir, num_shards)
+    tags = pd.concat([read_tags(tags_path) for _, tags_path in paths], ignore_index=True)
+    write_tags(tags, out_dir / TAGS_NAME)
+    with atomic_path(out_dir / CLASS_TAG_COUNTS_NAME) as tmp:
+        class_tag_counts(tags, manifest_df).to_parquet(tmp, index=False)
+    samples = shard_samples(out_dir, num_shards)
+    quarantined = samples[samples["status"] == QUARANTINED].merge(manifest_df[["sample_id", "uri"]], on="sample_id")
+    if not quarantined.empty:
+        with atomic_path(out_dir / QUARANTINE_NAME) as tmp:
+            quarantined[QUARANTINE_COLUMNS].to_csv(tmp, index=False)
+    return tags

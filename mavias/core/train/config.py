@@ -1,0 +1,225 @@
+"""Training configuration: validated at load, saved resolved next to the outputs, with the paper's presets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mavias.core.encode.factory import MINILM, SPEC_FORMS, parse_encoder_spec
+from mavias.errors import UserError, describe_validation_error
+from mavias.utils.atomic import atomic_path
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+class ConfigError(UserError, ValueError):
+    """A training config that cannot be used: missing file, bad YAML, unknown preset, invalid value."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BackboneConfig(_Strict):
+    name: str = Field("small_cnn", description="small_cnn, mlp, any torchvision classifier (resnet18, resnet50…) or timm:<name>")
+    width: int = Field(32, ge=4, description="small_cnn base channels / mlp hidden units")
+    pretrained: bool = Field(False, description="torchvision ImageNet weights from $TORCH_HOME/hub/checkpoints (offline)")
+    pretrained_weights: str = Field("IMAGENET1K_V1", description="torchvision weights enum member, e.g. IMAGENET1K_V2")
+    weights: str | None = Field(None, description="local state-dict path (takes precedence over the cache)")
+
+
+class PreprocessConfig(_Strict):
+    """Image preprocessing (torchvision transforms v2 on PIL images); normalisation is inside the model."""
+
+    augment: bool | None = Field(
+        None, description="training: RandomResizedCrop(image_size) (+ flip); unset: the recipe's (on)")
+    crop_scale: tuple[float, float] = Field((0.7, 1.0), description="RandomResizedCrop area range (GroupDRO's Waterbirds/CelebA)")
+    crop_ratio: tuple[float, float] = Field((0.75, 4 / 3), description="RandomResizedCrop aspect-ratio range")
+    flip: bool | None = Field(None, description="random horizontal flip when augment is on; unset: the recipe's (on "
+                              "for pretrained backbones; off from scratch, where orientation may be the class)")
+    resize: int | None = Field(
+        None, ge=8, description="evaluation: shorter side resized to this, then CenterCrop(image_size); default image_size"
+    )
+
+
+Schedule = Literal["none", "step_thirds", "cosine"]
+
+
+class OptimConfig(_Strict):
+    """Unset fields come from the backbone family's recipe (:mod:`mavias.core.train.recipe`) when training starts; the run's
+    config.yaml records the resolved values and why."""
+
+    name: Literal["sgd", "adam", "adamw"] | None = Field(None, description="unset: sgd, adamw for vision transformers")
+    lr: float | None = Field(None, gt=0, description="unset: found by a learning-rate range test before training")
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_decay: float | None = Field(None, ge=0, description="unset: 5e-4 from scratch, 1e-4 pretrained, 0.05 adamw")
+    schedule: Schedule | None = Field(
+        None, description="step_thirds: lr / 10 after 1/3 and 2/3 of the epochs (paper); cosine: linear warm-up over "
+        "warmup_fraction of the steps, then cosine to 0; unset: cosine"
+    )
+    warmup_fraction: float = Field(0.05, ge=0, lt=1, description="share of the steps warmed up (cosine schedule)")
+
+
+class MaviasConfig(_Strict):
+    alpha: float = Field(0.01, ge=0, description="weight of the logit-norm alignment loss")
+    lam: float = Field(0.5, gt=0, description="lambda: target ratio ||z_main|| / ||z_tag||")
+    align: Literal["per_sample", "batch"] = Field(
+        "per_sample",
+        description="per_sample: the paper's eq.; batch: Frobenius norms over the batch with z_tag detached (public code)",
+    )
+    projection_lr_mult: float = Field(1.0, gt=0, description="learning-rate multiplier of the projection layer g")
+    bias_path: Literal["separate", "joint"] = Field(
+        "separate",
+        description="separate (default): g starts fitted to the labels and learns on its own CE(z_tag), the main "
+                    "model sees z_tag detached; joint (paper): g learns through CE(z_main + z_tag) only",
+    )
+
+
+class GroupDROConfig(_Strict):
+    eta: float = Field(0.01, gt=0, description="step size of the exponentiated-gradient update of group weights")
+
+
+class JTTConfig(_Strict):
+    """General defaults; the Waterbirds / CelebA presets carry the JTT paper's T=60, up=100 / T=1, up=50."""
+
+    id_epochs: int = Field(2, ge=1, description="epochs of the ERM identification model (stage 1)")
+    upweight: float = Field(20.0, ge=1, description="sampling weight of stage-1 errors in stage 2")
+
+
+class LfFConfig(_Strict):
+    q: float = Field(0.7, gt=0, le=1, description="generalised cross-entropy exponent of the biased model (paper 0.7)")
+    ema: float = Field(0.7, ge=0, lt=1, description="EMA decay of the per-sample losses behind the relative difficulty")
+
+
+class SDConfig(_Strict):
+    coefficient: float = Field(0.1, gt=0, description="lambda of the spectral-decoupling penalty lambda/2 ||z||^2")
+
+
+class FLACConfig(_Strict):
+    """FLAC-B at the MAVias paper's setting (alpha 110) and the FLAC authors' kernel exponent (d 0.5)."""
+
+    alpha: float = Field(110.0, gt=0, description="weight of the FLAC divergence")
+    d: float = Field(0.5, gt=0, description="kernel exponent: similarity 1 / (1 + distance^d)")
+    bias_epochs: int = Field(2, ge=1, description="epochs of plain CE that train the frozen bias-capturing classifier")
+
+
+Selection = Literal["val_acc", "val_tag_wg", "val_robust"]
+
+class TrainConfig(_Strict):
+    method: Literal["erm", "mavias", "groupdro", "jtt", "lff", "sd", "flac", "debian"] = "mavias"
+    backbone: BackboneConfig = BackboneConfig()
+    optim: OptimConfig = OptimConfig()
+    mavias: MaviasConfig = MaviasConfig()
+    groupdro: GroupDROConfig = GroupDROConfig()
+    jtt: JTTConfig = JTTConfig()
+    lff: LfFConfig = LfFConfig()
+    sd: SDConfig = SDConfig()
+    flac: FLACConfig = FLACConfig()
+    epochs: int | None = Field(None, ge=1, description="unset: scaled to the training set size (recipe)")
+    batch_size: int = Field(64, ge=1)
+    image_size: int | None = Field(None, ge=8, description="unset: the training images' median shorter side, at most 224")
+    encoder: str = Field(MINILM, description=f"text encoder of the bias embeddings: {SPEC_FORMS}")
+    preprocessing: PreprocessConfig = PreprocessConfig()
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    amp: bool = Field(True, description="mixed precision (bfloat16 autocast) when running on CUDA")
+    selection: Selection = Field(
+        "val_robust",
+        description="model selection: val_acc (paper), val_tag_wg (worst tag-derived validation group) or val_robust "
+        "(balanced accuracy + shrunk tag-group accuracies, mavias.core.train.selection); all three are always saved",
+    )
+    num_workers: int | Literal["auto"] = Field(
+        "auto", description="DataLoader workers; auto: 0 on CPU or for in-memory splits, else min(8, CPU cores)"
+    )
+    channels_last: bool = Field(True, description="channels_last memory format for image models on CUDA")
+    compile: bool = Field(False, description="torch.compile the backbone (pays on GPU for long runs; needs a compiler)")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.backbone.name == "mlp" and self.backbone.weights:
+            raise ValueError("backbone.weights applies to torchvision backbones only")
+        parse_encoder_spec(self.encoder)
+        size = self.image_size
+        if self.preprocessing.resize is not None and size is not None and self.preprocessing.resize < size:
+            raise ValueError(f"preprocessing.resize ({self.preprocessing.resize}) must be >= image_size ({size})")
+        return self
+
+    @property
+    def is_complete(self) -> bool:
+        """Every setting the recipe fills is set (a run's saved config always is)."""
+        o = self.optim
+        p = self.preprocessing
+        image = () if self.backbone.name == "mlp" else (self.image_size, p.augment, p.flip)
+        return None not in (o.name, o.lr, o.weight_decay, o.schedule, self.epochs, *image)
+
+
+def load_config(path: str | Path | None = None, *, preset: str | None = None, overrides: dict | None = None) -> TrainConfig:
+    """Merge preset < YAML file < overrides (dotted keys allowed) and validate."""
+    data: dict = {}
+    if preset:
+        data = _deep_merge(data, _read_yaml(preset_path(preset)))
+    if path:
+        data = _deep_merge(data, _read_yaml(Path(path)))
+    for key, value in (overrides or {}).items():
+        data = _deep_merge(data, _dotted(key, value))
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(
+            describe_validation_error(error, what="training config", model=TrainConfig)
+            + "; fix the config file or the --set value"
+        ) from None
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def preset_path(name: str) -> Path:
+    path = PRESET_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(preset_names())}")
+    return path
+
+
+def save_config(config: TrainConfig, path: str | Path, *, comments: list[str] = ()) -> Path:
+    """The config as YAML; ``comments`` (e.g. why the recipe chose a value) become comment lines at its top."""
+    header = "".join(f"# {line}\n" for line in comments)
+    with atomic_path(path) as tmp:
+        tmp.write_text(header + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    return Path(path)
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"config {path} does not exist (or is not a file)")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config {path} is not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must be a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def _dotted(key: str, value) -> dict:
+    out: dict = {}
+    node = out
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def _deep_merge(base: dict, extra: dict) -> dict:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,405 @@
+"""A small trainer: seeded, resumable, with per-epoch validation, model selection, CSV and TensorBoard logs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
+from torch.utils.tensorboard import SummaryWriter
+
+from mavias.errors import UserError
+from mavias.core.train.config import ConfigError, TrainConfig
+from mavias.core.train.data import IndexedInputs, SplitData
+from mavias.core.train.failures import explained_training_errors
+from mavias.core.devices import choose_device
+from mavias.core.train.inference import predict_logits, to_model_input
+from mavias.core.train.methods import Method, build_method
+from mavias.core.train.model import MainModel, build_main_model
+from mavias.core.train.optim import batches_per_epoch, drop_last, make_optimizer, make_scheduler
+from mavias.core.train.recipe import ResolvedRecipe, as_recipe
+from mavias.core.train.sanity import chance_warnings, check_finite
+from mavias.core.train.selection import is_uninformative, robust_selection_score
+from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.progress import progress_bar, progress_line
+
+CRITERIA = ("val_acc", "val_tag_wg", "val_robust")
+EARLY_CHECKPOINT = "early.pt"
+
+
+def best_checkpoint(run: Path, criterion: str) -> Path:
+    """The checkpoint a run keeps for a selection criterion (``best_<criterion>.pt``); the one place that names it."""
+    if criterion not in CRITERIA:
+        raise UserError(f"unknown criterion {criterion!r}", hint=f"use one of {', '.join(CRITERIA)}")
+    return Path(run) / f"best_{criterion}.pt"
+
+
+FALLBACK_CRITERION = "val_acc"
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    history: pd.DataFrame
+    best: dict[str, dict]
+    completed: bool
+    warnings: list[str] = field(default_factory=list)  # a model a trivial rule explains (mavias.core.train.sanity)
+
+    def checkpoint(self, criterion: str) -> Path:
+        return best_checkpoint(self.out_dir, criterion)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+class Trainer:
+    """Trains one run from a resolved recipe (:func:`~mavias.core.train.recipe.resolve_recipe`, or a complete
+    config): constructing it never trains."""
+
+    def __init__(
+        self,
+        settings: ResolvedRecipe | TrainConfig,
+        train: SplitData,
+        val: SplitData,
+        classes: list[str],
+        out_dir: str | Path,
+        *,
+        val_groups: pd.Series | None = None,
+        progress: bool = True,
+        keep_epochs: bool = False,
+    ):
+        self.train_split = train
+        self.val_split = val
+        self.classes = classes
+        self.out_dir = Path(out_dir)
+        self.val_groups = None if val_groups is None else np.asarray(val_groups)
+        self.progress = progress
+        self.keep_epochs = keep_epochs  # keep every epoch's main model, so another criterion can reselect later
+        self.primary = True  # the one process that writes the run folder (rank 0 of a distributed run)
+        self.recipe = as_recipe(settings)
+        self.cfg = cfg = self.recipe.config
+        self.device = choose_device(cfg.device)
+        self.epoch = 0
+        seed_everything(cfg.seed)
+        self.model: MainModel = build_main_model(cfg.backbone, train.in_channels, len(classes)).to(self.device)
+        self.channels_last = cfg.channels_last and self.device.type == "cuda" and self.model.image_input
+        if self.channels_last:
+            self.model.to(memory_format=torch.channels_last)
+        if cfg.compile:
+            self.model.backbone.compile()
+        self.method: Method = build_method(cfg, self.model, train)
+        for module in self.method.modules().values():
+            module.to(self.device)
+        self.optimizer = self._build_optimizer()
+        self.scheduler = self._build_scheduler()
+        self.history: list[dict] = []
+        self.best: dict[str, dict] = {}
+
+    # --- construction -------------------------------------------------------------------------------------
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        return make_optimizer(self.cfg.optim, self.method.param_groups())
+
+    def _build_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler | None:
+        if self.cfg.optim.schedule == "none":
+            return None
+        steps = batches_per_epoch(len(self.train_split), self.cfg.batch_size)
+        return make_scheduler(self.cfg.optim, self.optimizer, self.cfg.epochs, steps)
+
+    def _autocast(self):
+        if self.device.type == "cuda" and self.cfg.amp:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _loader(self, epoch: int, weights: torch.Tensor | None) -> DataLoader:
+        # A generator seeded by (seed, epoch) makes the sample order a function of the epoch alone, so a resumed
+        # run sees exactly the batches an uninterrupted run would have seen.
+        generator = torch.Generator().manual_seed(self.cfg.seed * 100_003 + epoch)
+        data = IndexedInputs(self.train_split.inputs)
+        if weights is not None:
+            sampler = WeightedRandomSampler(weights, num_samples=len(weights), replacement=True, generator=generator)
+        else:
+            sampler = RandomSampler(data, generator=generator)
+        return DataLoader(
+            data,
+            batch_size=self.cfg.batch_size,
+            sampler=sampler,
+            num_workers=self._num_workers(),
+            pin_memory=self.device.type == "cuda",
+            drop_last=drop_last(len(data), self.cfg.batch_size),
+        )
+
+    def _num_workers(self) -> int:
+        if self.cfg.num_workers != "auto":
+            return self.cfg.num_workers
+        in_memory = getattr(self.train_split.inputs, "cache", None) is not None
+        return 0 if self.device.type != "cuda" or in_memory else min(8, os.cpu_count() or 1)
+
+    # --- checkpoints ---------------------------------------------------------------------------------------
+    @property
+    def last_path(self) -> Path:
+        return self.out_dir / "last.pt"
+
+    def _state(self) -> dict:
+        return {
+            "epoch": self.epoch,
+            "modules": {k: m.state_dict() for k, m in self.method.modules().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "method": self.method.state_dict(),
+            "history": self.history,
+            "best": self.best,
+            "config": self.cfg.model_dump(mode="json"),
+            "classes": self.classes,
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def save_checkpoint(self) -> None:
+        if not self.primary:
+            return
+        with atomic_path(self.last_path) as tmp:
+            torch.save(self._state(), tmp)
+
+    def load_checkpoint(self, path: Path) -> None:
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        if state["config"] != self.cfg.model_dump(mode="json"):
+            raise ConfigError(f"{path} was written with another config; use a fresh output folder or the same config")
+        for key, module in self.method.modules().items():
+            module.load_state_dict(state["modules"][key])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.method.load_state_dict(state["method"])
+        self.epoch, self.history, self.best = state["epoch"], state["history"], state["best"]
+        torch.set_rng_state(state["torch_rng"])
+
+    def _best_key(self, criterion: str) -> tuple[float, float]:
+        best = self.best.get(criterion)
+        return (-1.0, -1.0) if best is None else _selection_key(best["score"], best["val_acc"])
+
+    def checkpoint_path(self, criterion: str) -> Path:
+        return best_checkpoint(self.out_dir, criterion)
+
+    def _save_model(self, path: Path, score: float) -> None:
+        if not self.primary:
+            return
+        with atomic_path(path) as tmp:
+            torch.save(
+                {"model": self.model.state_dict(), "epoch": self.epoch, "score": score, "classes": self.classes,
+                 "config": self.cfg.model_dump(mode="json")},
+                tmp,
+            )
+
+    def _save_best(self, criterion: str, score: float, val_acc: float) -> None:
+        self._save_model(self.checkpoint_path(criterion), score)
+        self.best[criterion] = {"epoch": self.epoch, "score": score, "val_acc": val_acc}
+
+    # --- loop ----------------------------------------------------------------------------------------------
+    def _run_epoch(self, method: Method, epoch: int, optimizer: torch.optim.Optimizer, desc: str,
+                   scheduler: torch.optim.lr_scheduler.LRScheduler | None = None) -> dict[str, float]:
+        method.model.train()
+        sums: dict[str, float] = {}
+        batches = 0
+        loader = self._loader(epoch, method.sampling_weights())
+        for x, idx in progress_bar(loader, desc=desc, leave=False, enabled=self.progress):
+            x = to_model_input(x, self.device)
+            if self.channels_last and x.ndim == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            y = self.train_split.labels[idx].to(self.device)
+            with self._autocast():
+                loss, stats = self._loss(method, x, y, idx)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            check_finite(stats["loss"], epoch, optimizer.param_groups[0]["lr"])
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + v
+            batches += 1
+        return {f"train_{k}": v / max(batches, 1) for k, v in sums.items()}
+
+    def _loss(self, method: Method, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        return method.loss(x, y, idx)
+
+    def _fit_plain(self, model: MainModel, epochs: int) -> None:
+        """Train a plain ERM model (JTT's identification stage) with the same data pipeline."""
+        erm = Method(self.cfg, model, self.train_split)
+        opt = make_optimizer(self.cfg.optim, erm.param_groups())
+        for e in range(1, epochs + 1):
+            self._run_epoch(erm, -e, opt, f"jtt identification {e}/{epochs}")
+
+    def _validate(self) -> dict[str, float]:
+        logits = predict_logits(self.model, self.val_split, batch_size=max(256, self.cfg.batch_size))
+        correct = (logits.argmax(1) == self.val_split.labels).numpy()
+        metrics = {"val_acc": float(correct.mean()),
+                   "val_balanced": float(pd.Series(correct).groupby(self.val_split.labels.numpy()).mean().mean()),
+                   "val_robust": robust_selection_score(correct, self.val_split.labels.numpy(), self.val_groups)}
+        if self.val_groups is not None:
+            accs = pd.Series(correct).groupby(self.val_groups).mean()
+            metrics["val_tag_wg"] = float(accs.min())
+        return metrics
+
+    def _fall_back_where_uninformative(self) -> None:
+        """A criterion constant over all epochs selected nothing: use the val_acc checkpoint and say so."""
+        for criterion in CRITERIA:
+            best = self.best.get(criterion)
+            if criterion == FALLBACK_CRITERION or best is None or "fallback" in best:
+                continue
+            if is_uninformative([row[criterion] for row in self.history]):
+                if self.primary:
+                    with atomic_path(self.checkpoint_path(criterion)) as tmp:
+                        shutil.copyfile(self.checkpoint_path(FALLBACK_CRITERION), tmp)
+                self.best[criterion] = {**self.best[FALLBACK_CRITERION], "score": best["score"],
+                                        "fallback": FALLBACK_CRITERION}
+
+    def fit(self, *, resume: bool = True, stop_after: int | None = None) -> TrainResult:
+        """Train to ``cfg.epochs``; with ``stop_after`` run at most that many epochs now (time-sliced jobs). An error
+        that escapes is :class:`~mavias.core.train.failures.TrainingFailed`, one readable line."""
+        with explained_training_errors(self.cfg.method, self.out_dir, lambda: self.epoch):
+            return self._fit(resume=resume, stop_after=stop_after)
+
+    def _fit(self, *, resume: bool, stop_after: int | None) -> TrainResult:
+        if self.primary:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.recipe.write(self.out_dir)
+        if resume and self.last_path.exists():
+            self.load_checkpoint(self.last_path)
+        else:
+            seed_everything(self.cfg.seed)
+        self.method.prepare(self._fit_plain)
+        writer = SummaryWriter(str(self.out_dir / "tensorboard")) if self.primary else None
+        run_epochs = 0
+        if self.progress and self.epoch < self.cfg.epochs:
+            progress_line(self._plan_line())
+        while self.epoch < self.cfg.epochs and (stop_after is None or run_epochs < stop_after):
+            self.epoch += 1
+            start = time.perf_counter()
+            row = self._run_epoch(self.method, self.epoch, self.optimizer,
+                                  f"{self.cfg.method} epoch {self.epoch}/{self.cfg.epochs}", self.scheduler)
+            seconds = time.perf_counter() - start
+            row.update(self._validate())
+            row.update({"epoch": self.epoch, "seconds": seconds, "lr": self.optimizer.param_groups[0]["lr"]})
+            if self.keep_epochs:
+                self._save_model(epoch_path(self.out_dir, self.epoch), row["val_acc"])
+            if self.epoch == early_epoch(self.cfg.epochs):
+                self._save_model(self.out_dir / EARLY_CHECKPOINT, row["val_acc"])
+            self._record(row, writer)
+            if self.progress:
+                progress_line(epoch_line(self.cfg.method, self.cfg.epochs, row))
+            run_epochs += 1
+        if writer is not None:
+            writer.close()
+        return self._finish()
+
+    def _plan_line(self) -> str:
+        steps = batches_per_epoch(len(self.train_split), self.cfg.batch_size)
+        start = f", resuming after epoch {self.epoch}" if self.epoch else ""
+        return (f"{self.cfg.method}: {self.cfg.epochs} epochs of {steps} batches of {self.cfg.batch_size}, "
+                f"lr {self.cfg.optim.lr:.3g} ({self.recipe.notes.get('optim.lr', 'as configured')}){start}")
+
+    def reselect(self, source: str | Path) -> TrainResult:
+        """Select this run's checkpoints from the kept epochs of ``source``, a finished run of the same training
+        settings (``keep_epochs``), under this trainer's validation groups: what training again would select."""
+        source = Path(source)
+        state = torch.load(source / "last.pt", map_location=self.device, weights_only=True)
+        if _training_settings(state["config"]) != _training_settings(self.cfg.model_dump(mode="json")):
+            raise ValueError(f"{source} was trained with other settings than this run; train this run instead")
+        if state["epoch"] < self.cfg.epochs or not epoch_path(source, state["epoch"]).exists():
+            raise ValueError(f"{source} is unfinished or kept no epochs (Trainer keep_epochs=True); train this run instead")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.recipe.write(self.out_dir)
+        self.history, self.best = [], {}
+        writer = SummaryWriter(str(self.out_dir / "tensorboard"))
+        for trained in state["history"]:
+            self.epoch = trained["epoch"]
+            kept = torch.load(epoch_path(source, self.epoch), map_location=self.device, weights_only=True)
+            self.model.load_state_dict(kept["model"])
+            self._record({**trained, **self._validate()}, writer)
+        writer.close()
+        return self._finish()
+
+    def _record(self, row: dict, writer: SummaryWriter) -> None:
+        self.history.append(row)
+        for criterion in CRITERIA:
+            if criterion in row and _selection_key(row[criterion], row["val_acc"]) > self._best_key(criterion):
+                self._save_best(criterion, row[criterion], row["val_acc"])
+        self.save_checkpoint()
+        self._log(writer, row)
+
+    def _finish(self) -> TrainResult:
+        warnings: list[str] = []
+        if self.epoch >= self.cfg.epochs:
+            self._fall_back_where_uninformative()
+            self.save_checkpoint()
+            best = max(self.history, key=lambda row: row["val_acc"])
+            warnings = chance_warnings(best["val_acc"], best["val_balanced"], len(self.classes), self.val_split.frame)
+        result = TrainResult(self.out_dir, pd.DataFrame(self.history), dict(self.best), self.epoch >= self.cfg.epochs,
+                             warnings)
+        fallbacks = {c: b["fallback"] for c, b in self.best.items() if "fallback" in b}
+        if self.primary:
+            write_json(self.out_dir / "train_summary.json", {"best": self.best, "completed": result.completed,
+                                                             "epochs": self.epoch, "classes": self.classes,
+                                                             "selection_fallbacks": fallbacks, "warnings": warnings})
+        return result
+
+    def _log(self, writer: SummaryWriter | None, row: dict) -> None:
+        if not self.primary:
+            return
+        with atomic_path(self.out_dir / "metrics.csv") as tmp:
+            pd.DataFrame(self.history).to_csv(tmp, index=False)
+        for key, value in row.items():
+            if key != "epoch":
+                writer.add_scalar(key, value, row["epoch"])
+
+
+EPOCH_LINE_KEYS = ("train_loss", "val_acc", "val_robust", "val_tag_wg")
+
+
+def epoch_line(method: str, epochs: int, row: dict) -> str:
+    """One epoch as one line of a log: its losses, validation scores, learning rate and time."""
+    scores = ", ".join(f"{key} {row[key]:.4f}" for key in EPOCH_LINE_KEYS if key in row)
+    return f"{method} epoch {row['epoch']}/{epochs}: {scores}, lr {row['lr']:.3g}, {row['seconds']:.1f} s"
+
+
+def _training_settings(config: dict) -> dict:
+    """A dumped config without ``selection``, the only setting that does not change the training."""
+    return {key: value for key, value in config.items() if key != "selection"}
+
+
+def early_epoch(epochs: int) -> int:
+    """The epoch kept as ``early.pt``: the first twentieth of the run. An early-stopped ERM leans on shortcuts more
+    openly than the final model (a bias-amplified proxy for the audit, :mod:`mavias.core.evaluate.shortcuts`)."""
+    return max(1, epochs // 20)
+
+
+def epoch_path(run: Path, epoch: int) -> Path:
+    """The main model after ``epoch`` in a run trained with ``keep_epochs``."""
+    return Path(run) / "epochs" / f"epoch_{epoch:03d}.pt"
+
+
+def _selection_key(score: float, val_acc: float) -> tuple[float, float]:
+    """Ties of a worst-group score (frequent: small groups give few distinct values) go to the higher val accuracy."""
+    return (score, val_acc)
+
+
+def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[MainModel, list[str], TrainConfig]:
+    """Rebuild the main model (backbone + head, no projection) from a best_*.pt or last.pt checkpoint."""
+    state = torch.load(checkpoint, map_location=device, weights_only=True)
+    cfg = TrainConfig.model_validate(state["config"])
+    weights = state["model"] if "model" in state else state["modules"]["model"]
+    in_channels = 3 if cfg.backbone.name != "mlp" else weights["backbone.0.weight"].shape[1]
+    model = build_main_model(cfg.backbone, in_channels, len(state["classes"]))
+    model.load_state_dict(weights)
+    return model.to(device).eval(), list(state["classes"]), cfg

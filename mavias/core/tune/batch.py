@@ -1,0 +1,52 @@
+"""Batch (ask-and-tell) search for a scheduler: trials are planned in one task, trained in parallel mapped tasks
+(one trial each, on GPU workers, no Optuna or database access there), and told back to the study in one task.
+
+Batch TPE cannot prune or learn within a batch; it learns across nights when the study folder is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from mavias.core.train.config import TrainConfig
+from mavias.core.train.prepare import PreparedData
+from mavias.core.tune.search import TuneResult, open_study, trial_dir, write_outcome
+from mavias.core.tune.space import search_space, suggest_config
+from mavias.core.protocol import Reference, train_method
+
+BATCH_ATTR = "batch"
+
+
+def plan_batch(study_dir: Path, base: TrainConfig, n_trials: int, *, batch: str,
+               warm_start: dict | None = None) -> list[dict]:
+    """Ask ``n_trials`` trials (the warm start first); a second call for the same ``batch`` returns the same jobs."""
+    study = open_study(study_dir, requeue_stale=False)
+    planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(BATCH_ATTR) == batch]
+    if not planned:
+        if warm_start:
+            study.enqueue_trial(warm_start, skip_if_exists=True)
+        for _ in range(n_trials):
+            trial = study.ask()
+            trial.set_user_attr(BATCH_ATTR, batch)
+            trial.set_user_attr("run_dir", str(trial_dir(study_dir, suggest_config(trial, base, search_space(base)))))
+        planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(BATCH_ATTR) == batch]
+    return [{"number": t.number, "params": t.params} for t in planned]
+
+
+def run_planned_trial(data: PreparedData, reference: Reference, base: TrainConfig, study_dir: Path,
+                      job: dict, *, nproc: int = 1) -> dict:
+    """Train one planned trial to the end (resumable; over ``nproc`` processes) and return its criterion score."""
+    cfg = suggest_config(optuna.trial.FixedTrial(job["params"]), base, search_space(base))
+    run = train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=False, nproc=nproc)
+    best = run.best[cfg.selection]
+    return {"number": job["number"], "value": best["score"]}
+
+
+def finish_batch(study_dir: Path, results: list[dict], base: TrainConfig) -> TuneResult:
+    """Tell the study every trial's score and write ``best/`` and ``trials.csv`` (idempotent)."""
+    study = open_study(study_dir, requeue_stale=False)
+    for result in results:
+        study.tell(result["number"], result["value"], skip_if_finished=True)
+    return write_outcome(study, study_dir, base)

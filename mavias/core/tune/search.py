@@ -1,0 +1,204 @@
+"""Hyperparameter search for any method with Optuna: TPE sampling, median pruning per epoch, resumable SQLite study.
+
+Trials are scored only by the run's bias-unaware selection criterion (``cfg.selection``, default ``val_robust``) on
+the validation split; the test split is never read. The base settings are resolved first (the recipe's learning
+rate range test, epochs for the data size: ``base/`` in the search folder) and tried first; the search covers
+:mod:`mavias.core.tune.space`. A trial's run folder is named by its settings, so a trial cut off mid-training resumes from
+its last checkpoint when the search is started again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import pandas as pd
+
+from mavias.errors import UserError
+from mavias.core.train.config import TrainConfig
+from mavias.core.train.prepare import PreparedData
+from mavias.core.train.sanity import TrainingDiverged
+from mavias.core.tune.space import Param, current_values, known_space, search_space, searched_keys, suggest_config
+from mavias.utils.atomic import atomic_path, write_json
+from mavias.core.protocol import Reference, resolve_run, train_method
+
+log = logging.getLogger(__name__)
+
+STUDY_NAME = "mavias"
+STORAGE_FILE = "study.db"
+TRIALS_FILE = "trials.csv"
+BEST_DIR = "best"
+BASE_DIR = "base"
+TUNE_SUMMARY = "tune.json"
+MIN_TRIALS = 2  # the starting settings and at least one other
+
+
+@dataclass
+class TuneResult:
+    best_dir: Path
+    best_params: dict
+    best_value: float
+    trials: pd.DataFrame
+    selection_fallback: str | None
+    base: TrainConfig | None = None
+    cost_ratio: float | None = None  # epochs trained / epochs N full trainings would have taken
+
+
+def load_warm_start(path: Path, base: TrainConfig, space: list[Param] | None = None) -> dict:
+    """The settings of ``path`` (JSON, e.g. a previous search's ``best/tune.json`` ``params``), checked against the
+    search: its keys, and the ranges ``space`` (default: those ``base`` already fixes) sets; a :class:`UserError`
+    saying what to fix otherwise."""
+    ranges = {param.key: param for param in (space or known_space(base))}
+    keys = searched_keys(base.method)
+    try:
+        params = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"--warm-start {path}: cannot read it as JSON ({err}); give a JSON object such as "
+                        '{"optim.lr": 0.05, "epochs": 20}') from None
+    if not isinstance(params, dict) or not params:
+        raise UserError(f"--warm-start {path}: expected a JSON object of settings ({', '.join(keys)})")
+    if unknown := sorted(set(params) - set(keys)):
+        raise UserError(f"--warm-start {path}: unknown setting(s) {', '.join(unknown)}; searched: {', '.join(keys)}")
+    for name, value in params.items():
+        if name in ranges and not ranges[name].contains(value):
+            raise UserError(f"--warm-start {path}: {name} = {value!r} is outside the searched range "
+                            f"[{ranges[name].low:g}, {ranges[name].high:g}]")
+    return params
+
+
+def trial_dir(out_dir: Path, cfg: TrainConfig) -> Path:
+    digest = hashlib.sha256(json.dumps(cfg.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
+    return out_dir / "trials" / digest
+
+
+def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference | None, base: TrainConfig,
+              space: list[Param], out_dir: Path, progress: bool = False) -> float:
+    """Train one configuration epoch by epoch, reporting the best criterion so far so the pruner can stop it."""
+    cfg = suggest_config(trial, base, space)
+    run_dir = trial_dir(out_dir, cfg)
+    trial.set_user_attr("run_dir", str(run_dir))
+    while True:
+        try:
+            result = train_method(data, cfg, run_dir, reference, progress=progress, stop_after=1)
+        except TrainingDiverged as diverged:  # a searched rate too high for this data: stop the trial, not the search
+            what = str(diverged).split(";")[0]  # the divergence, without the advice for a single run
+            trial.set_user_attr("diverged", what)
+            log.warning("trial %d stopped: %s", trial.number, what)
+            raise optuna.TrialPruned() from diverged
+        score = result.best[cfg.selection]["score"]
+        trial.set_user_attr("epochs_trained", len(result.history))
+        trial.report(score, step=len(result.history))
+        if result.completed:
+            return score
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+
+
+def startup_trials(trials: int) -> int:
+    """Random trials before TPE models the results: half the budget, at most Optuna's default of 10, so a small
+    budget still gets some guided trials."""
+    return max(2, min(10, trials // 2))
+
+
+def pruning_warmup(epochs: int) -> int:
+    """Epochs a trial always trains before the pruner may stop it: the first half. Settings that debias start
+    slower (a faster projection layer takes the shortcut away from the main model first), and pruning on early
+    epochs stopped exactly those."""
+    return max(1, epochs // 2)
+
+
+def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_startup: int = 10,
+               prune_after: int = 2) -> optuna.Study:
+    """Create or reopen the study in ``out_dir``; with ``requeue_stale`` (one search process at a time) trials left
+    RUNNING by a killed search are marked failed and queued again with the same settings. A trial below the median
+    of the finished ones may be pruned only after ``prune_after`` epochs."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is the caller's to show, not Optuna's
+    study = optuna.create_study(
+        study_name=STUDY_NAME,
+        storage=f"sqlite:///{out_dir / STORAGE_FILE}",
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
+        load_if_exists=True,
+    )
+    if requeue_stale:
+        for stale in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
+            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+            if stale.params:  # a trial killed before it sampled its settings has nothing to repeat
+                study.enqueue_trial(stale.params)
+    return study
+
+
+def finished_trials(study: optuna.Study) -> int:
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return len(study.get_trials(deepcopy=False, states=done))
+
+
+def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out_dir: str | Path, *, trials: int,
+         timeout: float | None = None, warm_start: dict | Path | None = None, seed: int = 0,
+         progress: bool = False) -> TuneResult:
+    """Run (or resume) the search until ``trials`` trials have finished, then write ``best/`` and ``trials.csv``.
+    ``warm_start``: the settings to try first (a dict, or a JSON file checked against the search space)."""
+    if trials < MIN_TRIALS:
+        raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
+                        f"--trials {MIN_TRIALS} or more (8-20 to learn something; pruning keeps them cheap)")
+    out_dir = Path(out_dir)
+    base = resolve_run(data, base, out_dir / BASE_DIR).config  # the recipe's choices, kept for a resumed search
+    space = search_space(base)
+    if isinstance(warm_start, Path):
+        warm_start = load_warm_start(warm_start, base, space)
+    study = open_study(out_dir, seed, n_startup=startup_trials(trials), prune_after=pruning_warmup(base.epochs))
+    # The starting settings go first, so the search never ends worse than them on its own criterion.
+    study.enqueue_trial(warm_start or current_values(base, space), skip_if_exists=True)
+    remaining = trials - finished_trials(study)
+    if remaining > 0:
+        study.optimize(lambda t: run_trial(t, data, reference, base, space, out_dir, progress), n_trials=remaining,
+                       timeout=timeout, catch=(), show_progress_bar=progress)
+    return write_outcome(study, out_dir, base, timeout)
+
+
+def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout: float | None = None) -> TuneResult:
+    criterion = base.selection
+    completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if not completed:
+        diverged = sum("diverged" in t.user_attrs for t in study.get_trials(deepcopy=False))
+        if diverged:
+            raise UserError(f"no trial of {out_dir} completed: {diverged} diverged (loss NaN or infinite); lower "
+                            "optim.lr (searched from a tenth to 10x of it), or leave it unset so a range test "
+                            "chooses it, and search into a new --out folder")
+        hint = f"--timeout {timeout:g} s ended it before" if timeout else "no trial finished"
+        raise UserError(f"no trial of {out_dir} completed ({hint}); a trial trains up to {base.epochs} epochs: raise "
+                        "--timeout or --trials and run the same command again (finished epochs are kept)")
+    best = study.best_trial
+    best_dir = out_dir / BEST_DIR
+    staging = out_dir / f".{BEST_DIR}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(best.user_attrs["run_dir"], staging)
+    shutil.rmtree(best_dir, ignore_errors=True)
+    staging.rename(best_dir)
+    summary = json.loads((best_dir / "train_summary.json").read_text())
+    fallback = summary["best"][criterion].get("fallback")  # the criterion was constant over the best run's epochs
+    ratio = cost_ratio(study, base.epochs)
+    write_json(best_dir / TUNE_SUMMARY, {"trial": best.number, "params": best.params, "value": best.value,
+                                         "selection_fallback": fallback, "n_trials": len(study.trials),
+                                         "cost_ratio": ratio, "base": base.model_dump(mode="json")})
+    table = study.trials_dataframe(attrs=("number", "value", "state", "params", "duration", "user_attrs"))
+    with atomic_path(out_dir / TRIALS_FILE) as tmp:
+        table.to_csv(tmp, index=False)
+    return TuneResult(best_dir, dict(best.params), float(best.value), table, fallback, base, ratio)
+
+
+def cost_ratio(study: optuna.Study, base_epochs: int) -> float | None:
+    """Epochs the finished trials trained, over the epochs their full trainings would have taken (pruning's saving)."""
+    done = [t for t in study.get_trials(deepcopy=False)
+            if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    if not done:
+        return None
+    trained = sum(t.user_attrs.get("epochs_trained", t.last_step or 0) for t in done)
+    return trained / sum(t.params.get("epochs", base_epochs) for t in done)

@@ -1,0 +1,89 @@
+"""The audit's outputs: the nightly report's HTML page for this one run (:mod:`mavias.ops.reporting`), ``biased_tags.csv``
+and the caveats every output carries: tags that are noise, an empty B' and why, figures from too few samples."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from mavias.ops.audit.steps import Audit, biased_tags_reason, prepare
+from mavias.core.evaluate.explain import small_group_caveats
+from mavias.ops.export.parity import VerificationResult
+from mavias.ops.reporting import DiscoveryCounts, ReportContext, write_report
+from mavias.ops.reporting.history import history_entry
+from mavias.ops.reporting.plots import bias_alignment, logit_summary
+from mavias.core.tagging.base import RANDOM_WEIGHTS_WARNING
+from mavias.core.train.inference import predict
+from mavias.core.train.trainer import load_main_model
+from mavias.utils.atomic import atomic_path
+
+NOISE_CAVEAT = "tags from random weights: noise"
+
+
+def caveats(audit: Audit) -> list[str]:
+    """What every output says before any number: noisy tags, an empty B' and why, too few samples, the warnings."""
+    notes = [RANDOM_WEIGHTS_WARNING] if audit.tags_are_noise else []
+    reason = biased_tags_reason(audit)
+    if reason:
+        notes.append(f"No biased tags found (B' is empty): {reason}. The open-set groups are then whole classes, so "
+                     "the worst-group accuracy cannot show a shortcut.")
+    for protocol in ("open_set", "closed_set"):
+        if protocol in audit.evaluations["mavias"]:
+            name = protocol.replace("_", "-")
+            candidate, reference = (audit.evaluations[role][protocol] for role in ("mavias", "reference"))
+            notes += small_group_caveats(candidate, f"MAVias {name}")
+            if reference["worst_group"] != candidate["worst_group"]:  # the same groups: only its worst one differs
+                notes += small_group_caveats(reference, f"ERM reference {name}", groups=False)
+    training = [w for run in (audit.reference.run, audit.candidate) if run is not None for w in run.warnings]
+    return list(dict.fromkeys(notes + audit.warnings() + training))
+
+
+def _logit_summaries(audit: Audit) -> pd.DataFrame:
+    """The paper's logit plot input: mean training-sample logits of bias-aligned and bias-conflicting samples."""
+    train = prepare(audit)["train"]
+    rows = []
+    for model, checkpoint in (("ERM reference", audit.reference.checkpoint), ("MAVias", audit.candidate.checkpoint(
+            audit.config.selection))):
+        pred = predict(load_main_model(checkpoint)[0], train)
+        strength = bias_alignment(pred["label_name"], pred["irrelevant_tags"], audit.reference.biased_tags)
+        rows.append(logit_summary(pred, strength, model=model))
+    return pd.concat(rows, ignore_index=True)
+
+
+def report_context(audit: Audit, name: str, version: str, notes: list[str]) -> ReportContext:
+    source = "open_set"
+    metrics = {role: json.loads((audit.paths.evaluation(role) / "metrics.json").read_text()) for role in
+               ("mavias", "reference")}
+    entry = history_entry(night=date.today(), run_id=version, version=version, evaluation=metrics["mavias"],
+                          wg_source=source, biased_tags=audit.reference.biased_tags, promoted=False)
+    counts = audit.counts
+    return ReportContext(
+        model_name=name, version=version, run_id=version, created=datetime.now(UTC), promoted=False,
+        production_version=None, model_uri=str(audit.paths.model), notes=notes, gates=audit.gates,
+        validations={"data": json.loads(audit.paths.validation.read_text())},
+        candidate_groups=audit.evaluations["mavias"]["tables"][source],
+        reference_groups=audit.evaluations["reference"]["tables"][source],
+        biased_tags=audit.reference.biased_tags, logit_summary=_logit_summaries(audit), history=[entry],
+        discovery=DiscoveryCounts(images_tagged=counts.images_tagged, llm_requests=counts.llm_requests,
+                                  encodings=counts.prompts_encoded),
+        verification=VerificationResult.from_dict(audit.card["verification"]), onnx_sha256=audit.card["onnx"]["sha256"],
+        min_support=audit.options.min_support, audit=True)
+
+
+def write_outputs(audit: Audit, name: str, version: str) -> Path:
+    """``report.html`` (with its plots), ``biased_tags.csv`` (a ``caveat`` column when the tags are noise) and the
+    summary in ``audit.json``; returns the report's path."""
+    notes = caveats(audit)
+    html = write_report(audit.paths.root, report_context(audit, name, version, notes))
+    biased = audit.reference.biased_tags
+    if audit.tags_are_noise:
+        biased = biased.assign(caveat=NOISE_CAVEAT)
+    with atomic_path(audit.paths.biased_tags) as tmp:
+        biased.to_csv(tmp, index=False)
+    audit.state.record(report=str(html), model=str(audit.paths.model), biased_tags=str(audit.paths.biased_tags),
+                       min_support=audit.options.min_support, caveats=notes,
+                       gates_passed=audit.gates.passed)
+    return html

@@ -1,0 +1,239 @@
+"""Promotion quality gates from a versioned YAML (``gates_default.yaml`` ships with the package).
+
+Metrics are :func:`mavias.core.protocol.evaluate_checkpoint` dicts (or their JSON part) of the candidate, the ERM
+reference and, when there is one, the current production model, all on the same evaluation set. The worst group is
+the ``open_set`` (tag-derived) or ``closed_set`` (attribute) one, as ``wg_source`` says.
+
+Gates, each reported with its value, threshold and verdict:
+
+- ``min_worst_group_accuracy``: candidate WG accuracy >= threshold;
+- ``min_group_support``: the worst group has >= threshold samples (a WG accuracy from a handful of samples is noise);
+- ``max_abs_bg_gap`` / ``max_abs_coobj_gap`` / ``max_abs_both_gap``: |UrbanCars-style gap| <= threshold, skipped when
+  the evaluation has no such gaps;
+- ``must_beat_reference``: candidate WG accuracy > reference WG accuracy + margin;
+- ``max_regression_vs_production``: candidate WG 95% CI upper bound >= production WG accuracy - tolerance, i.e. a
+  regression blocks only when even the optimistic end of the candidate's interval is below production; skipped
+  while there is no production model.
+
+A gate whose threshold is null is reported as skipped ("disabled"); a skipped gate never blocks, a failed one does.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from mavias.errors import UserError
+
+DEFAULT_GATES_PATH = Path(__file__).with_name("gates_default.yaml")
+GAP_GATES = {"max_abs_bg_gap": "bg_gap", "max_abs_coobj_gap": "coobj_gap", "max_abs_both_gap": "both_gap"}
+COMPARISONS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le, ">": operator.gt}
+EVALUATION_KEYS = ("split", "n_samples")  # must agree between the models compared
+DISABLED = "disabled in the gate config"
+GATE_TITLES = {
+    "min_worst_group_accuracy": "Worst-group accuracy",
+    "min_group_support": "Worst-group size",
+    "max_abs_bg_gap": "Background gap (magnitude)",
+    "max_abs_coobj_gap": "Co-occurring object gap (magnitude)",
+    "max_abs_both_gap": "Background + object gap (magnitude)",
+    "must_beat_reference": "Beats the ERM reference",
+    "max_regression_vs_production": "No regression vs production",
+}
+
+GateStatus = Literal["passed", "failed", "skipped"]
+Number = float | int
+
+
+class GateError(UserError, ValueError):
+    """The metrics cannot be gated as configured (a missing WG section, different evaluation sets)."""
+
+
+class GateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1]
+    wg_source: Literal["open_set", "closed_set"] = "open_set"
+    min_worst_group_accuracy: float | None = Field(None, ge=0, le=1)
+    min_group_support: int | None = Field(None, ge=1)
+    max_abs_bg_gap: float | None = Field(None, ge=0, le=1)
+    max_abs_coobj_gap: float | None = Field(None, ge=0, le=1)
+    max_abs_both_gap: float | None = Field(None, ge=0, le=1)
+    must_beat_reference: bool = True
+    reference_margin: float = Field(0.0, ge=0, le=1)
+    max_regression_vs_production: float | None = Field(None, ge=0, le=1)
+
+
+def load_gate_config(path: str | Path = DEFAULT_GATES_PATH) -> GateConfig:
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"gate config {path} must be a mapping")
+    return GateConfig.model_validate(data)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    status: GateStatus
+    value: Number | None
+    threshold: Number | None
+    comparison: str
+    detail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def title(self) -> str:
+        return GATE_TITLES[self.name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "value": self.value,
+            "threshold": self.threshold,
+            "comparison": self.comparison,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class GateReport:
+    config: GateConfig
+    results: list[GateResult]
+
+    @property
+    def failed(self) -> list[GateResult]:
+        return [r for r in self.results if r.status == "failed"]
+
+    @property
+    def skipped(self) -> list[GateResult]:
+        return [r for r in self.results if r.status == "skipped"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "config": self.config.model_dump(mode="json"),
+            "gates": [r.to_dict() for r in self.results],
+        }
+
+    @classmethod
+    def from_dict(cls, document: Mapping[str, Any]) -> GateReport:
+        """Inverse of :meth:`to_dict` (XCom and JSON files carry the dict)."""
+        return cls(GateConfig.model_validate(document["config"]), [GateResult(**g) for g in document["gates"]])
+
+
+def _compared(name: str, value: Number, comparison: str, threshold: Number, detail: str) -> GateResult:
+    status: GateStatus = "passed" if COMPARISONS[comparison](value, threshold) else "failed"
+    return GateResult(name, status, value, threshold, comparison, detail)
+
+
+def _skipped(name: str, reason: str, comparison: str) -> GateResult:
+    return GateResult(name, "skipped", None, None, comparison, reason)
+
+
+
+def _wg_section(metrics: Mapping[str, Any], source: str, role: str) -> Mapping[str, Any]:
+    section = metrics.get(source)
+    if not section or "worst_group_accuracy" not in section:
+        raise GateError(f"the {role} metrics have no {source} worst group; evaluate it with wg_source={source} groups")
+    return section
+
+
+def _check_same_evaluation(candidate: Mapping[str, Any], other: Mapping[str, Any], role: str) -> None:
+    for key in EVALUATION_KEYS:
+        if key in candidate and key in other and candidate[key] != other[key]:
+            raise GateError(f"{role} was evaluated on another set ({key} {other[key]!r} vs {candidate[key]!r})")
+
+
+def _wg_detail(wg: Mapping[str, Any]) -> str:
+    return (
+        f"worst group {wg.get('worst_group', '?')} (n={wg.get('worst_group_n', '?')}), "
+        f"95% CI {wg['worst_group_ci_low']:.1%} to {wg['worst_group_ci_high']:.1%}"
+    )
+
+
+def _min_worst_group(wg: Mapping[str, Any], config: GateConfig) -> GateResult:
+    name, threshold = "min_worst_group_accuracy", config.min_worst_group_accuracy
+    if threshold is None:
+        return _skipped(name, DISABLED, ">=")
+    return _compared(name, wg["worst_group_accuracy"], ">=", threshold, _wg_detail(wg))
+
+
+def _min_support(wg: Mapping[str, Any], config: GateConfig) -> GateResult:
+    name, threshold = "min_group_support", config.min_group_support
+    if threshold is None:
+        return _skipped(name, DISABLED, ">=")
+    return _compared(name, int(wg["worst_group_n"]), ">=", threshold, f"samples in worst group {wg.get('worst_group')}")
+
+
+def _gap_gates(urbancars: Mapping[str, float] | None, config: GateConfig) -> list[GateResult]:
+    results = []
+    for name, key in GAP_GATES.items():
+        threshold = getattr(config, name)
+        if threshold is None:
+            results.append(_skipped(name, DISABLED, "<="))
+        elif not urbancars:
+            results.append(_skipped(name, "the evaluation set has no UrbanCars-style bg/co-object attributes", "<="))
+        else:
+            gap = urbancars[key]
+            detail = f"signed {key} {gap:+.1%} against I.D. accuracy {urbancars['id_accuracy']:.1%}"
+            results.append(_compared(name, abs(gap), "<=", threshold, detail))
+    return results
+
+
+def _beat_reference(wg: Mapping[str, Any], reference_wg: Mapping[str, Any], config: GateConfig) -> GateResult:
+    name = "must_beat_reference"
+    if not config.must_beat_reference:
+        return _skipped(name, DISABLED, ">")
+    reference = reference_wg["worst_group_accuracy"]
+    group = reference_wg.get("worst_group")
+    detail = f"ERM reference WG {reference:.1%} ({group}) + margin {config.reference_margin:.1%}"
+    return _compared(name, wg["worst_group_accuracy"], ">", reference + config.reference_margin, detail)
+
+
+def _no_regression(wg: Mapping[str, Any], production: Mapping[str, Any] | None, config: GateConfig) -> GateResult:
+    name, tolerance = "max_regression_vs_production", config.max_regression_vs_production
+    if tolerance is None:
+        return _skipped(name, DISABLED, ">=")
+    if production is None:
+        return _skipped(name, "no production model yet", ">=")
+    production_wg = _wg_section(production, config.wg_source, "production")["worst_group_accuracy"]
+    detail = (
+        f"upper 95% CI bound of the candidate's WG ({wg['worst_group_accuracy']:.1%}) against production WG "
+        f"{production_wg:.1%} - tolerance {tolerance:.1%}"
+    )
+    return _compared(name, wg["worst_group_ci_high"], ">=", production_wg - tolerance, detail)
+
+
+def evaluate_gates(
+    candidate_metrics: Mapping[str, Any],
+    reference_metrics: Mapping[str, Any],
+    production_metrics: Mapping[str, Any] | None,
+    config: GateConfig,
+) -> GateReport:
+    """Every gate of ``config`` on the candidate; raises :class:`GateError` when the inputs cannot be compared."""
+    wg = _wg_section(candidate_metrics, config.wg_source, "candidate")
+    reference_wg = _wg_section(reference_metrics, config.wg_source, "reference")
+    _check_same_evaluation(candidate_metrics, reference_metrics, "the ERM reference")
+    if production_metrics is not None:
+        _check_same_evaluation(candidate_metrics, production_metrics, "the production model")
+    results = [
+        _min_worst_group(wg, config),
+        _min_support(wg, config),
+        *_gap_gates(candidate_metrics.get("urbancars"), config),
+        _beat_reference(wg, reference_wg, config),
+        _no_regression(wg, production_metrics, config),
+    ]
+    return GateReport(config, results)

@@ -1,0 +1,28 @@
+"""The nightly flow as plain functions, one module per stage and one function per DAG task; the Airflow DAG
+(``dags/mavias_nightly.py``) only wires them, and the library never imports Airflow.
+
+    ingest     sense -> pull_and_validate -> (training_decision) ... record_processed
+    discover   plan_tagging -> tag_shard (mapped) -> discover
+    dataset    prepare_dataset
+    train      train_reference_model, plan_trials -> run_trial (mapped) -> select_candidate
+    evaluate   evaluate (then the quality_gates task: mavias.ops.gates)
+    release    package -> publish -> promote (and point serving)
+    report     report -> notify
+
+Each stage takes the :class:`~mavias.ops.nightly.config.NightlyConfig` and the artifacts of the stages before it
+(:mod:`mavias.ops.nightly.artifacts`: small JSON dicts of paths, URIs and counts, so XCom stays tiny) and returns its
+own. Stages are idempotent: run twice, they do the work once. Heavy artifacts live in the workspace
+(:mod:`mavias.ops.nightly.layout`)::
+
+    partitions/<partition>/       pulled incoming partitions (manifest + images), refreshed by ETag
+    evaluation/<version>/         the pulled, fixed evaluation set
+    discovery/                    the mavias.core.discovery workspace: tags, judge decisions, bias embeddings
+    training/<digest>/            dataset/, prepared.pt, reference/, tuning/ -- keyed by the data and the config,
+                                  so a retried or repeated night resumes or reuses instead of retraining
+    production/<version>/         production checkpoints fetched to compare the candidate with
+    nights/<night>/               validation/, eval/, package/<version>/, report/attempt-<n>/, relevance.parquet
+                                  (the night's decisions) and relevance_changes.json (against the previous night)
+    tuning/best_params.json       the previous night's best MAVias settings (tried first tonight)
+    outbox/                       notification emails not sent yet (sent by the next report or notify step)
+    history.json                  headline numbers of every night (mirrored to the bucket)
+"""

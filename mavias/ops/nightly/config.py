@@ -1,0 +1,227 @@
+"""Configuration of the nightly pipeline: one YAML file plus environment overrides, validated at load.
+
+Sources, later ones win:
+
+1. ``nightly_default.yaml`` shipped with the package, or the file named by ``path`` / ``$MAVIAS_NIGHTLY_CONFIG``;
+2. ``MAVIAS_NIGHTLY__<SECTION>__<KEY>=<YAML value>`` for any field (e.g. ``MAVIAS_NIGHTLY__EVALUATION__VERSION=v2``,
+   ``MAVIAS_NIGHTLY__REPORT__RECIPIENTS='[ops@example.com]'``);
+3. ``MAVIAS_S3_<FIELD>`` for the S3 settings (as in :func:`mavias.storage.s3.load_settings`).
+
+Relative paths are relative to the YAML file's folder. Credentials never belong in the file (one that holds them
+is refused): they come from ``MAVIAS_S3_ACCESS_KEY_ID`` / ``MAVIAS_S3_SECRET_ACCESS_KEY``, the Airflow connection
+or the standard AWS chain (environment, profile, instance role).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from datetime import date
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from mavias.errors import UserError
+from mavias.ops.gates import DEFAULT_GATES_PATH
+from mavias.ops.registry.kubernetes import InferenceServiceRef
+from mavias.storage.s3 import ENV_PREFIX as S3_ENV_PREFIX
+from mavias.storage.s3 import S3Settings, check_name
+from mavias.core.train.config import TrainConfig, load_config
+from mavias.ops.validation import ValidationSettings
+
+DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")
+CONFIG_ENV = "MAVIAS_NIGHTLY_CONFIG"
+OVERRIDE_PREFIX = "MAVIAS_NIGHTLY__"
+PATH_FIELDS = (("workspace",), ("gates",), ("train", "config"), ("discovery", "review"))
+TAGGERS = ("manifest", "openclip")
+IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+CREDENTIAL_FIELDS = ("access_key_id", "secret_access_key", "session_token")
+
+
+class NightlyConfigError(UserError, ValueError):
+    """The nightly configuration is missing or invalid; the message says which file and field."""
+
+
+class _Section(BaseModel):
+    # Errors must not echo inputs: an override may sit next to a credential.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+
+class TrainSection(_Section):
+    preset: str | None = Field(None, description="a preset of mavias/core/train/presets")
+    config: Path | None = Field(None, description="a TrainConfig YAML, merged over the preset")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted keys, merged last")
+    tune_trials: int = Field(
+        1, ge=1, description="MAVias settings tried per night, one mapped GPU task each; 1: exactly the configured "
+        "settings; more: the previous night's best first, then Optuna's TPE picks; the val criterion picks one",
+    )
+    nproc: int = Field(
+        1, ge=1, description="processes of each training task, data-parallel (DDP via torch.distributed.run): one "
+        "per GPU of a GPU worker (airflow.gpus_per_task), or CPU processes with gloo",
+    )
+
+
+class DiscoverySection(_Section):
+    tagger: str = Field(
+        "manifest",
+        description="manifest (the manifest's own tags), openclip, or 'package.module:factory' returning a Tagger",
+    )
+    judge: Literal["offline"] = "offline"
+    num_shards: int = Field(4, ge=1, description="tagging shards per partition, one mapped task each")
+    batch_size: int = Field(32, ge=1)
+    review: Path | None = Field(
+        None, description="reviewed decisions (YAML, `mavias judge export-review`) that override the judge's"
+    )
+
+
+    @field_validator("tagger")
+    @classmethod
+    def _known_tagger(cls, value: str) -> str:
+        if value not in TAGGERS and not IMPORT_PATH.match(value):
+            raise ValueError(f"tagger must be one of {TAGGERS} or an import path 'package.module:factory'")
+        return value
+
+
+class EvaluationSection(_Section):
+    prefix: str = Field("evaluation/", description="bucket folder of the versioned evaluation sets")
+    version: str = Field("v1", description="s3://<bucket>/<prefix><version>/manifest.{parquet,csv}")
+    closed_set_attrs: list[str] = Field(default_factory=list, description="attr_* columns for closed-set metrics")
+    n_boot: int = Field(1000, ge=0, description="bootstrap resamples of the worst-group confidence interval")
+
+    @field_validator("prefix")
+    @classmethod
+    def _folder(cls, value: str) -> str:
+        return value.strip("/") + "/"
+
+    @field_validator("version")
+    @classmethod
+    def _safe_version(cls, value: str) -> str:
+        return check_name("evaluation version", value)
+
+
+class ReportSection(_Section):
+    recipients: list[str] = Field(default_factory=list, description="empty: the report is saved, not mailed")
+    latency_runs: int = Field(10, ge=1, description="timed runs per batch size of the ONNX latency check")
+    storage_deadline_s: float = Field(
+        60.0, gt=0, description="the most the report step waits on the bucket in all; past it the report is made and "
+        "sent from local state and uploaded by a later night",
+    )
+
+
+class ServingSection(_Section):
+    inference_service: InferenceServiceRef | None = Field(
+        None, description="{namespace, name, container}: after each promotion, point this KServe InferenceService's "
+        "STORAGE_URI at the promoted version (null: serving follows the registry itself, `mavias serve --registry`)",
+    )
+    retry_s: float = Field(120.0, ge=0, description="how long an unreachable or conflicting Kubernetes API is retried")
+
+
+class AirflowSection(_Section):
+    """Read by the DAG and the plugin only; the library never imports Airflow."""
+
+    schedule: str | None = "@daily"
+    start_date: date = date(2025, 1, 1)
+    retries: int = Field(2, ge=0)
+    retry_delay_s: float = Field(60.0, ge=0)
+    max_retry_delay_s: float = Field(900.0, ge=0)
+    gpu_pool: str = "gpu"
+    gpu_queue: str = "gpu"
+    gpus_per_task: int = Field(1, ge=1, description="nvidia.com/gpu limit of a GPU task's pod (KubernetesExecutor)")
+    aws_conn_id: str = "aws_default"
+    smtp_conn_id: str = "smtp_default"
+    api_conn_id: str = Field("airflow_api", description="Airflow's REST API, for the preflight pool check")
+    dagrun_timeout_h: float = Field(20.0, gt=0, description="a night still running after this fails")
+    task_timeout_min: float = Field(60.0, gt=0, description="execution_timeout of every task but the GPU ones")
+    gpu_task_timeout_min: float = Field(360.0, gt=0, description="execution_timeout of tagging and training")
+
+
+class NightlyConfig(_Section):
+    model_name: str
+    s3: S3Settings
+    workspace: Path = Field(description="local (or shared-volume) folder of every heavy artifact")
+    classes: list[str] | None = Field(None, description="known classes; default: the evaluation set's labels")
+    train: TrainSection = TrainSection()
+    discovery: DiscoverySection = DiscoverySection()
+    evaluation: EvaluationSection = EvaluationSection()
+    validation: ValidationSettings = ValidationSettings()
+    gates: Path = DEFAULT_GATES_PATH
+    report: ReportSection = ReportSection()
+    serving: ServingSection = ServingSection()
+    airflow: AirflowSection = AirflowSection()
+
+    _training: TrainConfig = PrivateAttr()
+
+    def model_post_init(self, context: Any) -> None:
+        self._training = load_config(self.train.config, preset=self.train.preset, overrides=self.train.overrides)
+
+    @property
+    def training(self) -> TrainConfig:
+        """The training config the ``train`` section names (preset < file < overrides), loaded once with the rest."""
+        return self._training
+
+    @field_validator("model_name")
+    @classmethod
+    def _safe_model_name(cls, value: str) -> str:
+        return check_name("model name", value)
+
+
+def _set_dotted(data: dict, keys: list[str], value: Any) -> None:
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        node[key] = child = dict(child) if isinstance(child, dict) else {}
+        node = child
+    node[keys[-1]] = value
+
+
+def _apply_environment(data: dict, environ: Mapping[str, str]) -> dict:
+    data = dict(data)
+    for name, raw in sorted(environ.items()):
+        if name.startswith(OVERRIDE_PREFIX):
+            _set_dotted(data, name[len(OVERRIDE_PREFIX) :].lower().split("__"), yaml.safe_load(raw))
+    s3 = dict(data.get("s3") or {})
+    for field in S3Settings.model_fields:
+        if f"{S3_ENV_PREFIX}{field.upper()}" in environ:
+            s3[field] = environ[f"{S3_ENV_PREFIX}{field.upper()}"]
+    return data | {"s3": s3}
+
+
+def _absolute_paths(data: dict, base: Path) -> dict:
+    for keys in PATH_FIELDS:
+        node = data
+        for key in keys[:-1]:
+            node = node.get(key) or {}
+        value = node.get(keys[-1])
+        if value is not None:
+            path = Path(str(value)).expanduser()
+            _set_dotted(data, list(keys), path if path.is_absolute() else base / path)
+    return data
+
+
+def config_path(path: str | Path | None = None, environ: Mapping[str, str] = os.environ) -> Path:
+    return Path(path or environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH)
+
+
+def load_nightly_config(path: str | Path | None = None, environ: Mapping[str, str] = os.environ) -> NightlyConfig:
+    """The validated configuration (see the module docstring for its sources)."""
+    source = config_path(path, environ)
+    if not source.is_file():
+        raise NightlyConfigError(f"nightly config {source} does not exist (set ${CONFIG_ENV} or pass a path)")
+    data = yaml.safe_load(source.read_text()) or {}
+    if not isinstance(data, dict):
+        raise NightlyConfigError(f"nightly config {source} must be a mapping, got {type(data).__name__}")
+    if found := [f"s3.{key}" for key in CREDENTIAL_FIELDS if key in (data.get("s3") or {})]:
+        raise NightlyConfigError(
+            f"nightly config {source} holds credentials ({', '.join(found)}): remove them from the file; set "
+            f"{S3_ENV_PREFIX}ACCESS_KEY_ID and {S3_ENV_PREFIX}SECRET_ACCESS_KEY in the environment, or use the "
+            "Airflow connection or the AWS credential chain"
+        )
+    data = _absolute_paths(_apply_environment(data, environ), source.parent)
+    try:
+        config = NightlyConfig.model_validate(data)
+    except (ValidationError, ValueError, FileNotFoundError) as err:
+        raise NightlyConfigError(f"invalid nightly config {source}:\n{err}") from None
+    return config

@@ -1,0 +1,103 @@
+"""Discover: tag (``plan_tagging``, then ``tag_shard`` mapped over the untagged shards), judge and encode
+(``discover``) the partitions not discovered yet, incrementally (:mod:`mavias.core.discovery`).
+
+Tonight's new partitions, once the evaluation set, and any processed partition a fresh workspace has not seen; a
+shard committed before (by a killed or earlier attempt) is never tagged again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+
+from mavias.core.discovery import discover_partition
+from mavias.core.encode import TextEncoder, make_encoder
+from mavias.core.judging.factory import JudgeSettings, make_judge
+from mavias.core.manifest import load_manifest
+from mavias.ops.nightly.artifacts import Discovered, Tagged, TagJob, Validated
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_client
+from mavias.core.tagging import Tagger, TagsStore, tag_partition
+from mavias.core.tagging.factory import TaggerSettings
+from mavias.core.tagging.factory import make_tagger as tagger_from_settings
+from mavias.core.tagging.run import missing_shards
+
+log = logging.getLogger(__name__)
+
+
+def _is_discovered(cfg: NightlyConfig, partition: str) -> bool:
+    return (layout(cfg).discovery.partition(partition) / "discovery.json").exists()
+
+
+def partitions_to_discover(cfg: NightlyConfig, validated: Validated) -> dict[str, str]:
+    """Partition -> local manifest, for those not discovered yet: tonight's new ones, once the evaluation set, and
+    any processed partition a fresh workspace has not seen."""
+    client = s3_client(cfg, "discover")
+    todo = {} if _is_discovered(cfg, evaluation_partition(cfg)) else {evaluation_partition(cfg): validated["evaluation"]}
+    for partition in validated["partitions"]:
+        if not _is_discovered(cfg, partition):
+            todo[partition] = str(pull(cfg, client, partition))
+    return todo
+
+
+def plan_tagging(cfg: NightlyConfig, validated: Validated) -> list[TagJob]:
+    """The untagged shards of the partitions to discover, one job each (shards committed earlier are done)."""
+    n = cfg.discovery.num_shards
+    jobs = [
+        {"partition": name, "manifest": path, "shard": index, "num_shards": n}
+        for name, path in partitions_to_discover(cfg, validated).items()
+        for index in missing_shards(layout(cfg).discovery.tags / name, n)
+    ]
+    log.info("tagging: %d shard(s) to tag", len(jobs))
+    return jobs
+
+
+def make_tagger(cfg: NightlyConfig) -> Tagger:
+    """The configured tagger, or a custom one: ``discovery.tagger`` = "package.module:factory"."""
+    if ":" in cfg.discovery.tagger:  # a custom tagger: "package.module:factory"
+        module, factory = cfg.discovery.tagger.split(":")
+        return getattr(importlib.import_module(module), factory)()
+    return tagger_from_settings(TaggerSettings(kind=cfg.discovery.tagger))
+
+
+def make_text_encoder(cfg: NightlyConfig) -> TextEncoder:
+    """The training config's ``encoder`` (as for ``mavias train``): one setting for discovery and training."""
+    return make_encoder(cfg.training.encoder)
+
+
+def tag_shard(cfg: NightlyConfig, job: TagJob) -> Tagged:
+    """Tag one shard of one partition; a shard committed before (by a killed or earlier attempt) is skipped."""
+    manifest = Path(job["manifest"])
+    counts = tag_partition(
+        load_manifest(manifest, check_files=False),
+        manifest.parent,
+        make_tagger(cfg),
+        layout(cfg).discovery.tags / job["partition"],
+        shard=(job["shard"], job["num_shards"]),
+        store=TagsStore(layout(cfg).discovery.tags),
+        batch_size=cfg.discovery.batch_size,
+        progress=False,
+    )
+    log.info("partition %s shard %d/%d: %s", job["partition"], job["shard"], job["num_shards"], counts)
+    return {"partition": job["partition"], "shard": job["shard"], **asdict(counts)}
+
+
+def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[Tagged] | None) -> Discovered:
+    """Judge and encode the partitions to discover (their shards are tagged by now); what tonight cost."""
+    totals = {"images_tagged": sum(t["images_tagged"] for t in tagged or []), "llm_requests": 0, "tags_judged": 0,
+              "prompts_encoded": 0}
+    partitions = partitions_to_discover(cfg, validated)
+    if partitions:
+        tagger, judge, encoder = make_tagger(cfg), make_judge(JudgeSettings(kind=cfg.discovery.judge)), make_text_encoder(cfg)
+        for name, manifest in partitions.items():
+            counts = discover_partition(
+                manifest, layout(cfg).discovery.root, tagger, judge, encoder, name=name,
+                num_shards=cfg.discovery.num_shards, batch_size=cfg.discovery.batch_size, progress=False,
+            )
+            for key in ("llm_requests", "tags_judged", "prompts_encoded"):
+                totals[key] += getattr(counts, key)
+    log.info("discovery of %s: %s", sorted(partitions) or "nothing new", totals)
+    return {"partitions": sorted(partitions), **totals}

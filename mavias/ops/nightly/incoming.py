@@ -1,0 +1,171 @@
+"""Incoming partitions in the bucket: which are ready, which are done (the processed ledger), pulling one.
+
+Layout (prefixes from :class:`~mavias.storage.s3.S3Settings`)::
+
+    incoming/<partition>/manifest.{parquet,csv}   a partition is ready once its manifest exists, so producers
+    incoming/<partition>/<images...>              upload the images first and the manifest last
+    state/processed/<partition>.json              ledger: one marker per processed partition
+    quarantine/<partition>/validation.json        partitions that failed validation (delete it to retry)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from botocore.client import BaseClient
+
+from mavias.core.manifest.io import ManifestError, read_manifest_table
+from mavias.storage.s3 import (
+    NAME_PATTERN,
+    RemoteObject,
+    S3Settings,
+    check_name,
+    create_json,
+    download_file,
+    list_folders,
+    list_objects,
+    put_json,
+    run_parallel,
+    s3_uri,
+)
+from mavias.utils.atomic import write_json
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAMES = ("manifest.parquet", "manifest.csv")  # in order of preference
+PULLED_ETAGS = ".pulled-etags.json"  # in a pulled folder: the ETag of every file as it was downloaded
+
+
+class MissingManifest(ManifestError):
+    """A partition (or the evaluation set) with no manifest in the bucket."""
+
+
+def partition_prefix(settings: S3Settings, partition: str) -> str:
+    return f"{settings.incoming_prefix}{check_name('partition', partition)}/"
+
+
+def _manifest_name(names: set[str]) -> str | None:
+    return next((name for name in MANIFEST_NAMES if name in names), None)
+
+
+def find_manifest(client: BaseClient, settings: S3Settings, partition: str) -> str | None:
+    """Key of the partition's manifest, or ``None`` while it has none (not ready yet)."""
+    prefix = partition_prefix(settings, partition)
+    names = {obj.key[len(prefix) :] for obj in list_objects(client, settings, prefix + "manifest.")}
+    name = _manifest_name(names)
+    return prefix + name if name else None
+
+
+def unsafe_names(folders: Collection[str]) -> list[str]:
+    """The folder names that cannot become a path (traversal, separators, odd characters), sorted."""
+    return sorted(p for p in folders if not NAME_PATTERN.match(p) or ".." in p)
+
+
+def list_partitions(client: BaseClient, settings: S3Settings, exclude: Collection[str] = ()) -> list[str]:
+    """Sorted names of the folders under ``incoming/`` that hold a manifest, except those in ``exclude``."""
+    folders = list_folders(client, settings, settings.incoming_prefix)
+    unsafe = unsafe_names(folders)
+    if unsafe:
+        log.warning("ignoring incoming folder(s) with unsafe names %s: rename them to letters, digits, '.', '_', '-'",
+                    unsafe)
+    return [p for p in folders if p not in exclude and p not in unsafe and find_manifest(client, settings, p)]
+
+
+class ProcessedLedger:
+    """Which partitions are done, kept in the bucket as one marker object per partition.
+
+    Markers are created with If-None-Match, so a partition is recorded exactly once even if two runs race;
+    there is no shared file to read-modify-write.
+    """
+
+    def __init__(self, client: BaseClient, settings: S3Settings):
+        self.client = client
+        self.settings = settings
+        self.processed_prefix = f"{settings.state_prefix}processed/"
+
+    def processed(self) -> set[str]:
+        keys = (obj.key for obj in list_objects(self.client, self.settings, self.processed_prefix))
+        return {key[len(self.processed_prefix) :].removesuffix(".json") for key in keys if key.endswith(".json")}
+
+    def quarantined(self) -> set[str]:
+        return set(list_folders(self.client, self.settings, self.settings.quarantine_prefix))
+
+    def unsafe_folders(self) -> list[str]:
+        """Folders under ``incoming/`` ignored for their names (each as Python's ``ascii()`` writes it)."""
+        return [ascii(name) for name in unsafe_names(list_folders(self.client, self.settings, self.settings.incoming_prefix))]
+
+    def new_partitions(self) -> list[str]:
+        """Ready partitions that were neither processed nor quarantined, sorted."""
+        return list_partitions(self.client, self.settings, exclude=self.processed() | self.quarantined())
+
+    def mark_processed(self, partition: str, info: Mapping[str, Any] | None = None) -> bool:
+        """Record ``partition`` as processed; False when it already was (the first record is kept)."""
+        payload = {"partition": partition, "processed_at": datetime.now(UTC).isoformat(), **(info or {})}
+        key = f"{self.processed_prefix}{check_name('partition', partition)}.json"
+        created = create_json(self.client, self.settings, key, payload)
+        log.info("partition %s %s", partition, "marked processed" if created else "was already processed")
+        return created
+
+    def mark_quarantined(self, partition: str, report: Mapping[str, Any]) -> str:
+        """Store ``report`` (e.g. a validation result) as ``quarantine/<partition>/validation.json``; return its URI."""
+        key = f"{self.settings.quarantine_prefix}{check_name('partition', partition)}/validation.json"
+        put_json(self.client, self.settings, key, {"partition": partition, **report})
+        log.warning("partition %s quarantined: %s", partition, s3_uri(self.settings, key))
+        return s3_uri(self.settings, key)
+
+
+def _referenced_files(manifest_path: Path) -> set[str]:
+    """Normalised relative paths of the files a pulled manifest points to; blank uris are left to validation."""
+    df = read_manifest_table(manifest_path)
+    if "uri" not in df.columns:
+        return set()
+    uris = [str(u) for u in df["uri"].dropna() if str(u).strip()]
+    bad = [u for u in uris if u.startswith("s3://") or PurePosixPath(u).is_absolute() or ".." in PurePosixPath(u).parts]
+    if bad:
+        raise ManifestError(f"{manifest_path}: uris must be relative to the partition, got e.g. {bad[:3]}")
+    return {PurePosixPath(u).as_posix() for u in uris}
+
+
+def _is_current(path: Path, obj: RemoteObject, pulled_etag: str | None) -> bool:
+    # ETags, not md5s, identify contents: SSE-KMS and multipart ETags are not md5 digests.
+    return pulled_etag == obj.etag and path.is_file() and path.stat().st_size == obj.size
+
+
+def pull_partition(client: BaseClient, settings: S3Settings, partition: str, local_dir: str | Path) -> Path:
+    """Download a partition's manifest and the images it references to ``local_dir``; return the manifest path.
+
+    Idempotent: a file pulled before whose size and ETag are unchanged is not transferred again. Referenced
+    files missing from the bucket are logged and left for validation to quarantine.
+    """
+    local_dir = Path(local_dir)
+    prefix = partition_prefix(settings, partition)
+    remote = {obj.key[len(prefix) :]: obj for obj in list_objects(client, settings, prefix)}
+    manifest_name = _manifest_name(set(remote))
+    if manifest_name is None:
+        raise MissingManifest(f"{s3_uri(settings, prefix)}: no manifest ({' or '.join(MANIFEST_NAMES)})")
+    etags_path = local_dir / PULLED_ETAGS
+    pulled = json.loads(etags_path.read_text()) if etags_path.exists() else {}
+
+    def stale(name: str) -> bool:
+        return not _is_current(local_dir / name, remote[name], pulled.get(name))
+
+    def fetch(name: str) -> None:
+        download_file(client, settings, remote[name].key, local_dir / name, etag=remote[name].etag)
+
+    if stale(manifest_name):
+        fetch(manifest_name)
+    wanted = _referenced_files(local_dir / manifest_name)
+    missing = sorted(wanted - remote.keys())
+    if missing:
+        log.warning("partition %s: %d referenced file(s) missing, e.g. %s", partition, len(missing), missing[:3])
+    present = sorted(wanted & remote.keys())
+    todo = [name for name in present if stale(name)]
+    run_parallel(fetch, todo, settings.max_workers, desc=f"pull {partition}")
+    write_json(etags_path, {name: remote[name].etag for name in [manifest_name, *present]})
+    log.info("partition %s: %d file(s) downloaded, %d up to date", partition, len(todo), len(present) - len(todo))
+    return local_dir / manifest_name

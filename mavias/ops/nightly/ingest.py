@@ -1,0 +1,140 @@
+"""Ingest: which partitions are new tonight (``sense``), pulling and validating them with the evaluation set
+(``pull_and_validate``), and, at the end of the night, marking them processed (``record_processed``).
+
+Only bad data is quarantined (``quarantine/<partition>/validation.json``); a transient storage error (timeout,
+refused connection, 5xx, throttling) is retried with backoff (:func:`~mavias.storage.s3.retry_transient`) and
+then fails the step, never quarantining data.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+from botocore.client import BaseClient
+
+from mavias.errors import UserError
+from mavias.core.manifest import ManifestError, read_manifest_table
+from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.incoming import ProcessedLedger, find_manifest
+from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
+from mavias.storage.s3 import S3Settings, check_name, get_json, is_transient, s3_uri
+from mavias.utils.atomic import write_json
+from mavias.ops.validation import CheckResult, ValidationResult, validate_manifest_file
+
+log = logging.getLogger(__name__)
+
+
+def sense(cfg: NightlyConfig, when: datetime, *, force_partition: str | None = None) -> Sensed:
+    """New partitions (ready, neither processed nor quarantined) plus ``force_partition``, which is redone; and the
+    incoming folders ignored for their unsafe names (for the report)."""
+    client = s3_client(cfg, "sense")
+    ledger = ProcessedLedger(client, cfg.s3)
+    processed, new = ledger.processed(), set(ledger.new_partitions())
+    if force_partition:
+        if find_manifest(client, cfg.s3, check_name("force_partition", force_partition)) is None:
+            prefix = s3_uri(cfg.s3, f"{cfg.s3.incoming_prefix}{force_partition}/")
+            raise UserError(f"forced partition {force_partition!r} has no manifest under {prefix}: check the name")
+        new.add(force_partition)
+        processed.discard(force_partition)
+    log.info("night %s: %d new partition(s) %s, %d processed before", night_id(when), len(new), sorted(new), len(processed))
+    return night_info(when) | {"new": sorted(new), "processed": sorted(processed), "unsafe": ledger.unsafe_folders()}
+
+
+def night_info(when: datetime) -> NightInfo:
+    """The night's name and date (what the report needs when even sensing did not run)."""
+    return {"night": night_id(when), "date": when.date().isoformat()}
+
+
+def known_classes(cfg: NightlyConfig, evaluation_manifest: Path) -> list[str]:
+    """The configured classes, else the evaluation set's: the fixed evaluation set defines the task."""
+    return sorted(cfg.classes or read_manifest_table(evaluation_manifest)["label"].dropna().unique())
+
+
+def _class_counts(manifest: pd.DataFrame) -> dict[str, int]:
+    train = manifest[manifest["split"] == "train"] if "split" in manifest.columns else manifest.iloc[:0]
+    return {str(k): int(v) for k, v in train["label"].value_counts().items()}
+
+
+def _accumulated_class_counts(client: BaseClient, settings: S3Settings, processed: Iterable[str]) -> dict[str, int]:
+    """Training-label counts of the processed partitions, from their ledger markers (see :func:`record_processed`)."""
+    ledger = ProcessedLedger(client, settings)
+    total: dict[str, int] = {}
+    for partition in processed:
+        marker = get_json(client, settings, f"{ledger.processed_prefix}{partition}.json")
+        for label, n in (marker[0].get("class_counts", {}) if marker else {}).items():
+            total[label] = total.get(label, 0) + n
+    return total
+
+
+def _unreadable(err: Exception) -> ValidationResult:
+    return ValidationResult([CheckResult("manifest_readable", False, details=str(err), source="mavias")])
+
+
+def quarantine_partition(client: BaseClient, settings: S3Settings, partition: str, result: ValidationResult) -> str:
+    """Record a failed partition under ``quarantine/<partition>/validation.json`` so it is not retried blindly.
+
+    Nothing is moved or deleted; the ledger skips quarantined partitions until that record is removed.
+    """
+    return ProcessedLedger(client, settings).mark_quarantined(partition, result.to_dict())
+
+
+def _validate_partition(
+    cfg: NightlyConfig, client: BaseClient, night: str, partition: str, classes: list[str], counts: dict[str, int]
+) -> PartitionValidation:
+    try:
+        result = validate_manifest_file(pull(cfg, client, partition), classes, counts, cfg.validation)
+    except (ManifestError, OSError, ValueError) as err:  # an unreadable manifest is bad data, not a crash
+        if is_transient(err):  # ... but an unreachable bucket is not: fail, keep the partition for a later try
+            raise
+        result = _unreadable(err)
+    path = write_json(layout(cfg).night(night) / "validation" / f"{partition}.json", result.to_dict())
+    if not result.success:
+        quarantine_partition(client, cfg.s3, partition, result)
+    log.info("partition %s: %s", partition, result.summary())
+    return {"success": result.success, "summary": result.summary(), "path": str(path)}
+
+
+def pull_and_validate(cfg: NightlyConfig, sensed: Sensed) -> Validated:
+    """Pull every new partition and the evaluation set; validate; quarantine the partitions that fail."""
+    client = s3_client(cfg, "pull_and_validate")
+    evaluation = pull_evaluation_set(cfg, client)
+    classes = known_classes(cfg, evaluation)
+    counts = _accumulated_class_counts(client, cfg.s3, sensed["processed"])
+    validations = {p: _validate_partition(cfg, client, sensed["night"], p, classes, counts) for p in sensed["new"]}
+    valid = [p for p, v in validations.items() if v["success"]]
+    return {
+        "night": sensed["night"],
+        "valid": valid,
+        "failed": [p for p, v in validations.items() if not v["success"]],
+        "validations": validations,
+        "partitions": sorted({*sensed["processed"], *valid}),
+        "evaluation": str(evaluation),
+        "classes": classes,
+    }
+
+
+def training_decision(validated: Validated, *, full_retrain: bool) -> tuple[bool, str]:
+    """Whether tonight trains, and why (or why not) in one line for the report."""
+    if validated["failed"]:
+        return False, f"partition(s) {', '.join(validated['failed'])} failed validation: nothing was trained tonight"
+    if not validated["partitions"]:
+        return False, "no partition has been processed yet: nothing to train on"
+    if not validated["valid"] and not full_retrain:
+        return False, "no new partitions since the last run: nothing was trained tonight"
+    if not validated["valid"]:
+        return True, "full retrain requested without new partitions"
+    return True, f"new partition(s): {', '.join(validated['valid'])}"
+
+
+def record_processed(cfg: NightlyConfig, dataset: Dataset) -> Recorded:
+    """Mark tonight's new partitions processed, with their training-label counts for the next drift check."""
+    ledger = ProcessedLedger(s3_client(cfg, "record_processed"), cfg.s3)
+    for partition in dataset["new"]:
+        manifest = read_manifest_table(pull(cfg, ledger.client, partition))
+        ledger.mark_processed(partition, {"night": dataset["night"], "class_counts": _class_counts(manifest)})
+    return {"recorded": list(dataset["new"])}

@@ -1,0 +1,110 @@
+"""The workspace of the nightly flow: where each stage keeps its heavy artifacts, and the names that become paths.
+
+A night is identified by its logical date, so a rerun of the same night finds the same folders. Every name that
+becomes a path (partition, version, model) is checked against one pattern first
+(:func:`~mavias.storage.s3.check_name`), so nothing is read or written outside the workspace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from botocore.client import BaseClient
+
+from mavias.core.discovery import Workspace
+from mavias.errors import UserError
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.incoming import MANIFEST_NAMES, MissingManifest, pull_partition
+from mavias.ops.registry import ModelRegistry
+from mavias.storage.s3 import check_name, make_s3_client, retry_transient, s3_uri
+from mavias.ops.reporting.mail import Outbox
+
+NIGHT_FORMAT = "%Y%m%dT%H%M%S"
+CHECKPOINT_NAME = "model.pt"  # the main model's checkpoint in a version folder
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    def partition(self, name: str) -> Path:
+        return self.root / "partitions" / check_name("partition", name)
+
+    def evaluation(self, version: str) -> Path:
+        return self.root / "evaluation" / check_name("evaluation version", version)
+
+    @property
+    def discovery(self) -> Workspace:
+        return Workspace(self.root / "discovery")
+
+    def training(self, digest: str) -> Path:
+        return self.root / "training" / digest
+
+    def production(self, version: str) -> Path:
+        return self.root / "production" / check_name("version", version)
+
+    def night(self, night: str) -> Path:
+        return self.root / "nights" / check_name("night", night)
+
+    @property
+    def outbox(self) -> Outbox:
+        return Outbox(self.root / "outbox")
+
+    @property
+    def history(self) -> Path:
+        return self.root / "history.json"
+
+
+def layout(cfg: NightlyConfig) -> Layout:
+    return Layout(cfg.workspace)
+
+
+def night_id(when: datetime) -> str:
+    return when.strftime(NIGHT_FORMAT)
+
+
+def evaluation_partition(cfg: NightlyConfig) -> str:
+    """Discovery name of the evaluation set: it is tagged, judged and encoded like a partition, once per version."""
+    return f"evaluation-{cfg.evaluation.version}"
+
+
+def s3_client(cfg: NightlyConfig, step: str, deadline_s: float | None = None) -> BaseClient:
+    """The S3 client of one step: every request and retry of the step together waits on the store at most
+    ``deadline_s`` (default ``s3.step_deadline_s``), then stops with a message naming the step."""
+    return make_s3_client(cfg.s3, deadline_s=deadline_s or cfg.s3.step_deadline_s, step=step)
+
+
+def registry(cfg: NightlyConfig, client: BaseClient | None = None, step: str = "registry") -> ModelRegistry:
+    return ModelRegistry(client or s3_client(cfg, step), cfg.s3, cfg.model_name)
+
+
+def reports_prefix(cfg: NightlyConfig) -> str:
+    """Bucket folder of the night reports and the history, next to the model's versions."""
+    return f"{cfg.s3.models_prefix}{cfg.model_name}/reports/"
+
+
+def pull(cfg: NightlyConfig, client: BaseClient, partition: str) -> Path:
+    """:func:`pull_partition` into the workspace, retried while the bucket is unreachable."""
+    return retry_transient(cfg.s3)(pull_partition, client, cfg.s3, partition, layout(cfg).partition(partition))
+
+
+class EvaluationSetMissing(UserError):
+    """The configured evaluation set has no manifest in the bucket."""
+
+
+def pull_evaluation_set(cfg: NightlyConfig, client: BaseClient) -> Path:
+    """The fixed evaluation set ``s3://<bucket>/<prefix><version>/`` (pulled like a partition, by ETag)."""
+    settings = cfg.s3.model_copy(update={"incoming_prefix": cfg.evaluation.prefix})
+    local = layout(cfg).evaluation(cfg.evaluation.version)
+    try:
+        return retry_transient(cfg.s3)(pull_partition, client, settings, cfg.evaluation.version, local)
+    except MissingManifest:
+        where = s3_uri(cfg.s3, f"{cfg.evaluation.prefix}{cfg.evaluation.version}/")
+        raise EvaluationSetMissing(
+            f"evaluation set {cfg.evaluation.version!r} is missing: {where} has no {' or '.join(MANIFEST_NAMES)}. "
+            f"Upload the fixed evaluation set there (its images first, the manifest last, e.g. `aws s3 sync "
+            f"EVALUATION_DIR {where}`), or set evaluation.version in the nightly config (or "
+            "MAVIAS_NIGHTLY__EVALUATION__VERSION) to a version that exists"
+        ) from None

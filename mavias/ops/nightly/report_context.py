@@ -1,0 +1,160 @@
+"""What the night's report shows, gathered from whatever stages completed (:func:`build_report_context`): the
+candidate's group tables, B' with its evidence and each class's status, the open-set and closed-set worst groups
+side by side, and the night's problem when it is not a plain gate verdict (:mod:`mavias.ops.nightly.outcome`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mavias.core.evaluate.metrics import GROUP_TABLE_COLUMNS
+from mavias.core.evaluate.shortcuts import SHORTCUT_COLUMNS
+from mavias.ops.export.parity import VerificationResult
+from mavias.ops.gates import GateReport, load_gate_config
+from mavias.ops.nightly.artifacts import NightResults
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.failures import read_failures
+from mavias.ops.nightly.outcome import failed_tasks, night_problem
+from mavias.ops.nightly.release import serving_problem
+from mavias.ops.reporting.context import DiscoveryCounts, RelevanceChanges, ReportContext
+from mavias.ops.reporting.history import HistoryEntry, history_entry
+
+CANDIDATE_STEPS = ("planned", "discovered", "dataset", "reference", "candidate", "evaluated", "gates", "packaged")
+PROTOCOLS = {"open_set": "open-set (label-free: the reference's B')", "closed_set": "closed-set (group attributes)"}
+
+
+def _empty_groups() -> pd.DataFrame:
+    return pd.DataFrame(columns=GROUP_TABLE_COLUMNS)
+
+
+def _read_csv(path: str | Path | None) -> pd.DataFrame | None:
+    return pd.read_csv(path, keep_default_na=False) if path and Path(path).is_file() else None
+
+
+def cross_check(evaluated: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The worst group of each protocol the candidate was evaluated under, with the reference's beside it."""
+    candidate = json.loads(Path(evaluated["candidate"]).read_text())
+    reference = json.loads(Path(evaluated["reference"]).read_text())
+    return [{"protocol": label, "group": candidate[key]["worst_group"],
+             "candidate": candidate[key]["worst_group_accuracy"], "ci_low": candidate[key]["worst_group_ci_low"],
+             "ci_high": candidate[key]["worst_group_ci_high"], "n": candidate[key].get("worst_group_n"),
+             "reference": (reference.get(key) or {}).get("worst_group_accuracy")}
+            for key, label in PROTOCOLS.items() if candidate.get(key)]
+
+
+def _candidate_tables(results: NightResults, gates: GateReport) -> dict[str, Any]:
+    evaluated, reference = results["evaluated"], results["reference"]
+    source = gates.config.wg_source
+
+    def groups(role: str) -> pd.DataFrame:
+        return pd.read_csv(Path(evaluated[role]).parent / f"groups_{source}.csv", keep_default_na=False)
+
+    return {
+        "candidate_groups": groups("candidate"),
+        "reference_groups": groups("reference"),
+        "biased_tags": pd.read_csv(Path(reference["dir"]) / "biased_tags.csv", keep_default_na=False),
+        "logit_summary": pd.read_csv(evaluated["logit_summary"], dtype={"bias_strength": str}),
+        "shortcut_status": _read_csv(evaluated.get("shortcut_status")),
+        "cross_check": cross_check(evaluated),
+    }
+
+
+def _notes(results: NightResults, trained: bool, skip_promotion: bool, states: Mapping[str, str]) -> list[str]:
+    if not trained:
+        return []
+    stopped = next((step for step in CANDIDATE_STEPS if results.get(step) is None), None)
+    skipped = (results.get("dataset") or {}).get("same_as_production") or any(s == "failed" for s in states.values())
+    notes = [f"the run stopped at '{stopped}' (a task failed, see its log): no candidate tonight"] \
+        if stopped and not skipped else []
+    notes += [n for n in (results.get("evaluated") or {}).get("notes", [])
+              if n != (results.get("evaluated") or {}).get("production_problem")]
+    promoted = results.get("promoted")
+    if promoted and not promoted["promoted"] and "corrupt" not in promoted["reason"]:
+        notes.append(promoted["reason"])
+    if problem := serving_problem(promoted):
+        notes.append(problem)
+    if results.get("published") and promoted is None and skip_promotion:
+        notes.append("promotion skipped on request (skip_promotion); the version is published")
+    return notes
+
+
+def pointer_problems(results: NightResults, production_problem: str | None) -> list[str]:
+    """Every corrupt-pointer message the night met (evaluate, promote, the report's own read), once each."""
+    found = [(results.get("evaluated") or {}).get("production_problem"), production_problem]
+    promoted = results.get("promoted")
+    if promoted and not promoted["promoted"] and "corrupt" in promoted["reason"]:
+        found.append(promoted["reason"].removeprefix("not promoted: "))
+    return list(dict.fromkeys(p for p in found if p))
+
+
+def _history_entry(results: NightResults, context: ReportContext) -> HistoryEntry:
+    return history_entry(
+        night=results["sensed"]["date"], run_id=context.run_id, version=context.version,
+        evaluation=json.loads(Path(results["evaluated"]["candidate"]).read_text()),
+        wg_source=context.gates.config.wg_source, biased_tags=context.biased_tags, promoted=context.promoted,
+    )
+
+
+def _relevance_changes(results: NightResults) -> RelevanceChanges | None:
+    """Tonight's relevance changes, when the dataset step recorded them."""
+    path = (results.get("dataset") or {}).get("relevance_changes")
+    return RelevanceChanges.model_validate_json(Path(path).read_text()) if path else None
+
+
+def build_report_context(
+    cfg: NightlyConfig,
+    results: NightResults,
+    *,
+    trained: bool,
+    decision: str,
+    skip_promotion: bool,
+    production_version: str | None,
+    notes: Iterable[str] = (),
+    states: Mapping[str, str] | None = None,
+    production_problem: str | None = None,
+) -> tuple[ReportContext, HistoryEntry | None]:
+    """The report of whatever steps completed (``results``: step name -> its result, absent when it did not run;
+    ``states``: task id -> its final state, to name the tasks that failed)."""
+    states = states or {}
+    night = results["sensed"]["night"]
+    validated = results.get("validated") or {}
+    validations = {p: json.loads(Path(v["path"]).read_text()) for p, v in validated.get("validations", {}).items()}
+    has_candidate = results.get("gates") is not None and results.get("packaged") is not None
+    gates = GateReport.from_dict(results["gates"]) if has_candidate else GateReport(load_gate_config(cfg.gates), [])
+    tables = _candidate_tables(results, gates) if has_candidate else {
+        "candidate_groups": _empty_groups(), "reference_groups": _empty_groups(),
+        "biased_tags": pd.DataFrame(columns=SHORTCUT_COLUMNS),
+    }
+    failures = read_failures(cfg, night, failed_tasks(states))
+    problem = night_problem(cfg.model_name, results, trained=trained, decision=decision, states=states,
+                            failures=failures, pointer_problems=pointer_problems(results, production_problem))
+    packaged, promoted, discovered = results.get("packaged") or {}, results.get("promoted"), results.get("discovered")
+    context = ReportContext(
+        model_name=cfg.model_name,
+        version=packaged.get("version", f"{night} (no candidate)"),
+        run_id=night,
+        created=datetime.now(UTC),
+        promoted=bool(promoted and promoted["promoted"]),
+        serving_updated=serving_problem(promoted) is None,
+        production_version=production_version,
+        model_uri=(results.get("published") or {}).get("uri"),
+        notes=[*_notes(results, trained, skip_promotion, states), *notes],
+        problem=problem,
+        unsafe_folders=(results.get("sensed") or {}).get("unsafe", []),
+        gates=gates,
+        validations=validations,
+        discovery=DiscoveryCounts(images_tagged=discovered["images_tagged"], llm_requests=discovered["llm_requests"],
+                                  encodings=discovered["prompts_encoded"]) if discovered else None,
+        verification=VerificationResult.from_dict(packaged["verification"]) if packaged else None,
+        onnx_sha256=packaged.get("onnx_sha256"),
+        latency=packaged.get("latency"),
+        tuning=(results.get("candidate") or {}).get("tuning"),
+        relevance_changes=_relevance_changes(results),
+        **tables,
+    )
+    return context, _history_entry(results, context) if has_candidate else None

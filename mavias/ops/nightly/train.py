@@ -1,0 +1,97 @@
+"""Train: the ERM reference of the open-set protocol (``train_reference_model``), then MAVias as a small settings
+search: ``plan_trials`` (the previous night's best settings first, then Optuna's TPE picks), ``run_trial`` mapped
+over them (one trial per GPU task), ``select_candidate`` (the best validation criterion).
+
+Every training resumes from its last epoch and a finished run is reused, so a retried task repeats no work.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from mavias.ops.nightly.artifacts import Candidate, Dataset, TrainedReference, TrialJob, TrialResult
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.dataset import load_prepared
+from mavias.ops.nightly.layout import layout
+from mavias.core.train.config import TrainConfig
+from mavias.core.train.trainer import best_checkpoint
+from mavias.core.tune.batch import finish_batch, plan_batch, run_planned_trial
+from mavias.core.train.recipe import ResolvedRecipe
+from mavias.core.tune.search import BASE_DIR
+from mavias.core.tune.space import current_values, search_space
+from mavias.utils.atomic import atomic_path
+from mavias.core.protocol import load_reference, resolve_run, train_reference
+from mavias.errors import ExplainedFailure
+
+TUNING_DIR = "tuning"
+PREVIOUS_BEST = "best_params.json"
+
+
+def train_reference_model(cfg: NightlyConfig, dataset: Dataset) -> TrainedReference:
+    """The ERM reference of the open-set protocol (resumes from its last epoch; a finished run is reused). This GPU
+    task also resolves the candidate's recipe (``tuning/base``; the range test is shared with the reference), so the
+    planning task that follows trains nothing."""
+    data = load_prepared(dataset)
+    out = Path(dataset["dir"]) / "reference"
+    reference = train_reference(data, cfg.training, out, progress=False, nproc=cfg.train.nproc)
+    resolve_run(data, _candidate_base(cfg), _base_dir(dataset))
+    return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {}}
+
+
+def _candidate_base(cfg: NightlyConfig) -> TrainConfig:
+    return cfg.training.model_copy(update={"method": "mavias"})
+
+
+def _base_dir(dataset: Dataset) -> Path:
+    return Path(dataset["dir"]) / TUNING_DIR / BASE_DIR
+
+
+def _candidate_settings(cfg: NightlyConfig, dataset: Dataset) -> TrainConfig:
+    """The candidate's settings with the recipe's choices for tonight's data, as ``train_reference`` resolved them."""
+    resolved = ResolvedRecipe.read(_base_dir(dataset), _candidate_base(cfg).model_dump(mode="json"))
+    if resolved is None:
+        raise ExplainedFailure(f"the candidate's training recipe for dataset {dataset['digest']} is not resolved "
+                               f"({_base_dir(dataset)}): the train_reference task resolves it; clear that task")
+    return resolved.config
+
+
+def plan_trials(cfg: NightlyConfig, dataset: Dataset) -> list[TrialJob]:
+    """Tonight's trials: one trial is exactly the configured settings; with more, the previous night's best settings
+    (those still inside tonight's search space; else the configured ones) come first, then TPE's picks."""
+    base = _candidate_settings(cfg, dataset)
+    space = {param.key: param for param in search_space(base)}
+    previous = layout(cfg).root / TUNING_DIR / PREVIOUS_BEST
+    warm = current_values(base, list(space.values()))
+    if cfg.train.tune_trials > 1 and previous.exists():
+        best = json.loads(previous.read_text())
+        warm |= {key: value for key, value in best.items() if key in space and space[key].contains(value)}
+    return plan_batch(Path(dataset["dir"]) / TUNING_DIR, base, cfg.train.tune_trials, batch=dataset["night"],
+                      warm_start=warm)
+
+
+def run_trial(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, job: TrialJob) -> TrialResult:
+    """Train one planned trial on the accumulated data (resumable; a finished trial is reused)."""
+    data = load_prepared(dataset)
+    return run_planned_trial(data, load_reference(reference["dir"], data), _candidate_settings(cfg, dataset),
+                             Path(dataset["dir"]) / TUNING_DIR, dict(job), nproc=cfg.train.nproc)
+
+
+def select_candidate(cfg: NightlyConfig, dataset: Dataset, trials: list[TrialResult]) -> Candidate:
+    """The trial with the best validation criterion becomes the candidate; its settings warm-start the next night."""
+    base = _candidate_base(cfg)
+    selection = base.selection
+    tuned = finish_batch(Path(dataset["dir"]) / TUNING_DIR, trials, base)
+    with atomic_path(layout(cfg).root / TUNING_DIR / PREVIOUS_BEST) as tmp:
+        tmp.write_text(json.dumps(tuned.best_params))
+    summary = json.loads((tuned.best_dir / "train_summary.json").read_text())
+    params = [f"params_{name}" for name in tuned.best_params]
+    rows = [{"number": int(row["number"]), "value": None if pd.isna(row["value"]) else float(row["value"]),
+             "state": str(row["state"]), "params": {p.removeprefix("params_"): row[p] for p in params}}
+            for _, row in tuned.trials.iterrows()]
+    return {"dir": str(tuned.best_dir), "checkpoint": str(best_checkpoint(tuned.best_dir, selection)),
+            "best": summary["best"], "method": "mavias", "selection": selection,
+            "tuning": {"chosen": tuned.best_params, "value": tuned.best_value, "fallback": tuned.selection_fallback,
+                       "trials": json.loads(json.dumps(rows, default=float))}}

@@ -1,0 +1,25 @@
+"""The nightly report: the HTML page with its plots, the history of nights, and the email with its outbox.
+
+- :mod:`mavias.ops.reporting.context`: :class:`ReportContext`, everything a report shows;
+- :mod:`mavias.ops.reporting.history`: headline numbers per night (trend plot, bias drift);
+- :mod:`mavias.ops.reporting.plots`: the logit plot and the trend plot;
+- :mod:`mavias.ops.reporting.render`: HTML, plain text, email content, ``write_report``;
+- :mod:`mavias.ops.reporting.mail`: SMTP delivery and the outbox that keeps what could not be sent.
+"""
+
+from mavias.ops.reporting.context import DiscoveryCounts, RelevanceChanges, ReportContext
+from mavias.ops.reporting.mail import Delivery, Outbox, SmtpSettings, email_message
+from mavias.ops.reporting.render import EmailContent, render_email, write_report
+
+__all__ = [
+    "Delivery",
+    "DiscoveryCounts",
+    "EmailContent",
+    "Outbox",
+    "RelevanceChanges",
+    "ReportContext",
+    "SmtpSettings",
+    "email_message",
+    "render_email",
+    "write_report",
+]

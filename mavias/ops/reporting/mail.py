@@ -1,0 +1,161 @@
+"""Send the HTML report by email (stdlib smtplib), retrying transient SMTP failures.
+
+The message is ``multipart/alternative``: a plain-text summary, then ``multipart/related`` with the HTML and its
+plots as inline PNG parts whose Content-IDs the HTML references as ``cid:...``. The Airflow layer maps its SMTP
+connection to :class:`SmtpSettings`; the password is a SecretStr and is never logged (never enable smtplib's debug
+output: it prints the AUTH exchange).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import smtplib
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
+from email.utils import formatdate, getaddresses, make_msgid, parseaddr
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from tenacity import Retrying, before_sleep_log, retry_if_exception, stop_after_attempt, wait_exponential
+
+from mavias.ops.reporting.render import EmailContent
+from mavias.utils.atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+CID_REFERENCE = re.compile(r"""cid:([^"'\s)>]+)""")
+
+
+class SmtpSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    host: str
+    port: int = Field(587, ge=1, le=65535)
+    user: str | None = None
+    password: SecretStr | None = None
+    security: Literal["none", "starttls", "ssl"] = "starttls"
+    from_addr: str
+    timeout: float = Field(30.0, gt=0)
+    max_attempts: int = Field(5, ge=1)
+    retry_wait_s: float = Field(2.0, ge=0, description="first wait between attempts; doubles up to 60 s")
+
+    @model_validator(mode="after")
+    def _credentials_together(self) -> SmtpSettings:
+        if (self.user is None) != (self.password is None):
+            raise ValueError("set both user and password, or neither")
+        return self
+
+
+def is_transient(error: BaseException) -> bool:
+    """4xx replies, refused or dropped connections and timeouts are worth retrying; 5xx replies are not."""
+    if isinstance(error, smtplib.SMTPRecipientsRefused):
+        return all(400 <= code < 500 for code, _ in error.recipients.values())
+    if isinstance(error, smtplib.SMTPResponseException):
+        return 400 <= error.smtp_code < 500
+    return isinstance(error, (smtplib.SMTPServerDisconnected, ConnectionError, TimeoutError))
+
+
+def build_message(
+    html: str, images: Mapping[str, bytes], subject: str, recipients: Sequence[str], from_addr: str, text: str
+) -> EmailMessage:
+    """The email; every ``cid:`` the HTML references must be in ``images`` (content id without angle brackets)."""
+    if not recipients:
+        raise ValueError("no recipients")
+    missing = set(CID_REFERENCE.findall(html)) - set(images)
+    if missing:
+        raise ValueError(f"the HTML references images that are not attached: {sorted(missing)}")
+    message = EmailMessage()
+    message["Subject"] = subject
+    message["From"] = from_addr
+    message["To"] = ", ".join(recipients)
+    message["Date"] = formatdate(usegmt=True)
+    message["Message-ID"] = make_msgid(domain=parseaddr(from_addr)[1].rpartition("@")[2] or None)
+    message.set_content(text)
+    message.add_alternative(html, subtype="html")
+    html_part = message.get_payload()[1]
+    for cid, png in images.items():
+        name = cid.split("@")[0]
+        html_part.add_related(
+            png, maintype="image", subtype="png", cid=f"<{cid}>", disposition="inline", filename=f"{name}.png"
+        )
+    return message
+
+
+def _deliver(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSettings) -> None:
+    context = ssl.create_default_context()
+    client = (
+        smtplib.SMTP_SSL(smtp.host, smtp.port, timeout=smtp.timeout, context=context)
+        if smtp.security == "ssl"
+        else smtplib.SMTP(smtp.host, smtp.port, timeout=smtp.timeout)
+    )
+    with client:
+        if smtp.security == "starttls":
+            client.starttls(context=context)
+        if smtp.user is not None and smtp.password is not None:
+            client.login(smtp.user, smtp.password.get_secret_value())
+        refused = client.send_message(message, to_addrs=list(recipients))
+    if refused:
+        log.warning("report email: %d recipient(s) refused: %s", len(refused), sorted(refused))
+
+
+def send_message(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSettings) -> None:
+    """Deliver a built message, retrying transient failures with exponential backoff."""
+    retrying = Retrying(
+        stop=stop_after_attempt(smtp.max_attempts),
+        wait=wait_exponential(multiplier=smtp.retry_wait_s, max=60),
+        retry=retry_if_exception(is_transient),
+        before_sleep=before_sleep_log(log, logging.WARNING),
+        reraise=True,
+    )
+    retrying(_deliver, message, recipients, smtp)
+    log.info("email %r sent via %s:%d to %d recipient(s)", message["Subject"], smtp.host, smtp.port, len(recipients))
+
+
+def email_message(content: EmailContent, recipients: Sequence[str], from_addr: str) -> EmailMessage:
+    return build_message(content.html, content.images, content.subject, recipients, from_addr, content.text)
+
+
+@dataclass
+class Delivery:
+    sent: list[str] = field(default_factory=list)  # outbox names
+    failed: dict[str, str] = field(default_factory=dict)  # outbox name -> why
+
+
+class Outbox:
+    """Emails waiting to be sent, one ``<name>.eml`` file each: a notification that cannot be sent now is kept and
+    sent by a later :meth:`deliver` (the next try or the next night), never lost."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def put(self, name: str, message: EmailMessage) -> Path:
+        path = self.folder / f"{name}.eml"
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(message.as_bytes(policy=policy.SMTP))
+        return path
+
+    def pending(self) -> list[str]:
+        return sorted(p.stem for p in self.folder.glob("*.eml"))
+
+    def deliver(self, smtp: SmtpSettings) -> Delivery:
+        """Send every queued message (oldest name first); a sent one leaves the outbox, a failed one stays."""
+        delivery = Delivery()
+        for name in self.pending():
+            path = self.folder / f"{name}.eml"
+            message = BytesParser(policy=policy.default).parsebytes(path.read_bytes())
+            recipients = [address for _, address in getaddresses(message.get_all("To", []))]
+            try:
+                send_message(message, recipients, smtp)
+            except (smtplib.SMTPException, OSError) as err:
+                log.warning("email %s not sent, kept in %s: %s", name, self.folder, err)
+                delivery.failed[name] = f"{type(err).__name__}: {err}"
+                continue
+            path.unlink()
+            delivery.sent.append(name)
+        return delivery

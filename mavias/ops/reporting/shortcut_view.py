@@ -1,0 +1,86 @@
+"""The report's view of B': per class, its shortcuts with their evidence (association, reliance, support) and what
+changed since the previous night, or why it has none."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from mavias.ops.reporting.context import ReportContext
+from mavias.ops.reporting.history import TOP_K
+
+
+def _number(value: Any) -> float | None:
+    number = pd.to_numeric(value, errors="coerce")
+    return None if pd.isna(number) else float(number)
+
+
+def _fixed(value: Any, digits: int = 2) -> str:
+    number = _number(value)
+    return "–" if number is None else f"{number:.{digits}f}"
+
+
+def _q(value: Any) -> str:
+    number = _number(value)
+    return "–" if number is None else f"{number:.1g}"
+
+
+def evidence(row: Mapping[str, Any]) -> dict[str, str]:
+    """One shortcut's evidence as three short phrases."""
+    support = _number(row.get("support"))
+    class_n, others = _number(row.get("class_n")), _number(row.get("others_with_tag"))
+    return {
+        "support": "–" if support is None else f"{support:.0f} of {class_n or 0:.0f} training images of the class"
+                   + ("" if others is None else f" ({others:.0f} of the other classes')"),
+        "association": f"log odds {_fixed(row.get('log_odds'), 1)} [{_fixed(row.get('log_odds_ci_low'), 1)}, "
+                       f"{_fixed(row.get('log_odds_ci_high'), 1)}], q {_q(row.get('association_q'))}",
+        "reliance": f"effect {_fixed(row.get('score'))} (within-class AUC {_fixed(row.get('within_auc'))}, "
+                    f"other classes' AUC {_fixed(row.get('cross_auc'))}), q {_q(row.get('reliance_q'))}",
+    }
+
+
+@dataclass(frozen=True)
+class ClassShortcuts:
+    name: str
+    shortcuts: list[dict[str, Any]]  # tag, new, evidence phrases
+    gone: list[str]  # shortcuts of the previous night that are not any more
+    reason: str  # why the class has no shortcut ("" when it has)
+    missing_from_evaluation: bool = False
+
+
+def class_shortcuts(context: ReportContext, drift: pd.DataFrame | None) -> list[ClassShortcuts]:
+    """Every class with B' rows or a status line, in name order; ``drift``: new and gone tags per class."""
+    biased = context.biased_tags
+    top = biased[pd.to_numeric(biased["rank"], errors="coerce") <= TOP_K] if len(biased) else biased
+    status = context.shortcut_status
+    status_rows = {} if status is None else {str(r["class"]): r for r in status.to_dict("records")}
+    changes = {} if drift is None else {r["class"]: r for r in drift.to_dict("records")}
+    names = sorted({*map(str, top["class"]), *status_rows, *changes})
+    views = []
+    for name in names:
+        rows = top[top["class"] == name].sort_values("rank").to_dict("records")
+        new = set(changes.get(name, {}).get("new", []))
+        info = status_rows.get(name, {})
+        n_eval = _number(info.get("n_eval"))
+        views.append(ClassShortcuts(
+            name, [{"tag": r["tag"], "new": r["tag"] in new, **evidence(r)} for r in rows],
+            list(changes.get(name, {}).get("gone", [])), "" if rows else str(info.get("reason") or ""),
+            n_eval == 0))
+    return views
+
+
+def shortcut_lines(views: list[ClassShortcuts]) -> list[str]:
+    """The plain-text version (the email's text part)."""
+    lines = []
+    for view in views:
+        tags = ", ".join(f"{s['tag']}{' (new)' if s['new'] else ''}" for s in view.shortcuts)
+        line = f"  {view.name}: {tags or 'none'}" + (f" ({view.reason})" if view.reason else "")
+        if view.gone:
+            line += f"; no longer: {', '.join(view.gone)}"
+        if view.missing_from_evaluation:
+            line += "; no image of this class in the evaluation set: its groups are not measured"
+        lines.append(line)
+    return lines

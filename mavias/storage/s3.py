@@ -1,0 +1,349 @@
+"""S3 storage shared by the nightly pipeline and the model server: settings, client, retries, object transfers.
+
+Bucket layout (every prefix is configurable in :class:`S3Settings`)::
+
+    incoming/<partition>/...                      new data, see :mod:`mavias.ops.nightly.incoming`
+    state/processed/<partition>.json              the ledger of processed partitions (same module)
+    quarantine/<partition>/validation.json        partitions that failed validation (delete it to retry)
+    models/<name>/...                             model registry, see :mod:`mavias.ops.registry.model_registry`
+
+Works with AWS S3, MinIO or any S3-compatible store (``endpoint_url``). Credentials come from explicit
+:class:`~pydantic.SecretStr` fields (e.g. filled from an Airflow connection) or boto3's standard chain
+(environment, profile, instance role); they are never logged or shown in a repr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import boto3
+import yaml
+from botocore.client import BaseClient
+from botocore.config import Config
+from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from tenacity import (
+    Retrying,
+    before_sleep_log,
+    retry,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from mavias.errors import UserError
+from mavias.utils.atomic import atomic_path
+from mavias.utils.progress import progress_bar
+
+log = logging.getLogger(__name__)
+
+ENV_PREFIX = "MAVIAS_S3_"
+CONDITION_FAILURES = {"PreconditionFailed", "ConditionalRequestConflict"}
+
+T = TypeVar("T")
+
+# Every name that becomes a path or a key (partitions, versions, model names): no separators, no leading dot.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded",
+                    "TooManyRequestsException", "ServiceUnavailable", "InternalError"}
+
+
+class UnsafeName(UserError, ValueError):
+    """A partition, version or model name that would escape its folder or is not portable."""
+
+
+def check_name(kind: str, value: str) -> str:
+    """``value`` if it is a safe name (letters, digits, '.', '_', '-'; not starting with '.'), else UnsafeName."""
+    if not isinstance(value, str) or not NAME_PATTERN.match(value) or ".." in value:
+        raise UnsafeName(
+            f"invalid {kind} {value!r}: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit "
+            "(no '/', no '..')"
+        )
+    return value
+
+
+class S3Settings(BaseModel):
+    """Where the pipeline's objects live and how to reach them."""
+
+    # Errors must not echo inputs: a misspelt key may hold a credential.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    bucket: str
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    incoming_prefix: str = "incoming/"
+    models_prefix: str = "models/"
+    state_prefix: str = "state/"
+    quarantine_prefix: str = "quarantine/"
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+    session_token: SecretStr | None = None
+    retry_mode: Literal["standard", "adaptive"] = "standard"
+    max_attempts: int = Field(default=5, ge=1)  # per request, the first attempt included
+    max_workers: int = Field(default=4, ge=1)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    read_timeout_s: float = Field(default=60.0, gt=0)
+    outage_retry_s: float = Field(default=120.0, ge=0, description="how long a step retries an unreachable store")
+    step_deadline_s: float = Field(default=900.0, gt=0, description="the most one nightly step waits on the store in "
+                                   "all, every request and retry together; then it stops with a clear message")
+
+    @field_validator("incoming_prefix", "models_prefix", "state_prefix", "quarantine_prefix")
+    @classmethod
+    def _folder(cls, value: str) -> str:
+        value = value.strip("/")
+        return f"{value}/" if value else ""
+
+
+def load_settings(config: str | Path | None = None, environ: Mapping[str, str] = os.environ) -> S3Settings:
+    """Settings from an optional YAML file (top level or an ``s3:`` section), overridden by ``MAVIAS_S3_<FIELD>``."""
+    values: dict[str, Any] = {}
+    if config is not None:
+        data = yaml.safe_load(Path(config).read_text()) or {}
+        values.update(data.get("s3", data))
+    for field in S3Settings.model_fields:
+        if f"{ENV_PREFIX}{field.upper()}" in environ:
+            values[field] = environ[f"{ENV_PREFIX}{field.upper()}"]
+    return S3Settings.model_validate(values)
+
+
+def _reveal(secret: SecretStr | None) -> str | None:
+    return secret.get_secret_value() if secret is not None else None
+
+
+class StorageDeadline(TimeoutError):
+    """A step's deadline for the store passed: the endpoint stalled or was unreachable for that long. Not retried."""
+
+
+def _deadline_guard(settings: S3Settings, deadline_s: float, step: str) -> Callable[..., None]:
+    """A botocore ``before-send`` handler (called before every attempt of every request) that stops the step once
+    its deadline has passed."""
+    ends = time.monotonic() + deadline_s
+
+    def guard(event_name: str = "", **_: Any) -> None:
+        if time.monotonic() > ends:
+            where = settings.endpoint_url or f"S3 ({settings.region})"
+            raise StorageDeadline(
+                f"the object store {where} did not answer within the {step} step's deadline of {deadline_s:g} s "
+                f"(at {event_name.rsplit('.', 1)[-1]} on bucket {settings.bucket}): it is stalled or unreachable; "
+                "check the endpoint, or raise s3.step_deadline_s if the step is slow but working"
+            )
+
+    return guard
+
+
+def make_s3_client(settings: S3Settings, *, deadline_s: float | None = None, step: str = "this") -> BaseClient:
+    """A thread-safe S3 client whose every call is retried by botocore on throttling, 5xx and connection errors.
+
+    With ``deadline_s`` every request of the client, its retries included, stops with :class:`StorageDeadline` once
+    that many seconds have passed since the client was made (one step's client; ``step`` names it in the message),
+    and no single attempt waits longer than the deadline.
+    """
+    session = boto3.session.Session(
+        aws_access_key_id=_reveal(settings.access_key_id),
+        aws_secret_access_key=_reveal(settings.secret_access_key),
+        aws_session_token=_reveal(settings.session_token),
+        region_name=settings.region,
+    )
+    config = Config(
+        retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
+        max_pool_connections=max(10, 2 * settings.max_workers),
+        connect_timeout=min(settings.connect_timeout_s, deadline_s or settings.connect_timeout_s),
+        read_timeout=min(settings.read_timeout_s, deadline_s or settings.read_timeout_s),
+        # Custom endpoints (MinIO, moto) rarely resolve bucket subdomains.
+        s3={"addressing_style": "path"} if settings.endpoint_url else None,
+    )
+    log.debug("S3 client for bucket %s at %s", settings.bucket, settings.endpoint_url or "AWS")
+    client = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
+    if deadline_s is not None:
+        client.meta.events.register("before-send.s3", _deadline_guard(settings, deadline_s, step))
+    return client
+
+
+def is_condition_failure(err: ClientError) -> bool:
+    """True when a conditional request (If-Match / If-None-Match) was refused: somebody else wrote first."""
+    error = err.response.get("Error", {})
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return error.get("Code") in CONDITION_FAILURES or status in (409, 412)
+
+
+def s3_uri(settings: S3Settings, key: str) -> str:
+    return f"s3://{settings.bucket}/{key}"
+
+
+def is_transient(error: BaseException) -> bool:
+    """Timeouts, refused or dropped connections, 5xx replies and throttling: the store, not the data, is at fault."""
+    if isinstance(error, ClientError):
+        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return status >= 500 or error.response.get("Error", {}).get("Code") in THROTTLING_CODES
+    return isinstance(error, (BotoConnectionError, HTTPClientError, IncompleteReadError, ConnectionError, TimeoutError))
+
+
+def retry_transient(settings: S3Settings) -> Retrying:
+    """Retries a whole step while the store is unreachable (botocore retries each request only briefly); after
+    ``outage_retry_s`` the transient error is raised, for the caller to fail (and retry later), never to treat
+    as bad data. A passed step deadline (:class:`StorageDeadline`) is not retried."""
+    return retrying(lambda err: is_transient(err) and not isinstance(err, StorageDeadline), settings.outage_retry_s)
+
+
+def retrying(is_retryable: Callable[[BaseException], bool], max_delay_s: float) -> Retrying:
+    """Retry with exponential backoff while ``is_retryable(error)``, for at most ``max_delay_s``; then reraise."""
+    return Retrying(
+        retry=retry_if_exception(is_retryable),
+        stop=stop_after_delay(max_delay_s),
+        wait=wait_exponential(multiplier=0.5, max=15),
+        before_sleep=before_sleep_log(log, logging.WARNING),
+        reraise=True,
+    )
+
+
+# -- objects -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    key: str
+    size: int
+    etag: str
+
+
+def list_objects(client: BaseClient, settings: S3Settings, prefix: str) -> Iterator[RemoteObject]:
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=settings.bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            yield RemoteObject(obj["Key"], obj["Size"], obj["ETag"])
+
+
+def list_folders(client: BaseClient, settings: S3Settings, prefix: str) -> list[str]:
+    """Sorted names of the immediate "sub-folders" of ``prefix``."""
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=settings.bucket, Prefix=prefix, Delimiter="/")
+    return sorted(p["Prefix"][len(prefix) :].rstrip("/") for page in pages for p in page.get("CommonPrefixes", []))
+
+
+def _conditions(if_match: str | None, if_none_match: bool) -> dict[str, str]:
+    if if_match is not None and if_none_match:
+        raise ValueError("If-Match and If-None-Match are exclusive")
+    if if_match is not None:
+        return {"IfMatch": if_match}
+    return {"IfNoneMatch": "*"} if if_none_match else {}
+
+
+def put_json(
+    client: BaseClient,
+    settings: S3Settings,
+    key: str,
+    payload: Any,
+    *,
+    if_match: str | None = None,
+    if_none_match: bool = False,
+) -> str:
+    """Write ``payload`` as JSON, optionally conditional on the current ETag or on absence; return the new ETag.
+
+    A refused condition raises :class:`ClientError` (see :func:`is_condition_failure`).
+    """
+    body = json.dumps(payload, indent=2, sort_keys=True, default=str).encode()
+    response = client.put_object(
+        Bucket=settings.bucket,
+        Key=key,
+        Body=body,
+        ContentType="application/json",
+        **_conditions(if_match, if_none_match),
+    )
+    return response["ETag"]
+
+
+def create_json(client: BaseClient, settings: S3Settings, key: str, payload: Any) -> bool:
+    """Create ``key`` only if it does not exist (If-None-Match: *); False when it already did."""
+    try:
+        put_json(client, settings, key, payload, if_none_match=True)
+    except ClientError as err:
+        if is_condition_failure(err):
+            return False
+        raise
+    return True
+
+
+def get_json(client: BaseClient, settings: S3Settings, key: str) -> tuple[Any, str] | None:
+    """(payload, ETag) of a JSON object, or ``None`` when it does not exist."""
+    try:
+        response = client.get_object(Bucket=settings.bucket, Key=key)
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+            return None
+        raise
+    return json.loads(response["Body"].read()), response["ETag"]
+
+
+def upload_file(
+    client: BaseClient, settings: S3Settings, path: str | Path, key: str, *, if_none_match: bool = False
+) -> str:
+    """Upload one file (single PUT, so at most 5 GB); with ``if_none_match`` never overwrite. Returns the ETag."""
+    with Path(path).open("rb") as body:
+        response = client.put_object(Bucket=settings.bucket, Key=key, Body=body, **_conditions(None, if_none_match))
+    return response["ETag"]
+
+
+def upload_dir(
+    client: BaseClient, settings: S3Settings, local_dir: str | Path, prefix: str, *, if_none_match: bool = False
+) -> list[str]:
+    """Upload every file under ``local_dir`` to ``prefix`` + its relative path; return the keys, sorted."""
+    local_dir = Path(local_dir)
+    files = sorted(p for p in local_dir.rglob("*") if p.is_file())
+    keys = {path: prefix + path.relative_to(local_dir).as_posix() for path in files}
+    run_parallel(
+        lambda path: upload_file(client, settings, path, keys[path], if_none_match=if_none_match),
+        files,
+        settings.max_workers,
+        desc=f"upload {s3_uri(settings, prefix)}",
+    )
+    return sorted(keys.values())
+
+
+def download_file(client: BaseClient, settings: S3Settings, key: str, path: str | Path, *,
+                  etag: str | None = None) -> Path:
+    """Download one object to ``path`` atomically: readers never see a partial file. With ``etag``, an object that
+    changed since it was listed is refused (412)."""
+    _fetch(client, settings, key, Path(path), etag)
+    return Path(path)
+
+
+# botocore retries each request; this also retries when the body breaks off after the reply has started.
+@retry(
+    retry=retry_if_exception_type((IncompleteReadError, HTTPClientError, BotoConnectionError)),
+    stop=stop_after_attempt(3),
+    wait=wait_exponential(multiplier=0.2, max=2),
+    before_sleep=before_sleep_log(log, logging.WARNING),
+    reraise=True,
+)
+def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag: str | None = None) -> None:
+    """Stream ``key`` into ``path``; with ``etag``, an object that changed since it was listed is refused (412)."""
+    response = client.get_object(Bucket=settings.bucket, Key=key, **({"IfMatch": etag} if etag else {}))
+    with atomic_path(path) as tmp:
+        with tmp.open("wb") as fh:
+            for chunk in response["Body"].iter_chunks(1 << 20):
+                fh.write(chunk)
+
+
+def run_parallel(fn: Callable[[T], object], items: Sequence[T], workers: int, desc: str) -> None:
+    """``fn`` over ``items`` on a small thread pool with a progress bar; the first error cancels the rest."""
+    progress = progress_bar(total=len(items), desc=desc, unit="file")
+    with ThreadPoolExecutor(max_workers=workers) as pool, progress as bar:
+        futures = [pool.submit(fn, item) for item in items]
+        try:
+            for future in as_completed(futures):
+                future.result()
+                bar.update()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise

@@ -1,0 +1,213 @@
+"""`mavias bench core`: every method with the same tuning budget on every built-in benchmark, over seeds.
+
+Per benchmark (:mod:`mavias.tools.bench.suite`) and seed, an ERM reference with the CLI defaults: its B' forms the open-set
+groups and the validation groups of the bias-unaware criterion (``val_robust``). Per method -- ERM, JTT, LfF, SD,
+FLAC-B, DebiAN and MAVias (bias-unaware) and GroupDRO with the true groups (the oracle) -- ``mavias tune`` with the same
+budget on seed 0 (the recipe's base settings first, then TPE with median pruning, the same criterion), then the chosen
+settings on every further seed. Reported per (method, seed): the closed-set worst group and balanced accuracy (mean
+over the true groups) on test, the open-set worst group under that seed's reference, test accuracy; "ERM (CLI
+defaults)" is the reference itself. The test split is read only to report. Jobs run in worker processes, each
+resumable (run folders and studies are kept).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mavias.tools.bench.moons import run_moons
+from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, prepare
+from mavias.errors import UserError
+from mavias.core.train.prepare import PreparedData
+from mavias.core.tune.search import BASE_DIR, tune
+from mavias.core.tune.space import apply
+from mavias.utils.atomic import write_json
+from mavias.utils.progress import StepProgress
+from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, train_method, train_reference
+
+ORACLE = "GroupDRO (oracle)"
+DEFAULTS = "ERM (CLI defaults)"
+METHODS = {"ERM": "erm", "JTT": "jtt", "LfF": "lff", "SD": "sd", "FLAC-B": "flac", "DebiAN": "debian",
+           "MAVias": "mavias", ORACLE: "groupdro"}
+BIAS_UNAWARE_PEERS = ("ERM", "JTT", "LfF", "SD", "FLAC-B", "DebiAN")
+CRITERIA = ("val_robust", "val_acc")
+TUNE_TRIALS = 6
+
+
+@dataclass
+class Outcome:
+    """One method, one seed, one selection criterion: its test metrics."""
+
+    benchmark: str
+    method: str
+    seed: int
+    criterion: str
+    epoch: int
+    metrics: dict
+
+
+def _metrics(data: PreparedData, bench: ImageBenchmark, checkpoint: Path, reference: Reference) -> dict:
+    result = evaluate_checkpoint(data, checkpoint, reference, closed_set_attrs=bench.attrs, n_boot=200)
+    closed, opened = result["closed_set"], result["open_set"]
+    metrics = {"wg_acc": closed["worst_group_accuracy"], "avg_acc": closed["average_accuracy"],
+               "openset_wg_acc": opened["worst_group_accuracy"], "test_accuracy": result["accuracy"]}
+    if "urbancars" in result:
+        metrics.update({k: result["urbancars"][k] for k in ("bg_gap", "coobj_gap", "both_gap")})
+    return metrics
+
+
+def _reference_dir(work: Path, bench: ImageBenchmark, seed: int) -> Path:
+    return work / bench.name / f"seed{seed}" / "reference"
+
+
+def reference_job(work: Path, bench_name: str, seed: int, threads: int) -> list[dict]:
+    """Train (or resume) one seed's ERM reference; its own outcomes as "ERM (CLI defaults)"."""
+    torch.set_num_threads(threads)
+    bench = choose([bench_name])[0]
+    data, _ = prepare(work, bench)
+    reference = train_reference(data, default_config("erm", seed), _reference_dir(work, bench, seed), progress=False,
+                                keep_epochs=True)
+    return [asdict(Outcome(bench.name, DEFAULTS, seed, "val_acc", reference.run.best["val_acc"]["epoch"],
+                           _metrics(data, bench, reference.checkpoint, reference)))]
+
+
+def method_job(work: Path, bench_name: str, method: str, seeds: int, trials: int, threads: int) -> dict:
+    """Tune one method on seed 0, train its choice on the other seeds; every seed's test metrics."""
+    torch.set_num_threads(threads)
+    bench = choose([bench_name])[0]
+    data, _ = prepare(work, bench)
+    references = {seed: load_reference(_reference_dir(work, bench, seed), data) for seed in range(seeds)}
+    root = work / bench.name / METHODS[method]
+    tuned = tune(data, references[0], default_config(METHODS[method], 0), root / "tune", trials=trials)
+    outcomes = []
+    for seed in range(seeds):
+        cfg = apply(tuned.base.model_copy(update={"seed": seed}), tuned.best_params)
+        run_dir = tuned.best_dir if seed == 0 else root / f"seed{seed}"
+        run = train_method(data, cfg, run_dir, references[seed], progress=False)
+        for criterion in CRITERIA:
+            outcomes.append(asdict(Outcome(bench.name, method, seed, criterion, run.best[criterion]["epoch"],
+                                           _metrics(data, bench, run.checkpoint(criterion), references[seed]))))
+    return {"method": method, "benchmark": bench.name, "outcomes": outcomes, "best_params": tuned.best_params,
+            "best_value": tuned.best_value, "cost_ratio": tuned.cost_ratio,
+            "base": {"lr": tuned.base.optim.lr, "epochs": tuned.base.epochs}, "base_dir": str(root / "tune" / BASE_DIR)}
+
+
+def summarise(outcomes: list[dict]) -> list[dict]:
+    """Mean and sd over seeds per (method, criterion) of every metric."""
+    frame = pd.DataFrame([{"method": o["method"], "criterion": o["criterion"], "seed": o["seed"], **o["metrics"]}
+                          for o in outcomes])
+    rows = []
+    for (method, criterion), part in frame.groupby(["method", "criterion"], sort=False):
+        row: dict = {"method": method, "criterion": criterion, "seeds": len(part)}
+        for column in part.columns.drop(["method", "criterion", "seed"]):
+            values = part[column].dropna()
+            if len(values):
+                row[column] = {"mean": float(values.mean()), "std": float(values.std(ddof=0))}
+        rows.append(row)
+    return rows
+
+
+def _wg(summary: list[dict], method: str, criterion: str = "val_robust") -> float:
+    return next(r["wg_acc"]["mean"] for r in summary if r["method"] == method and r["criterion"] == criterion)
+
+
+def benchmark_floors(summary: list[dict], n_classes: int) -> dict:
+    """Per benchmark: the defaults learn (ERM balanced accuracy >= 2 x chance), tuned MAVias >= ERM (CLI defaults) +
+    10 WG points, every method above chance (balanced accuracy), and MAVias's margin over each tuned peer run."""
+    avg = {(r["method"], r["criterion"]): r["avg_acc"]["mean"] for r in summary}
+    chance = 1.0 / n_classes
+    floors: dict = {"chance": chance, "met": {"ERM (CLI defaults) balanced acc >= 2 x chance":
+                                              avg[(DEFAULTS, "val_acc")] >= 2 * chance,
+                                              "every method above chance": all(a > chance for a in avg.values())}}
+    if ("MAVias", "val_robust") not in avg:
+        return floors
+    mavias = _wg(summary, "MAVias")
+    floors["mavias_minus_defaults_wg"] = round(mavias - _wg(summary, DEFAULTS, "val_acc"), 9)
+    floors["met"]["tuned MAVias WG >= ERM (CLI defaults) WG + 10"] = floors["mavias_minus_defaults_wg"] >= 0.10
+    floors["mavias_minus_peer_wg"] = {peer: round(mavias - _wg(summary, peer), 9) for peer in BIAS_UNAWARE_PEERS
+                                      if (peer, "val_robust") in avg}
+    return floors
+
+
+def peer_floor(benchmarks: dict[str, dict]) -> dict:
+    """Tuned MAVias WG >= every tuned bias-unaware peer's on >= 2/3 of the benchmarks, within 3 points on the rest
+    (over the benchmarks where MAVias and at least one peer ran)."""
+    margins = {name: min(result["floors"]["mavias_minus_peer_wg"].values()) for name, result in benchmarks.items()
+               if result["floors"].get("mavias_minus_peer_wg")}
+    ahead = [name for name, margin in margins.items() if margin >= 0]
+    close = all(margin >= -0.03 for margin in margins.values())
+    return {"worst_margin_per_benchmark": margins, "ahead_on": ahead,
+            "met": bool(margins) and len(ahead) >= 2 / 3 * len(margins) and close}
+
+
+def _run_jobs(pool: ProcessPoolExecutor, jobs: list[tuple], steps: StepProgress) -> list:
+    futures = [(label, pool.submit(fn, *args)) for label, fn, args in jobs]
+    results = []
+    for label, future in futures:
+        with steps.step(label):
+            results.append(future.result())
+    return results
+
+
+def choose_methods(names: list[str] | None) -> list[str]:
+    """The methods to tune (all by default), in the bench's order; an unknown name says which exist."""
+    if not names:
+        return list(METHODS)
+    by_key = {key.lower(): key for key in METHODS} | {code: key for key, code in METHODS.items()}
+    unknown = [name for name in names if name.lower() not in by_key]
+    if unknown:
+        raise UserError(f"unknown method {', '.join(map(repr, unknown))}; use --method {' or '.join(METHODS)}")
+    wanted = {by_key[name.lower()] for name in names}
+    return [key for key in METHODS if key in wanted]
+
+
+def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, benchmarks: list[str] | None = None,
+                   methods: list[str] | None = None, json_path: Path | None = None, workers: int = 2,
+                   progress: bool = False, moons: bool = True) -> dict:
+    start = time.perf_counter()
+    chosen, tuned_methods = choose(benchmarks), choose_methods(methods)
+    threads = max(1, (torch.get_num_threads() or 1) // workers)
+    steps = StepProgress(len(chosen) * (seeds + len(tuned_methods)), desc="bench core", unit="job", enabled=progress)
+    report: dict = {"seeds": seeds, "tune_trials": trials, "workers": workers, "benchmarks": {}}
+    for bench in chosen:  # prepared once here, so the workers only read the generated images and embeddings
+        prepare(work, bench)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        references = _run_jobs(pool, [(f"{b.name} seed {s}: ERM reference", reference_job, (work, b.name, s, threads))
+                                      for b in chosen for s in range(seeds)], steps)
+        methods = _run_jobs(pool, [(f"{b.name}: {m} (tune {trials}, {seeds} seeds)", method_job,
+                                    (work, b.name, m, seeds, trials, threads))
+                                   for b in chosen for m in tuned_methods], steps)
+    steps.close()
+    for bench in chosen:
+        outcomes = [o for ref in references for o in ref if o["benchmark"] == bench.name]
+        tuned = [m for m in methods if m["benchmark"] == bench.name]
+        outcomes += [o for m in tuned for o in m["outcomes"]]
+        summary = summarise(outcomes)
+        n_classes = len(prepare(work, bench)[0].classes)
+        report["benchmarks"][bench.name] = {
+            "held_out": bench.held_out, "summary": summary, "floors": benchmark_floors(summary, n_classes),
+            "tuning": {m["method"]: {k: m[k] for k in ("best_params", "best_value", "cost_ratio", "base")} for m in tuned},
+            "runs": outcomes}
+    report["peer_floor"] = peer_floor(report["benchmarks"])
+    if moons:
+        report["two_moons_3d"] = run_moons(work, seeds)
+    report.update(wall_seconds=time.perf_counter() - start, machine=_machine())
+    if json_path is not None:
+        write_json(json_path, report)
+    return report
+
+
+def _machine() -> dict:
+    import os
+    import platform
+
+    return {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "threads": torch.get_num_threads(), "numpy": np.__version__}

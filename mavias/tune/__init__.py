@@ -1,6 +1,0 @@
-"""Automatic hyperparameter search for any training method (`mavias tune`)."""
-
-from mavias.tune.search import TuneResult, tune
-from mavias.tune.space import search_space, suggest_config
-
-__all__ = ["TuneResult", "search_space", "suggest_config", "tune"]

@@ -1,9 +1,0 @@
-"""Validation of an incoming partition before anything trains on it (Great Expectations plus size-aware checks);
-see :mod:`mavias.validation.partition` for the checks and :mod:`mavias.validation.bounds` for their thresholds."""
-
-from mavias.validation.bounds import ValidationSettings
-from mavias.validation.checks import CheckResult, ValidationResult
-from mavias.validation.partition import class_distribution_distance, validate_manifest_file, validate_partition
-
-__all__ = ["CheckResult", "ValidationResult", "ValidationSettings", "class_distribution_distance",
-           "validate_manifest_file", "validate_partition"]

@@ -1,0 +1,198 @@
+"""Every user mistake on the command line ends in one readable red line and exit status 2, never a traceback."""
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mavias.cli import app
+from mavias.core.datasets.generate import write_imagefolder
+from mavias.core.train.config import TrainConfig, preset_names, save_config
+
+runner = CliRunner()
+
+
+def fails_cleanly(*args, expect: str):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and expect in result.output
+    return result
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "truth.csv").write_text("class,tag,relevant,source\ncar,wheel,true,gt\ncar,road,false,gt\n")
+    (tmp_path / "notes.txt").write_text("hello\n")
+    (tmp_path / "bad.yaml").write_text("epochs: [1, 2\n")
+    (tmp_path / "manifest.csv").write_text("sample_id,uri,label,split\na,1.png,car,train\n")
+    return tmp_path
+
+
+def test_a_relevance_table_in_an_unsupported_format(files):
+    fails_cleanly("judge", "eval", "--truth", files / "notes.txt", expect="unsupported format '.txt'")
+
+
+def test_a_relevance_table_as_csv_is_accepted(files):
+    result = runner.invoke(app, ["judge", "export-review", str(files / "truth.csv"), "--out", str(files / "r.yaml")])
+    assert result.exit_code == 0, result.output
+    assert (files / "r.yaml").exists()
+
+
+def test_a_nonexistent_path(files):
+    fails_cleanly("judge", "eval", "--truth", files / "nope.parquet", expect="does not exist")
+
+
+def test_a_table_without_a_required_column(files):
+    pd.DataFrame({"class": ["car"], "tag": ["wheel"], "relevant": [True]}).to_csv(files / "pred.csv", index=False)
+    fails_cleanly("judge", "eval", "--truth", files / "truth.csv", "--predicted", files / "pred.csv",
+                  expect="lacks column(s) ['source']")  # fmt: skip
+
+
+def test_a_truth_table_without_source_is_accepted(files):
+    (files / "t.csv").write_text("class,tag,relevant\ncar,wheel,true\ncar,road,false\n")
+    pd.read_csv(files / "truth.csv").to_csv(files / "pred.csv", index=False)
+    result = runner.invoke(app, ["judge", "eval", "--truth", str(files / "t.csv"), "--predicted", str(files / "pred.csv")])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_relevant_column_that_is_not_true_or_false(files):
+    (files / "t.csv").write_text("class,tag,relevant\ncar,wheel,maybe\n")
+    fails_cleanly("judge", "eval", "--truth", files / "t.csv", "--predicted", files / "t.csv", expect="true/false")
+
+
+def test_a_manifest_of_the_wrong_type(files):
+    fails_cleanly("judge", "run", "--manifest", files / "notes.txt", expect="unsupported format '.txt'")
+
+
+def train_args(files, *extra):
+    return ["train", "--manifest", files / "manifest.csv", "--relevance", files / "truth.csv", "--out", files / "run",
+            *extra]  # fmt: skip
+
+
+def test_an_unknown_set_key(files):
+    fails_cleanly(*train_args(files, "--set", "epochz=3"), expect="epochz: Extra inputs are not permitted")
+
+
+def test_a_bad_set_value(files):
+    fails_cleanly(*train_args(files, "--set", "epochs=many"), expect="epochs: Input should be a valid integer")
+
+
+def test_bad_yaml(files):
+    fails_cleanly(*train_args(files, "--config", files / "bad.yaml"), expect="is not valid YAML")
+
+
+def test_an_unknown_preset(files):
+    fails_cleanly(*train_args(files, "--preset", "synthetic-scenes"), expect="unknown preset 'synthetic-scenes'")
+
+
+def test_train_help_lists_the_presets_that_exist():
+    result = runner.invoke(app, ["train", "--help"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0 and ", ".join(preset_names()) in result.output
+    assert "synthetic-scenes" not in result.output
+
+
+def test_debug_shows_the_traceback(files):
+    result = runner.invoke(app, ["--debug", "judge", "eval", "--truth", str(files / "nope.parquet")])
+    assert result.exit_code != 0 and "does not exist" in str(result.exception)
+
+
+def test_bad_yaml_in_reviewed_decisions(files):
+    fails_cleanly("judge", "run", "--classes", "car", "--vocabulary", files / "notes.txt", "--no-cache",
+                  "--review", files / "bad.yaml", expect="bad.yaml are not valid YAML")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        ("{bad", "cannot read it as JSON"),
+        ("[0.01]", "expected a JSON object of settings"),
+        ('{"alfa": 0.01}', "unknown setting(s) alfa"),
+        ('{"mavias.alpha": 5}', "mavias.alpha = 5 is outside the searched range [0.001, 1]"),
+        ('{"epochs": 100}', "epochs = 100 is outside the searched range [5, 15]"),
+    ],
+)
+def test_a_bad_warm_start_for_the_search(files, content, expect):
+    (files / "warm.json").write_text(content)
+    fails_cleanly("tune", "--manifest", files / "manifest.csv", "--relevance", files / "truth.csv",
+                  "--reference", files, "--out", files / "search", "--warm-start", files / "warm.json",
+                  "--set", "epochs=10", expect=expect)  # fmt: skip
+    assert not (files / "search").exists()  # refused before any data is prepared
+
+
+def test_an_unknown_benchmark_for_the_criteria_analysis(tmp_path):
+    fails_cleanly("bench", "criteria", "--benchmark", "nope", "--work", tmp_path,
+                  expect="use --benchmark synthetic-scenes or shape-colours or shape-textures")
+
+
+@pytest.mark.parametrize("bench", ["core", "audit"])
+def test_an_unknown_benchmark_for_the_core_and_audit_benches(tmp_path, bench):
+    fails_cleanly("bench", bench, "--benchmark", "shape-colors", "--work", tmp_path,
+                  expect="use --benchmark synthetic-scenes or shape-colours or shape-textures or digit-backgrounds")
+
+
+@pytest.mark.parametrize("args", [["criteria", "--seed", "-1"], ["core", "--seeds", "0"], ["core", "--trials", "0"]])
+def test_out_of_range_bench_settings(tmp_path, args):
+    fails_cleanly("bench", *args, "--work", tmp_path, expect="Invalid value")
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (["--nproc", "2", "--set", "method=lff"], "cannot train data-parallel"),
+    (["--nproc", "0"], "--nproc must be at least 1"),
+])
+def test_a_training_that_cannot_be_spread_over_processes(files, args, expect):
+    fails_cleanly(*train_args(files, *args), expect=expect)
+
+
+@pytest.mark.parametrize("args", [["--scales", "1,x"], ["--scales", "0,4"], ["--base", "10"]])
+def test_bad_sizes_for_the_scale_bench(tmp_path, args):
+    fails_cleanly("bench", "scale", *args, "--work", tmp_path, expect="Invalid value")
+
+
+def test_an_unknown_set_key_names_the_closest_one(files):
+    fails_cleanly(*train_args(files, "--set", "methd=mavias"), expect="did you mean method?")
+    fails_cleanly(*train_args(files, "--set", "lam=0.4"), expect="did you mean mavias.lam?")
+
+
+@pytest.fixture
+def photos(tmp_path):
+    root = write_imagefolder(tmp_path / "photos", {"cat": 10, "dog": 10, "owl": 1})
+    result = runner.invoke(app, ["data", "import", "imagefolder", str(root), "--out", str(tmp_path / "ds")],
+                           env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    return tmp_path, result.output
+
+
+def test_an_import_warns_of_a_class_too_small_to_validate_and_points_at_discover(photos):
+    tmp_path, output = photos
+    assert "class 'owl' has 1 image(s) and no val or test image" in output
+    assert f"next: mavias discover --partition {tmp_path / 'ds'}" in output and "mavias audit" in output
+
+
+def test_training_without_tags_says_where_they_come_from(photos):
+    tmp_path, _ = photos
+    fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),
+                  "--out", tmp_path / "run", expect="has no 'tags' column and no tags table was given: pass the tags "
+                  "that `mavias discover` printed (--tags")  # fmt: skip
+
+
+def files_truth(tmp_path):
+    path = tmp_path / "truth.csv"
+    path.write_text("class,tag,relevant,source\ncat,grass,false,gt\n")
+    return path
+
+
+def test_a_run_that_is_not_a_reference_is_refused_before_the_data_is_read(tmp_path):
+    run = tmp_path / "run"
+    save_config(TrainConfig(method="mavias"), run / "config.yaml")
+    (run / "best_val_robust.pt").write_bytes(b"")
+    (tmp_path / "manifest.csv").write_text("sample_id,uri,label,split\na,missing.png,car,train\n")
+    fails_cleanly("evaluate", "--run", run, "--reference", run, "--manifest", tmp_path / "manifest.csv",
+                  "--relevance", files_truth(tmp_path),
+                  expect=f"{run} is a mavias run; the reference must be an ERM run")
+
+
+def test_discover_without_cached_weights_names_every_way_forward(photos):
+    tmp_path, _ = photos
+    result = fails_cleanly("discover", "--partition", tmp_path / "ds", "--workspace", tmp_path / "ws",
+                           "--weights-dir", tmp_path / "no-weights", expect="are not in the local cache")
+    for fix in ("--allow-download", "--pretrained /path/to/checkpoint", "--tags tags.csv", "--pretrained none"):
+        assert fix in " ".join(result.output.split())

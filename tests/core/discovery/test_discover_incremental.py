@@ -1,0 +1,65 @@
+import re
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from mavias.cli import discover as discover_cli
+from mavias.core.encode import EmbeddingStore
+from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
+from mavias.core.encode import bias_prompt
+from mavias.core.manifest import save_manifest
+from mavias.core.relevance import irrelevant_tags, load_relevance
+from mavias.core.tagging import ManifestTagger
+
+
+def _partition(df: pd.DataFrame, folder) -> pd.DataFrame:
+    save_manifest(df, folder / "manifest.parquet")
+    return df
+
+
+def _pairs(df: pd.DataFrame) -> set[tuple[str, str]]:
+    return {(label, tag) for label, tags in zip(df["label"], df["tags"]) for tag in tags}
+
+
+def _prompts(df: pd.DataFrame, relevance: pd.DataFrame) -> set[str]:
+    return {bias_prompt(tags) for tags in irrelevant_tags(df["label"], df["tags"], relevance)}
+
+
+def test_a_partition_costs_only_what_is_new_and_a_rerun_costs_nothing(scenes, offline_judge, minilm_encoder, tmp_path):
+    first = _partition(scenes.iloc[:24], tmp_path / "day1")
+    second = _partition(scenes.iloc[16:], tmp_path / "day2")  # 8 images seen on day 1, 18 new ones
+    ws = tmp_path / "workspace"
+
+    def run(folder) -> DiscoveryCounts:
+        return discover_partition(folder, ws, ManifestTagger(), offline_judge, minilm_encoder, num_shards=3, progress=False)
+
+    day1, day2, day2_again = run(tmp_path / "day1"), run(tmp_path / "day2"), run(tmp_path / "day2")
+
+    tables = [load_relevance(ws / "partitions" / day / "relevance.parquet") for day in ("day1", "day2")]
+    relevance = pd.concat(tables).drop_duplicates(["class", "tag"])
+    new_pairs = _pairs(second) - _pairs(first)
+    assert (day1.images_tagged, day1.images_reused) == (24, 0)
+    assert day1.llm_requests_per_class == {label: 1 for label in first["label"].unique()}  # < 100 tags per class
+    assert (day1.tags_judged, day1.prompts_encoded) == (len(_pairs(first)), len(_prompts(first, relevance)))
+    assert (day2.images_tagged, day2.images_reused) == (18, 8)
+    assert day2.llm_requests_per_class == {label: 1 for label in sorted({label for label, _ in new_pairs})}
+    assert day2.tags_judged == len(new_pairs)
+    assert day2.prompts_encoded == len(_prompts(second, relevance) - _prompts(first, relevance))
+    assert day2.distinct_prompts == len(_prompts(second, relevance))
+    assert day2_again == DiscoveryCounts(images=26, images_reused=0, distinct_prompts=day2.distinct_prompts)
+    store = EmbeddingStore(Workspace(ws).embeddings(minilm_encoder.encoder_id))  # what training will find there
+    assert len(store) == len(_prompts(first, relevance) | _prompts(second, relevance))
+
+
+def test_cli_prints_the_counts_of_a_rerun(scenes, offline_judge, minilm_encoder, tmp_path, monkeypatch):
+    _partition(scenes.iloc[:6], tmp_path / "night")
+    monkeypatch.setattr(discover_cli, "make_judge", lambda kind, **_: offline_judge)
+    monkeypatch.setattr(discover_cli, "make_encoder", lambda kind, **_: minilm_encoder)
+    args = ["--partition", str(tmp_path / "night"), "--workspace", str(tmp_path / "ws"), "--num-shards", "2"]
+
+    outputs = [CliRunner().invoke(discover_cli.app, args) for _ in range(2)]
+
+    assert all(result.exit_code == 0 for result in outputs), outputs[0].output
+    counts = [dict(re.findall(r"│ ([a-z_]+)\s+│\s+(\d+) │", result.output)) for result in outputs]
+    assert counts[0]["images_tagged"] == "6" and int(counts[0]["llm_requests"]) > 0
+    assert (counts[1]["images_tagged"], counts[1]["llm_requests"], counts[1]["prompts_encoded"]) == ("0", "0", "0")

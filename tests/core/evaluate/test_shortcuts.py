@@ -1,0 +1,122 @@
+"""Label-free B': every statistic against hand-computed tables, no false alarms, and a near-perfect reference."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import norm
+
+from mavias.core.evaluate.shortcuts import association, find_shortcuts, reliance
+
+CLASSES = ["cat", "dog", "fox"]
+
+
+def _series(rows: list[list[str]]) -> pd.Series:
+    return pd.Series(rows, dtype=object)
+
+
+def test_association_counts_odds_ratio_interval_and_exact_p_by_hand():
+    labels = np.array([0, 0, 0, 1, 1, 1])
+    tags = _series([["red"], ["red"], ["red"], ["red"], [], ["fur"]])
+    irrelevant = _series([["red"], ["red"], ["red"], ["red"], [], ["fur"]])
+    pairs = association(labels, tags, irrelevant, 2, min_support=1).set_index(["label", "tag"])
+    red = pairs.loc[(0, "red")]
+    # a=3 carriers in cat, b=0 cats without, c=1 dog with red, d=2 dogs without
+    assert (red["support"], red["class_n"], red["others_with_tag"]) == (3, 3, 1)
+    assert red["log_odds"] == pytest.approx(math.log(3.5 * 2.5 / (0.5 * 1.5)))
+    se = math.sqrt(1 / 3.5 + 1 / 0.5 + 1 / 1.5 + 1 / 2.5)
+    assert red["log_odds_ci_low"] == pytest.approx(math.log(3.5 * 2.5 / 0.75) - 1.959964 * se)
+    # P(>= 3 of the 4 red-tagged samples among the 3 cats) = C(4,3) C(2,0) / C(6,3) = 4 / 20; BH over 3 pairs
+    p_values = {"cat red": 0.2, "dog red": 1.0, "dog fur": 0.5}  # fur: 1 of 1 carriers in dog -> C(1,1)C(5,2)/C(6,3)
+    assert pairs.loc[(1, "fur"), "support"] == 1
+    ranked = sorted(p_values.values())
+    assert red["association_q"] == pytest.approx(min(1.0, ranked[0] * 3 / 1, ranked[1] * 3 / 2))
+
+
+def test_support_floor_drops_rare_pairs():
+    labels = np.array([0, 0, 1, 1])
+    tags = _series([["red"], [], ["blue"], ["blue"]])
+    pairs = association(labels, tags, tags, 2, min_support=2)
+    assert list(zip(pairs["label"], pairs["tag"])) == [(1, "blue")]
+
+
+def test_reliance_aucs_and_stouffer_by_hand():
+    labels = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    tags = _series([["red"], ["red"], [], [], ["red"], [], [], []])
+    log_p_cat = np.array([-0.1, -0.2, -0.3, -0.05, -2.0, -5.0, -4.0, -6.0])
+    log_probs = np.stack([log_p_cat, np.log1p(-np.exp(log_p_cat))], axis=1)
+    pairs = pd.DataFrame({"label": [0], "tag": ["red"]})
+    row = reliance(pairs, labels, tags, log_probs).iloc[0]
+    # within cats: with red {-0.1, -0.2} against without {-0.3, -0.05}: 2 of 4 comparisons won -> AUC 0.5
+    assert row["within_auc"] == pytest.approx(0.5)
+    assert (row["within_n_with"], row["within_n_without"], row["cross_n_with"]) == (2, 2, 1)
+    # cross, dogs centred on their median (-5.0 and -4.0 -> -4.5): the red dog scores +2.5, the others -0.5 / +0.5 / -1.5
+    assert row["cross_auc"] == pytest.approx(1.0)
+    assert row["score"] == pytest.approx(np.mean([2 * 0.5 - 1, 2 * 1.0 - 1]))
+    # exact one-sided Mann-Whitney p-values: within, 4 of the 6 orderings give U >= 2 -> 4/6; cross U=3 of 3 -> 1/4
+    expected = norm.sf((norm.isf(4 / 6) + norm.isf(0.25)) / math.sqrt(2))
+    assert row["reliance_p"] == pytest.approx(expected)
+
+
+def _independent(seed: int, n: int = 600):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    vocabulary = ["red", "blue", "grass", "sky", "indoor", "night", "wood", "snow"]
+    tags = _series([[t for t in vocabulary if rng.random() < 0.3] for _ in range(n)])
+    logits = rng.normal(0, 1, (n, 3)) + 4.0 * np.eye(3)[labels]  # a good model of the class, blind to the tags
+    log_probs = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    return labels, tags, log_probs
+
+
+def test_no_false_alarm_when_tags_are_independent_of_the_class():
+    empty = 0
+    for seed in range(20):
+        labels, tags, _ = _independent(seed)
+        val_labels, val_tags, val_log_probs = _independent(1000 + seed, 300)
+        found = find_shortcuts(labels, tags, tags, val_labels, val_tags, val_log_probs, CLASSES, min_support=20)
+        empty += int(not found["biased"].any())
+    assert empty >= 19  # B' empty in at least 95% of 20 seeds
+
+
+def test_a_planted_tag_is_found_and_an_associated_tag_the_model_ignores_is_not():
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        labels = rng.integers(0, 3, n)
+        aligned = rng.random(n) < 0.95
+        red = np.where(labels == 0, aligned, ~aligned & (rng.random(n) < 0.1))
+        # "collar" comes with dogs too, but the model never looks at it
+        collar = np.where(labels == 1, rng.random(n) < 0.9, rng.random(n) < 0.05)
+        tags = _series([[*(["red"] if r else []), *(["collar"] if c else [])] for r, c in zip(red, collar)])
+        logits = rng.normal(0, 0.5, (n, 3)) + 6.0 * np.eye(3)[labels] + 2.5 * np.outer(red, [1, 0, 0])
+        return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+
+    labels, tags, _ = split(2000)
+    val_labels, val_tags, val_log_probs = split(600)
+    assert (val_log_probs.argmax(1) == val_labels).mean() >= 0.995  # near-perfect on biased validation data
+    found = find_shortcuts(labels, tags, tags, val_labels, val_tags, val_log_probs, CLASSES, min_support=20)
+    biased = set(zip(found.loc[found["biased"], "class"], found.loc[found["biased"], "tag"]))
+    assert biased == {("cat", "red")}
+    collar = found[(found["class"] == "dog") & (found["tag"] == "collar")].iloc[0]
+    assert collar["association_q"] <= 0.05 and not collar["biased"]
+    assert "does not lean on it" in collar["reason"]
+
+
+def test_a_tag_only_twice_as_common_in_a_class_is_not_a_shortcut_even_when_the_model_leans_on_it():
+    rng = np.random.default_rng(1)
+
+    def split(n):
+        labels = rng.integers(0, 3, n)
+        brown = rng.random(n) < np.where(labels == 2, 0.3, 0.15)  # twice as common among foxes: odds ratio 2.4
+        tags = _series([["brown"] if b else [] for b in brown])
+        logits = rng.normal(0, 0.5, (n, 3)) + 6.0 * np.eye(3)[labels] + 1.5 * np.outer(brown, [0, 0, 1])
+        return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+
+    labels, tags, _ = split(4000)
+    val_labels, val_tags, val_log_probs = split(1500)
+    found = find_shortcuts(labels, tags, tags, val_labels, val_tags, val_log_probs, CLASSES, min_support=20)
+    brown = found[(found["class"] == "fox") & (found["tag"] == "brown")].iloc[0]
+    assert brown["association_q"] <= 0.05 and brown["log_odds_ci_low"] > 0  # a real, significant enrichment
+    assert not found["biased"].any()
+    assert "weakly" in brown["reason"]

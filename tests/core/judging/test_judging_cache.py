@@ -1,0 +1,112 @@
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+
+from mavias.core.judging.base import JudgeStats, RelevanceJudge, batches
+from mavias.core.judging.cache import DecisionCache, decide, decide_all
+from mavias.core.judging.review import ReviewedDecisions
+from mavias.core.relevance import RELEVANCE_COLUMNS
+
+
+@dataclass
+class RecordingJudge:
+    relevant: set[str]
+    prompt_version: str = "v1"
+    judge_id: str = "recording"
+    stats: JudgeStats = field(default_factory=JudgeStats)
+    calls: list[tuple[str, list[str]]] = field(default_factory=list)
+
+    def judge(self, class_name: str, tags: list[str]) -> set[str]:
+        self.calls.append((class_name, list(tags)))
+        self.stats.requests += 1
+        return set(tags) & self.relevant
+
+
+TAGS = ["wing", "sky", "beak", "forest", "tail"]
+
+
+def test_the_recording_judge_satisfies_the_protocol():
+    assert isinstance(RecordingJudge(set()), RelevanceJudge)
+
+
+def test_batches_split_in_order():
+    assert list(batches(["a", "b", "c"], 2)) == [["a", "b"], ["c"]]
+    with pytest.raises(ValueError):
+        list(batches(["a"], 0))
+
+
+def test_decide_judges_sorted_unique_tags_in_batches():
+    judge = RecordingJudge({"wing", "beak", "tail"})
+    table = decide(judge, "bird", TAGS + ["wing", " sky "], batch_size=2)
+    assert judge.calls == [("bird", ["beak", "forest"]), ("bird", ["sky", "tail"]), ("bird", ["wing"])]
+    assert list(table.columns) == RELEVANCE_COLUMNS
+    assert dict(zip(table["tag"], table["relevant"], strict=True)) == {
+        "beak": True, "forest": False, "sky": False, "tail": True, "wing": True
+    }  # fmt: skip
+    assert set(table["source"]) == {"recording"}
+
+
+def test_a_second_run_sends_nothing_and_only_new_tags_are_judged(tmp_path):
+    path = tmp_path / "decisions.sqlite"
+    first = RecordingJudge({"wing"})
+    with DecisionCache(path) as cache:
+        decide(first, "bird", TAGS, cache)
+    again = RecordingJudge({"wing"})
+    with DecisionCache(path) as cache:  # reopened: the decisions persist
+        table = decide(again, "bird", TAGS, cache)
+        assert again.calls == [] and again.stats.cache_hits == len(TAGS)
+        assert table.equals(decide(first, "bird", TAGS))
+        decide(again, "bird", [*TAGS, "feather"], cache)
+    assert again.calls == [("bird", ["feather"])]
+
+
+def test_decisions_are_per_class_judge_and_prompt_version(tmp_path):
+    with DecisionCache(tmp_path / "decisions.sqlite") as cache:
+        decide(RecordingJudge({"wing"}), "bird", TAGS, cache)
+        for changed in (RecordingJudge({"wing"}, prompt_version="v2"), RecordingJudge({"wing"}, judge_id="other")):
+            decide(changed, "bird", TAGS, cache)
+            assert len(changed.calls) == 1 and changed.stats.cache_hits == 0
+        plane = RecordingJudge({"wing"})
+        decide(plane, "airplane", TAGS, cache)
+        assert plane.calls == [("airplane", sorted(TAGS))]
+
+
+def test_reviewed_decisions_win_and_are_never_sent_to_the_judge(tmp_path):
+    review = ReviewedDecisions.model_validate({"decisions": {"bird": {"relevant": ["Sky"], "irrelevant": ["wing"]}}})
+    judge = RecordingJudge({"wing", "beak"})
+    with DecisionCache(tmp_path / "decisions.sqlite") as cache:
+        decide(judge, "bird", TAGS, cache)  # caches wing = relevant
+        table = decide(judge, "bird", TAGS, cache, review).set_index("tag")
+    assert table.loc["sky", "relevant"] and not table.loc["wing", "relevant"]
+    assert table.loc["sky", "source"] == table.loc["wing", "source"] == "review"
+    assert table.loc["beak", "source"] == "recording"
+    assert all("sky" not in tags and "wing" not in tags for _, tags in judge.calls[1:])
+
+
+def test_decide_all_covers_every_class_in_order():
+    table = decide_all(RecordingJudge({"wing"}), {"boat": ["sail"], "bird": ["wing", "sky"]})
+    assert table[["class", "tag"]].values.tolist() == [["bird", "sky"], ["bird", "wing"], ["boat", "sail"]]
+    assert decide_all(RecordingJudge(set()), {}).empty
+
+
+def test_concurrent_writers_share_one_cache_file(tmp_path):
+    path = tmp_path / "decisions.sqlite"
+    errors: list[BaseException] = []
+
+    def worker(class_name: str) -> None:
+        try:
+            with DecisionCache(path) as cache:
+                for start in range(0, 200, 20):
+                    decide(RecordingJudge(set()), class_name, [f"t{i}" for i in range(start + 20)], cache)
+        except BaseException as error:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker, args=(f"class{i}",)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    with DecisionCache(path) as cache:
+        assert len(cache) == 3 * 200

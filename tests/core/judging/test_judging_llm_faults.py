@@ -1,0 +1,172 @@
+"""The LLM judge against a real local HTTP server that misbehaves on purpose."""
+
+import json
+import time
+
+import pytest
+from judge_fake_server import FakeLLM, batch_tags, completion, delayed, error, relevant_by
+
+from mavias.core.judging.base import JudgeConfigError, JudgeResponseError, JudgeUnavailableError
+from mavias.core.judging.cache import DecisionCache, decide
+from mavias.core.judging.llm import SAMPLING_TEMPERATURE, LLMJudge, parse_relevant_tags
+
+TAGS = ["beak", "sky", "water", "wing"]
+
+
+def make_judge(server: FakeLLM, **options) -> LLMJudge:
+    return LLMJudge(server.base_url, "fake-model", api_key="sk-test-secret-0042", timeout=5, backoff_seconds=0.01,
+                    **options)  # fmt: skip
+
+
+def test_answers_are_bounded_by_a_schema_of_the_batch(fake_llm):
+    judge = make_judge(fake_llm)
+    assert judge.judge("bird", TAGS) == {"water", "wing"}
+    request = fake_llm.requests[0]
+    assert request["temperature"] == 0
+    schema = request["response_format"]["json_schema"]["schema"]["properties"]["relevant_tags"]
+    assert schema["items"]["enum"] == TAGS and schema["maxItems"] == len(TAGS)
+    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+
+
+def test_instructions_move_into_the_user_message_for_templates_without_a_system_role(fake_llm):
+    make_judge(fake_llm, system_prompt_in_user=True).judge("bird", TAGS)
+    messages = fake_llm.requests[0]["messages"]
+    assert [m["role"] for m in messages] == ["user"]
+    assert "background" in messages[0]["content"] and "Tags: " in messages[0]["content"]
+
+
+def test_falls_back_between_structured_output_styles_and_remembers_the_one_that_works(fake_llm):
+    def llama_like(request):  # llama.cpp's server: HTTP 500 to json_schema, a grammar for json_object
+        if request["response_format"]["type"] == "json_schema":
+            return error(500, "Input should be 'text' or 'json_object' ('body', 'response_format', 'type')")
+        return relevant_by(lambda tag: tag == "wing")(request)
+
+    fake_llm.default = llama_like
+    judge = make_judge(fake_llm, batch_size=2)
+    assert judge.judge("bird", TAGS) == {"wing"}
+    assert judge.style == "json_object"
+    styles = [r["response_format"]["type"] for r in fake_llm.requests]
+    assert styles == ["json_schema", "json_object", "json_object"]  # the second batch goes straight to json_object
+    assert fake_llm.requests[1]["response_format"]["schema"]["properties"]["relevant_tags"]["maxItems"] == 2
+    assert judge.stats.retries == 0
+
+
+def test_plain_prompting_when_no_structured_style_is_accepted(fake_llm):
+    def no_response_format(request):
+        if "response_format" in request:
+            return error(400, "Unrecognized request argument supplied: response_format")
+        return completion('Here you go:\n```json\n{"relevant_tags": ["wing"]}\n```')
+
+    fake_llm.default = no_response_format
+    judge = make_judge(fake_llm)
+    assert judge.judge("bird", TAGS) == {"wing"}
+    assert judge.style == "plain" and len(fake_llm.requests) == 3
+
+
+def test_invented_tags_are_dropped_and_counted(fake_llm):
+    fake_llm.then(completion(json.dumps({"relevant_tags": ["Wing", "unicorn", "feather"]})))
+    judge = make_judge(fake_llm)
+    assert judge.judge("bird", TAGS) == {"wing"}
+    assert judge.stats.dropped_invented == 2
+
+
+def test_malformed_json_is_retried_then_reported_and_nothing_is_cached(fake_llm, tmp_path):
+    fake_llm.default = lambda request: completion("I think the wing is relevant")
+    judge = make_judge(fake_llm, max_retries=2)
+    with DecisionCache(tmp_path / "cache.sqlite") as cache:
+        with pytest.raises(JudgeResponseError, match="no relevant_tags"):
+            decide(judge, "bird", TAGS, cache)
+        assert len(cache) == 0
+    assert len(fake_llm.requests) == 3 and judge.stats.retries == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('{"relevant_tags": ["wing"]}', ["wing"]),
+        ('Sure! {"Relevant Tags": ["beak"]} hope this helps', ["beak"]),
+        ('["wing", "beak"]', ["wing", "beak"]),
+        ('{"relevant_tags": ["wing", "be', ["wing"]),  # cut off by max_tokens
+    ],
+)
+def test_tolerant_parsing(content, expected):
+    assert parse_relevant_tags(content) == expected
+
+
+def test_http_500_then_success_is_retried(fake_llm):
+    fake_llm.then(error(500, "upstream hiccup"))
+    judge = make_judge(fake_llm)
+    assert judge.judge("bird", TAGS) == {"water", "wing"}
+    assert judge.stats.retries == 1 and judge.stats.requests == 2
+
+
+def test_429_waits_as_long_as_retry_after_says(fake_llm):
+    fake_llm.then(error(429, "slow down", {"Retry-After": "1"}))
+    judge = LLMJudge(fake_llm.base_url, "fake-model", timeout=5, backoff_seconds=30)  # backoff alone would take 30 s
+    started = time.monotonic()
+    assert judge.judge("bird", TAGS) == {"water", "wing"}
+    assert 0.9 <= time.monotonic() - started < 10
+    assert judge.stats.retries == 1
+
+
+def test_a_response_slower_than_the_timeout_is_retried(fake_llm):
+    fake_llm.then(delayed(2, fake_llm.default))
+    judge = LLMJudge(fake_llm.base_url, "fake-model", timeout=0.5, backoff_seconds=0.01)
+    assert judge.judge("bird", TAGS) == {"water", "wing"}
+    assert judge.stats.retries == 1
+
+
+def test_an_endpoint_that_keeps_failing_gives_a_clear_error(fake_llm):
+    fake_llm.default = lambda request: error(503, "overloaded")
+    judge = make_judge(fake_llm, max_retries=2)
+    with pytest.raises(JudgeUnavailableError, match="failed 3 time"):
+        judge.judge("bird", TAGS)
+
+
+@pytest.mark.parametrize(("status", "message"), [(401, "credentials"), (403, "credentials"), (404, "not found")])
+def test_bad_credentials_or_unknown_model_fail_at_once_without_leaking_the_key(fake_llm, status, message):
+    fake_llm.default = lambda request: error(status, "Incorrect API key provided: sk-test-secret-0042")
+    judge = make_judge(fake_llm)
+    with pytest.raises(JudgeConfigError, match=message) as raised:
+        judge.judge("bird", TAGS)
+    assert "sk-test-secret-0042" not in str(raised.value)
+    assert len(fake_llm.requests) == 1
+
+
+def test_batches_of_at_most_100_tags_each_cached_once(fake_llm, tmp_path):
+    tags = [f"w{i:03d}" if i % 2 else f"t{i:03d}" for i in range(250)]
+    judge = make_judge(fake_llm)
+    with DecisionCache(tmp_path / "cache.sqlite") as cache:
+        table = decide(judge, "thing", reversed(tags), cache)
+        assert [len(batch_tags(r)) for r in fake_llm.requests] == [100, 100, 50]
+        assert batch_tags(fake_llm.requests[0]) == sorted(tags)[:100]
+        assert set(table.loc[table["relevant"], "tag"]) == {t for t in tags if t.startswith("w")}
+        decide(judge, "thing", tags, cache)
+    assert len(fake_llm.requests) == 3 and judge.stats.cache_hits == 250
+
+
+def refuse(parameter: str, reply):
+    """A reasoning model's endpoint: 400 for a request that carries ``parameter``, else ``reply``."""
+    message = f"Unsupported parameter: '{parameter}' is not supported with this model."
+    return lambda request: error(400, message) if parameter in request else reply(request)
+
+
+@pytest.mark.parametrize("parameter", ["max_tokens", "temperature"])
+def test_a_reasoning_model_gets_its_parameters_after_one_400_and_keeps_them(fake_llm, parameter):
+    fake_llm.default = refuse(parameter, fake_llm.default)
+    judge = LLMJudge(fake_llm.base_url, "o-mini", max_retries=0)
+    assert judge.judge("car", ["wheel", "road"]) == {"wheel"}
+    assert judge.judge("bird", ["wing", "sky"]) == {"wing"}
+    assert len(fake_llm.requests) == 3  # one refused, then one per batch
+    sent = fake_llm.requests[-1]
+    assert "max_tokens" not in sent and "temperature" not in sent and sent["max_completion_tokens"] > 4096
+
+
+def test_self_consistency_keeps_the_majority_and_counts_every_request(fake_llm):
+    answers = [["wheel", "road"], ["wheel"], ["wheel", "sky"]]
+    fake_llm.then(*(completion(json.dumps({"relevant_tags": a})) for a in answers))
+    judge = LLMJudge(fake_llm.base_url, "fake", max_retries=0, samples=3)
+    assert judge.judge("car", ["wheel", "road", "sky"]) == {"wheel"}
+    assert judge.stats.requests == 3 and judge.stats.tags_judged == 3
+    assert {r["temperature"] for r in fake_llm.requests} == {SAMPLING_TEMPERATURE}
+    assert judge.judge_id == "llm:fake+vote3"

@@ -1,0 +1,48 @@
+import pandas as pd
+import pytest
+
+from mavias.core.judging.review import ReviewError, apply_review, export_review, load_review
+
+
+def table(rows):
+    return pd.DataFrame(rows, columns=["class", "tag", "relevant", "source"])
+
+
+def test_export_then_load_round_trips_the_decisions(tmp_path):
+    decisions = table([("bird", "wing", True, "llm:x"), ("bird", "sky", False, "llm:x"), ("car", "road", False, "x")])
+    path = export_review(decisions, tmp_path / "review.yaml")
+    text = path.read_text()
+    assert text.startswith("# Reviewed relevance decisions") and "version: 1" in text
+    review = load_review(path)
+    assert review.decisions["bird"].relevant == ["wing"] and review.decisions["bird"].irrelevant == ["sky"]
+    assert review.verdicts("car", ["road", "tree"]) == {"road": False}
+
+
+def test_apply_review_overrides_matching_tags_case_insensitively(tmp_path):
+    (tmp_path / "review.yaml").write_text("version: 1\ndecisions:\n  bird:\n    relevant: [Sky]\n")
+    decisions = table(
+        [("bird", "sky", False, "offline"), ("bird", "tree", False, "offline"), ("car", "sky", False, "o")]
+    )
+    result = apply_review(decisions, load_review(tmp_path / "review.yaml"))
+    assert result.values.tolist() == [
+        ["bird", "sky", True, "review"], ["bird", "tree", False, "offline"], ["car", "sky", False, "o"]
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "version: 2\ndecisions: {}\n",
+        "version: 1\ndecisions:\n  bird: {relevant: [wing], irrelevant: [WING]}\n",
+        "version: 1\ndecisions:\n  bird: {relevent: [wing]}\n",
+    ],
+)
+def test_invalid_review_files_are_rejected(tmp_path, document):
+    (tmp_path / "review.yaml").write_text(document)
+    with pytest.raises(ReviewError, match="invalid reviewed decisions"):
+        load_review(tmp_path / "review.yaml")
+
+
+def test_an_empty_review_file_decides_nothing(tmp_path):
+    (tmp_path / "review.yaml").write_text("")
+    assert load_review(tmp_path / "review.yaml").verdicts("bird", ["wing"]) == {}

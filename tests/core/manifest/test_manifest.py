@@ -1,0 +1,82 @@
+import pandas as pd
+import pytest
+from PIL import Image
+
+from mavias.core.manifest import ManifestError, content_sample_id, load_manifest, quarantine_undecodable, save_manifest
+
+
+def _image(path, color=(255, 0, 0)) -> bytes:
+    Image.new("RGB", (8, 8), color).save(path)
+    return path.read_bytes()
+
+
+@pytest.fixture
+def folder(tmp_path):
+    (tmp_path / "img").mkdir()
+    rows = []
+    for i, (label, split) in enumerate([("cat", "train"), ("dog", "val"), ("cat", "test")]):
+        data = _image(tmp_path / "img" / f"{i}.png", (i * 60, 0, 0))
+        rows.append({"sample_id": content_sample_id(data), "uri": f"img/{i}.png", "label": label, "split": split,
+                     "tags": ["Grass", "sky ", "grass"], "attr_bg": "field"})
+    return tmp_path, pd.DataFrame(rows)
+
+
+def test_sample_id_is_derived_from_content_not_position(tmp_path):
+    a = _image(tmp_path / "a.png", (1, 2, 3))
+    assert content_sample_id(a) == content_sample_id(bytes(a))
+    assert content_sample_id(a) != content_sample_id(_image(tmp_path / "b.png", (3, 2, 1)))
+    assert len(content_sample_id(a)) == 16
+
+
+def test_round_trip_normalises_tags(folder):
+    root, df = folder
+    save_manifest(df, root / "manifest.parquet")
+    loaded = load_manifest(root / "manifest.parquet")
+    assert loaded["tags"].iloc[0] == ["grass", "sky"]
+    assert list(loaded["sample_id"]) == list(df["sample_id"])
+
+
+def test_csv_manifest_with_pipe_separated_tags(folder):
+    root, df = folder
+    df.assign(tags=["a|b", "", "c"]).to_csv(root / "m.csv", index=False)
+    assert load_manifest(root / "m.csv")["tags"].tolist() == [["a", "b"], [], ["c"]]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.assign(split=["train", "holdout", "test"]), "unknown split"),
+        (lambda d: d.assign(sample_id=[d.sample_id[0]] * 3), "share a sample_id"),
+        (lambda d: d.assign(uri=["img/0.png", "img/missing.png", "img/2.png"]), "not found"),
+        (lambda d: d.drop(columns="label"), "missing required column"),
+        (lambda d: d.assign(label=["cat", " ", "dog"]), "empty 'label'"),
+        (lambda d: d.iloc[0:0], "no rows"),
+    ],
+)
+def test_invalid_manifests_are_rejected_with_a_clear_error(folder, change, message):
+    root, df = folder
+    change(df).to_parquet(root / "bad.parquet")
+    with pytest.raises(ManifestError, match=message):
+        load_manifest(root / "bad.parquet")
+
+
+def test_all_problems_are_listed_at_once(folder):
+    root, df = folder
+    df.assign(split=["x", "val", "test"], sample_id=["same"] * 3).to_parquet(root / "bad.parquet")
+    with pytest.raises(ManifestError) as err:
+        load_manifest(root / "bad.parquet")
+    assert "unknown split" in str(err.value) and "share a sample_id" in str(err.value)
+
+
+def test_undecodable_images_are_quarantined_with_a_reason(folder):
+    root, df = folder
+    (root / "img" / "1.png").write_bytes(b"not a png at all")
+    ok, quarantined = quarantine_undecodable(df, root, root / "quarantine.csv")
+    assert list(ok["uri"]) == ["img/0.png", "img/2.png"]
+    assert quarantined["uri"].tolist() == ["img/1.png"]
+    assert "cannot decode" in quarantined["reason"].iloc[0]
+    listed = pd.read_csv(root / "quarantine.csv")
+    assert listed["sample_id"].tolist() == [df["sample_id"].iloc[1]]
+    # re-running does not duplicate the quarantine list
+    quarantine_undecodable(df, root, root / "quarantine.csv")
+    assert len(pd.read_csv(root / "quarantine.csv")) == 1

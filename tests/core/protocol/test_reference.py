@@ -1,0 +1,68 @@
+"""The open-set reference as a user meets it: a trained, near-perfect ERM reference still gives the planted shortcut,
+any ERM run is a reference, and the wrong run is one readable error."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from mavias.errors import UserError
+from mavias.core.train.config import TrainConfig
+from mavias.core.train.data import feature_split
+from mavias.core.train.prepare import PreparedData
+from mavias.core.protocol import BIASED_TAGS_FILE, load_reference, train_reference
+from tests.support.training import make_trainer
+
+CLASSES = ["cat", "dog", "fox"]
+
+
+def _split(n: int, seed: int, name: str):
+    """x1, x2 separate the classes (almost) perfectly; x3 is a 95% shortcut of "cat" that the tag "red" names."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    centres = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
+    red = np.where(y == 0, rng.random(n) < 0.95, rng.random(n) < 0.03)
+    tags = [({"red"} if r else set()) | ({"grass"} if rng.random() < 0.3 else set()) for r in red]
+    frame = pd.DataFrame({"sample_id": [f"{name}{i}" for i in range(n)], "label": np.array(CLASSES)[y],
+                          "x1": centres[y, 0] + rng.normal(0, 0.6, n), "x2": centres[y, 1] + rng.normal(0, 0.6, n),
+                          "x3": 3.0 * red + rng.normal(0, 0.3, n)})
+    frame["sample_tags"] = [sorted(t) for t in tags]
+    frame["irrelevant_tags"] = frame["sample_tags"]
+    split = feature_split(frame, CLASSES)
+    split.embeddings = torch.tensor(frame[["x3"]].to_numpy(), dtype=torch.float32)
+    return split
+
+
+@pytest.fixture(scope="module")
+def data():
+    return PreparedData(CLASSES, {"train": _split(1500, 0, "t"), "val": _split(600, 1, "v")}, pd.DataFrame())
+
+
+CFG = TrainConfig.model_validate({"method": "erm", "backbone": {"name": "mlp", "width": 16}, "epochs": 12,
+                                  "batch_size": 64, "optim": {"lr": 0.05}})
+
+
+def test_a_near_perfect_reference_still_gives_the_planted_shortcut(data, tmp_path):
+    reference = train_reference(data, CFG, tmp_path / "erm", progress=False)
+    assert reference.run.best["val_acc"]["score"] >= 0.995  # near-perfect on validation data biased like training
+    assert list(zip(reference.biased_tags["class"], reference.biased_tags["tag"])) == [("cat", "red")]
+    assert (tmp_path / "erm" / BIASED_TAGS_FILE).is_file() and (tmp_path / "erm" / "early.pt").is_file()
+    assert set(reference.val_groups) <= {f"{c}|{k}" for c in CLASSES for k in ("aligned", "conflicting")}
+
+
+def test_any_erm_run_is_a_reference_and_other_runs_are_refused(data, tmp_path):
+    make_trainer(CFG.model_copy(update={"selection": "val_robust", "epochs": 3}), data["train"], data["val"], CLASSES,
+            tmp_path / "plain", progress=False).fit()
+    assert not (tmp_path / "plain" / BIASED_TAGS_FILE).exists()
+    reference = load_reference(tmp_path / "plain", data)  # B' computed when first needed, then cached
+    assert (tmp_path / "plain" / BIASED_TAGS_FILE).is_file()
+    assert load_reference(tmp_path / "plain", data).biased_tags.equals(reference.biased_tags)
+    mavias = CFG.model_copy(update={"method": "mavias", "epochs": 1})
+    make_trainer(mavias, data["train"], data["val"], CLASSES, tmp_path / "mavias", progress=False).fit()
+    with pytest.raises(UserError, match="is a mavias run; the reference must be an ERM run"):
+        load_reference(tmp_path / "mavias", data)
+    with pytest.raises(UserError, match="is not a run folder"):
+        load_reference(tmp_path / "nowhere", data)
+    other = PreparedData(["cat", "dog"], data.splits, pd.DataFrame())
+    with pytest.raises(UserError, match="use a reference trained on this dataset"):
+        load_reference(tmp_path / "plain", other)

@@ -1,0 +1,166 @@
+"""The default recipe: what a user who sets nothing gets, and why, resolved against the data."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from mavias.errors import UserError
+from mavias.core.train.config import BackboneConfig, TrainConfig
+from mavias.core.train.data import feature_split
+from mavias.core.train.lr_range import steepest, suggest
+from mavias.core.train.optim import batches_per_epoch, drop_last, schedule_factor
+from mavias.core.train.recipe import (
+    RECIPES,
+    TARGET_STEPS,
+    median_shorter_side,
+    recipe_for,
+    choose_image_settings,
+    choose_training_settings,
+    resolve_recipe,
+)
+from mavias.core.train.sanity import chance_warnings, trivial_rates
+from mavias.core.train.trainer import Trainer
+
+CLASSES = ["a", "b"]
+
+
+def _splits(n: int = 200, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    frame = pd.DataFrame({"sample_id": [f"s{seed}-{i}" for i in range(n)], "label": np.array(CLASSES)[y],
+                          "x1": rng.normal(size=n) + 2.0 * y, "x2": rng.normal(size=n)})
+    return feature_split(frame, CLASSES)
+
+
+def _mlp(**extra) -> TrainConfig:
+    return TrainConfig.model_validate({"method": "erm", "backbone": {"name": "mlp", "width": 8}, "batch_size": 16,
+                                       **extra})
+
+
+def _trainer(cfg: TrainConfig, train, val, out, **options) -> Trainer:
+    """The explicit step, then the trainer: as the library's callers do it."""
+    return Trainer(resolve_recipe(cfg, train, len(CLASSES), run_dir=out), train, val, CLASSES, out, progress=False,
+                   **options)
+
+
+def test_a_config_that_sets_nothing_gets_the_from_scratch_recipe_and_says_why(tmp_path):
+    train, val = _splits(), _splits(seed=1)
+    trainer = _trainer(_mlp(), train, val, tmp_path)
+    cfg = trainer.cfg
+    assert cfg.is_complete and (cfg.optim.name, cfg.optim.weight_decay, cfg.optim.schedule) == ("sgd", 5e-4, "cosine")
+    steps = batches_per_epoch(200, 16)  # 13 steps an epoch: the recipe asks ~TARGET_STEPS, at most 100 epochs
+    assert cfg.epochs == min(100, -(-TARGET_STEPS // steps))
+    assert RECIPES["scratch"].lr_range[0] <= cfg.optim.lr <= RECIPES["scratch"].lr_range[1]
+    trainer.fit(stop_after=1)
+    header = [line for line in (tmp_path / "config.yaml").read_text().splitlines() if line.startswith("#")]
+    assert any(line.startswith("# optim.lr: lr range test") for line in header)
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["optim"]["lr"] == cfg.optim.lr
+    recipe = json.loads((tmp_path / "recipe.json").read_text())
+    assert recipe["family"] == "from scratch" and recipe["requested"]["optim"]["lr"] is None
+    assert len(recipe["lr_range_test"]["lrs"]) == len(recipe["lr_range_test"]["losses"]) > 10
+    resumed = _trainer(_mlp(), train, val, tmp_path)  # the same request, resumed
+    assert resumed.cfg == cfg and json.loads((tmp_path / "recipe.json").read_text()) == recipe
+    assert len(resumed.fit(stop_after=1).history) == 2  # it went on from its first epoch
+
+
+def test_constructing_a_trainer_never_trains_an_unresolved_config_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="resolve_recipe"):
+        Trainer(_mlp(), _splits(), _splits(seed=1), CLASSES, tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_range_test_runs_once_per_data_backbone_and_batch(tmp_path, monkeypatch):
+    from mavias.core.train import recipe as recipe_module
+
+    train = _splits()
+    first = resolve_recipe(_mlp(), train, len(CLASSES), run_dir=tmp_path / "reference")
+    monkeypatch.setattr(recipe_module, "_range_test", lambda *args: pytest.fail("the range test ran again"))
+    other_method = resolve_recipe(_mlp(method="mavias"), train, len(CLASSES), run_dir=tmp_path / "mavias")
+    assert other_method.config.optim.lr == first.config.optim.lr
+    assert other_method.range_test == first.range_test
+    monkeypatch.undo()
+    other_batch = resolve_recipe(_mlp(batch_size=32), train, len(CLASSES), run_dir=tmp_path / "batch-32")
+    assert other_batch.range_test != first.range_test  # another batch size: a test of its own
+
+
+def test_mavias_gets_three_times_the_recipes_steps():
+    train = _splits(n=2000)
+    lengths = {method: choose_training_settings(_mlp(method=method, optim={"lr": 0.01}), train, 2,
+                                                torch.device("cpu"))
+               for method in ("erm", "mavias")}
+    steps = batches_per_epoch(2000, 16)
+    assert lengths["erm"].config.epochs == -(-TARGET_STEPS // steps)
+    assert lengths["mavias"].config.epochs == -(-3 * TARGET_STEPS // steps)
+    assert "3 x the from scratch recipe's for mavias" in lengths["mavias"].notes["epochs"]
+
+
+def test_what_the_user_sets_wins_and_no_range_test_runs(tmp_path):
+    cfg = _mlp(epochs=3, optim={"lr": 0.02, "name": "adam", "weight_decay": 0.0, "schedule": "none"})
+    trainer = _trainer(cfg, _splits(), _splits(seed=1), tmp_path)
+    assert trainer.cfg == cfg and trainer.recipe.range_test is None and trainer.recipe.notes == {}
+
+
+def test_the_range_test_suggests_a_tenth_of_the_minimum_or_says_it_cannot():
+    lrs = np.logspace(-5, 1, 100)
+    # falls fastest around lr 1e-3, keeps falling to its minimum at lr 0.3, then blows up
+    losses = 2.3 - 1.5 / (1 + np.exp(-(np.log10(lrs) + 3) * 4)) - 0.2 * np.log10(lrs / 1e-5) / 4.5
+    losses[lrs > 0.3] += 5 * np.log10(lrs[lrs > 0.3] / 0.3)
+    lr, reason = suggest(lrs, losses)
+    assert lr == pytest.approx(0.03, rel=0.2) and "a tenth of lr" in reason
+    assert steepest(lrs, losses) == pytest.approx(1e-3, rel=0.3)
+    assert suggest(lrs, np.full(100, 2.3))[0] is None  # a flat loss says nothing
+    exploded = losses.copy()
+    exploded[50:] = np.nan
+    none, why = suggest(lrs, exploded)
+    assert none is None and "diverged" in why
+
+
+def test_a_cosine_schedule_warms_up_then_anneals_to_zero():
+    optim = _mlp(optim={"schedule": "cosine", "warmup_fraction": 0.1}).optim
+    factors = [schedule_factor(optim, step, epochs=10, steps_per_epoch=10) for step in range(100)]
+    assert factors[0] == pytest.approx(1 / 11) and factors[9] == pytest.approx(10 / 11)
+    assert factors[10] == 1.0 and factors[-1] < 0.001 and all(a >= b for a, b in zip(factors[10:], factors[11:]))
+
+
+def test_a_last_batch_of_one_sample_is_dropped():
+    assert drop_last(65, 64) and batches_per_epoch(65, 64) == 1
+    assert not drop_last(66, 64) and batches_per_epoch(66, 64) == 2
+    assert not drop_last(1, 64) and batches_per_epoch(64, 64) == 1
+
+
+def test_a_dataset_smaller_than_the_batch_gets_a_smaller_batch(tmp_path):
+    trainer = _trainer(_mlp(batch_size=64, epochs=2), _splits(40), _splits(20, 1), tmp_path)
+    assert trainer.cfg.batch_size == 20 and "batch_size" in trainer.recipe.notes
+
+
+def test_image_size_comes_from_the_data_and_pretrained_backbones_get_224(tmp_path):
+    for i, (w, h) in enumerate([(40, 30), (48, 36), (50, 32)]):
+        Image.new("RGB", (w, h)).save(tmp_path / f"{i}.png")
+    manifest = pd.DataFrame({"uri": [f"{i}.png" for i in range(3)], "split": "train"})
+    assert median_shorter_side(manifest, tmp_path) == 32
+    scratch, notes = choose_image_settings(TrainConfig(), manifest, tmp_path)
+    p = scratch.preprocessing
+    assert (scratch.image_size, p.augment, p.flip) == (32, True, False) and "median" in notes["image_size"]
+    pretrained, _ = choose_image_settings(TrainConfig(backbone={"name": "resnet18", "pretrained": True}), manifest,
+                                           tmp_path)
+    assert (pretrained.image_size, pretrained.preprocessing.augment, pretrained.preprocessing.flip) == (224, True, True)
+    assert recipe_for(BackboneConfig(name="vit_b_16", pretrained=True)).optimizer == "adamw"
+
+
+def test_divergence_stops_with_what_to_change(tmp_path):
+    with pytest.raises(UserError, match="training diverged .* Lower optim.lr"):
+        _trainer(_mlp(epochs=3, optim={"lr": 1e12}), _splits(), _splits(seed=1), tmp_path).fit()
+    assert not (tmp_path / "best_val_acc.pt").exists()
+
+
+def test_a_model_no_better_than_a_trivial_rule_is_flagged():
+    val = pd.DataFrame({"label": ["a"] * 90 + ["b"] * 10, "attr_colour": ["red"] * 85 + ["blue"] * 15})
+    assert trivial_rates(val) == pytest.approx({"majority class": 0.9, "attribute colour": 0.95})
+    warnings = chance_warnings(0.9, 0.5, 2, val)
+    assert any("chance" in w for w in warnings) and any("majority class" in w for w in warnings)
+    assert chance_warnings(0.99, 0.97, 2, val) == []

@@ -1,0 +1,120 @@
+"""`mavias tune` end to end on a tiny set: two trials, the search killed after the first and resumed."""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mavias.cli import app
+
+runner = CliRunner()
+
+
+def _invoke(*args: str) -> str:
+    result = runner.invoke(app, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _complete_trials(db) -> int:
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        try:
+            return conn.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
+        except sqlite3.OperationalError:  # tables not created yet
+            return 0
+
+
+@pytest.mark.slow
+def test_tune_two_trials_resumed_after_a_kill(tmp_path):
+    data = tmp_path / "shapes"
+    _invoke("data", "make", "shape-colours", "--out", str(data), "--n-train", "300", "--n-val", "150",
+            "--n-test-per-cell", "1", "--image-size", "16")
+    common = ["--manifest", str(data / "manifest.parquet"), "--relevance", str(data / "relevance.parquet"),
+              "--workspace", str(tmp_path / "ws")]
+    small = ["--set", "epochs=4", "--set", "image_size=16", "--set", "backbone.width=8", "--set", "batch_size=64"]
+    _invoke("train", *common, *small, "--set", "method=erm", "--set", "selection=val_acc", "--out", str(tmp_path / "erm"))
+    search = tmp_path / "search"
+    command = [sys.executable, "-m", "mavias.cli", "tune", *common, *small, "--reference", str(tmp_path / "erm"),
+               "--out", str(search), "--trials", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while _complete_trials(search / "study.db") < 1 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    first.kill()
+    first.wait(timeout=30)
+    assert _complete_trials(search / "study.db") == 1, first.stderr.read().decode()[-2000:]
+    assert not (search / "best").exists()
+
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    trials = pd.read_csv(search / "trials.csv")
+    assert (trials["state"] == "COMPLETE").sum() == 2
+    starting = trials.sort_values("number").iloc[0]  # the base settings are tried first
+    assert (starting["params_mavias.alpha"], starting["params_mavias.lam"], starting["params_epochs"]) == (0.01, 0.5, 4)
+    cut_off = trials[(trials["state"] == "FAIL") & trials["params_mavias.alpha"].notna()]
+    for _, failed in cut_off.iterrows():  # the trial the kill cut off was run again with the same settings
+        same = trials[(trials["state"] == "COMPLETE") & (trials["params_mavias.alpha"] == failed["params_mavias.alpha"])]
+        assert len(same) == 1
+    summary = json.loads((search / "best" / "tune.json").read_text())
+    assert summary["value"] == trials["value"].max()
+    assert set(summary["params"]) == {"mavias.alpha", "mavias.lam", "mavias.projection_lr_mult", "optim.lr", "epochs"}
+    assert 0 < summary["cost_ratio"] <= 1
+
+    out = _invoke("evaluate", "--run", str(search / "best"), *common, "--reference", str(tmp_path / "erm"),
+                  "--group-attrs", "attr_bias_aligned", "--out", str(tmp_path / "eval"))
+    assert "closed_set" in out
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics["checkpoint"].endswith("best_val_robust.pt") and metrics["n_samples"] == 100
+
+
+def test_a_small_budget_still_gets_guided_trials(tmp_path):
+    from mavias.core.tune.search import open_study, startup_trials
+
+    assert [startup_trials(n) for n in (2, 6, 12, 40)] == [2, 3, 6, 10]
+    study = open_study(tmp_path, n_startup=startup_trials(6))
+    assert study.sampler._n_startup_trials == 3  # TPE models the results from the 4th trial on
+
+
+def test_a_slow_starting_trial_is_not_pruned_in_the_first_half(tmp_path):
+    from mavias.core.tune.search import open_study, pruning_warmup
+
+    epochs = 12
+    study = open_study(tmp_path, prune_after=pruning_warmup(epochs))
+    for _ in range(2):  # two finished trials that learned fast
+        fast = study.ask()
+        for step in range(1, epochs + 1):
+            fast.report(0.9, step)
+        study.tell(fast, 0.9)
+    slow = study.ask()
+    verdicts = []
+    for step in range(1, epochs + 1):
+        slow.report(0.5, step)
+        verdicts.append(bool(slow.should_prune()))
+    assert verdicts == [False] * 5 + [True] * 7  # judged after each epoch: stoppable once 6 are done
+
+
+@pytest.mark.slow
+def test_a_diverging_trial_stops_itself_not_the_search(tmp_path):
+    """Every trial of a rate far too high diverges: each is stopped and recorded, and the search ends in one line."""
+    data = tmp_path / "shapes"
+    _invoke("data", "make", "shape-colours", "--out", str(data), "--n-train", "200", "--n-val", "100",
+            "--n-test-per-cell", "1", "--image-size", "16")
+    command = [sys.executable, "-m", "mavias.cli", "tune", "--manifest", str(data / "manifest.parquet"),
+               "--relevance", str(data / "relevance.parquet"), "--workspace", str(tmp_path / "ws"),
+               "--out", str(tmp_path / "search"), "--trials", "2", "--set", "method=erm", "--set", "epochs=3",
+               "--set", "image_size=16", "--set", "backbone.width=8", "--set", "optim.lr=1e6"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "2 diverged" in result.stderr and "lower optim.lr" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert _complete_trials(tmp_path / "search" / "study.db") == 0

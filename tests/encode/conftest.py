@@ -1,8 +1,0 @@
-import pytest
-
-from mavias.encode.openclip import OpenClip
-
-
-@pytest.fixture(scope="session")
-def clip() -> OpenClip:
-    return OpenClip("ViT-S-32", None, device="cpu")  # the smallest architecture in open_clip's configs, random init

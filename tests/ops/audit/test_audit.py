@@ -1,0 +1,110 @@
+"""`mavias audit` end to end, as a user runs it: the real command in its own process, its output piped (a log, not a
+terminal), on generated image folders with a planted colour shortcut and a tags sidecar."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mavias.core.datasets.generate import SHORTCUT_CLASSES, write_shortcut_imagefolder
+
+REPO = Path(__file__).resolve().parents[3]
+PLANTED = set(SHORTCUT_CLASSES.items())  # (class, its background colour)
+
+
+def mavias(*args, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "MAVIAS_CACHE_DIR": str(cache), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "mavias.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=1500)
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "Traceback" not in output
+    return output
+
+
+def biased_pairs(path: Path) -> set[tuple[str, str]]:
+    table = pd.read_csv(path, keep_default_na=False)
+    assert {"class", "tag"} <= set(table.columns)
+    return set(zip(table["class"], table["tag"]))
+
+
+@pytest.mark.slow
+def test_an_audit_names_the_planted_shortcut_and_resumes(tmp_path):
+    root, sidecar = write_shortcut_imagefolder(tmp_path / "photos" / "shapes", 200, align=0.85)
+    out = tmp_path / "audit"
+    args = ["audit", root, "--tags", sidecar, "--out", out, "--set", "epochs=10"]
+    output = ok(mavias(*args, cache=tmp_path / "cache"))
+
+    found = biased_pairs(out / "biased_tags.csv")
+    assert found and found <= PLANTED, found  # the planted colours, nothing the data does not hold
+    report = (out / "report.html").read_text()
+    assert all(f"<strong>{name}</strong>" in report and tag in report for name, tag in found)
+    assert "MAVias bias audit" in report and "Audit of shapes" in report
+    card = json.loads((out / "model" / "model_card.json").read_text())
+    assert card["gates"]["gates"] and card["metrics"]["open_set"]["min_support"] == 20
+
+    # a log gets plain lines: one per epoch with its metrics, one per finished step with its output path
+    assert "\r" not in output
+    assert "erm epoch 10/10: train_loss" in output and "mavias epoch 1/10: train_loss" in output
+    steps = {1: out / "data" / "manifest.parquet", 3: out / "reference", 6: out / "model" / "model.onnx",
+             7: out / "report.html"}
+    for number, path in steps.items():
+        assert f"[{number}/7] " in output and f": {path} (" in output
+    assert f"report: {out / 'report.html'}" in output and f"model: {out / 'model' / 'model.onnx'}" in output
+
+    again = ok(mavias(*args, cache=tmp_path / "cache"))
+    assert "erm epoch" not in again and "mavias epoch" not in again  # finished trainings are not repeated
+    assert biased_pairs(out / "biased_tags.csv") == found
+
+
+@pytest.mark.slow
+def test_an_audit_of_100_images_flags_every_figure_from_too_few_samples(tmp_path):
+    root, sidecar = write_shortcut_imagefolder(tmp_path / "photos" / "shapes", 50, classes=2)
+    out = tmp_path / "audit"
+    output = ok(mavias("audit", root, "--tags", sidecar, "--out", out, cache=tmp_path / "cache"))
+    state = json.loads((out / "audit.json").read_text())
+    report = (out / "report.html").read_text()
+    # 100 images: 10 test images, no group reaches 20, so the worst group and the averages are flagged everywhere
+    assert "(too few)" in output and "(small groups)" in output
+    for where in (output, report, "\n".join(state["caveats"])):
+        assert "fewer than the minimum support 20: it is noise" in " ".join(where.split())
+    assert 'small</span>' in report
+
+    # a higher minimum support, resumed without training again: B' is empty and every output says why
+    output = ok(mavias("audit", root, "--tags", sidecar, "--out", out, "--min-support", "60",
+                       cache=tmp_path / "cache"))
+    assert "erm epoch" not in output and not biased_pairs(out / "biased_tags.csv")
+    why = "B' is empty): too few samples per tag: no (class, irrelevant tag) pair has --min-support 60 training images"
+    report = " ".join((out / "report.html").read_text().split())
+    assert why in " ".join(output.split()) and why.replace("'", "&#39;") in report
+    assert "Groups with fewer than 60 samples are flagged" in report
+
+
+@pytest.mark.slow
+def test_tags_from_random_weights_are_refused_unless_allowed_and_then_called_noise(tmp_path):
+    root, _ = write_shortcut_imagefolder(tmp_path / "photos" / "shapes", 12)
+    vocabulary = tmp_path / "vocabulary.txt"
+    vocabulary.write_text("red\ngreen\nblue\ngrass\nsky\n")
+    args = ["audit", root, "--out", tmp_path / "audit", "--tagger-model", "ViT-S-32", "--pretrained", "none",
+            "--vocabulary", vocabulary, "--device", "cpu"]
+    refused = mavias(*args, cache=tmp_path / "cache")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "noise" in refused.stderr and "--allow-random-tags" in refused.stderr and "--tags" in refused.stderr
+
+    output = ok(mavias(*args, "--allow-random-tags", "--set", "epochs=2", cache=tmp_path / "cache"))
+    out = tmp_path / "audit"
+    assert "randomly initialised model (--pretrained none): they are noise" in " ".join(output.split())
+    assert "0 tags kept for all 36 images" in output  # the threshold rejects every tag of a random model
+    assert "randomly initialised model" in (out / "report.html").read_text()
+    assert json.loads((out / "audit.json").read_text())["tags_are_noise"] is True
+    assert "caveat" in pd.read_csv(out / "biased_tags.csv").columns

@@ -1,0 +1,143 @@
+"""Quality gates: each gate passing and failing on hand-made metrics, skipped gates, the CI regression rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from mavias.ops.gates import DEFAULT_GATES_PATH, GateConfig, GateError, GateReport, evaluate_gates, load_gate_config
+
+CONFIG = GateConfig(
+    version=1,
+    min_worst_group_accuracy=0.6,
+    min_group_support=20,
+    max_abs_bg_gap=0.1,
+    max_abs_coobj_gap=0.1,
+    max_abs_both_gap=0.2,
+    must_beat_reference=True,
+    reference_margin=0.0,
+    max_regression_vs_production=0.02,
+)
+
+
+def evaluation(
+    wg: float, ci: tuple[float, float] | None = None, *, n: int = 50, source: str = "open_set",
+    urbancars: dict | None = None, n_samples: int = 1000,
+) -> dict:
+    """The JSON part of an evaluate_checkpoint result with one worst-group section."""
+    low, high = ci or (wg - 0.05, wg + 0.05)
+    section = {
+        "worst_group": "car|biased", "worst_group_accuracy": wg, "worst_group_ci_low": low,
+        "worst_group_ci_high": high, "worst_group_n": n, "average_accuracy": wg + 0.1,
+    }
+    result = {"split": "test", "n_samples": n_samples, "accuracy": wg + 0.15, source: section}
+    return result | ({"urbancars": urbancars} if urbancars else {})
+
+
+def statuses(report) -> dict[str, str]:
+    return {r.name: r.status for r in report.results}
+
+
+def test_shipped_yaml_is_valid_and_complete():
+    config = load_gate_config()
+    assert config.version == 1 and config.wg_source == "open_set"
+    thresholds = config.model_dump(exclude={"version", "wg_source", "must_beat_reference", "reference_margin"})
+    assert all(value is not None for value in thresholds.values())
+
+
+@pytest.mark.parametrize("change", [{"version": 2}, {"min_worst_group_acc": 0.5}, {"min_worst_group_accuracy": 1.5}])
+def test_invalid_config_is_rejected(tmp_path, change):
+    path = tmp_path / "gates.yaml"
+    path.write_text(yaml.safe_dump(yaml.safe_load(DEFAULT_GATES_PATH.read_text()) | change))
+    with pytest.raises(ValidationError):
+        load_gate_config(path)
+
+
+def test_good_candidate_passes_and_uncomputable_gates_are_skipped_with_a_reason():
+    report = evaluate_gates(evaluation(0.8), evaluation(0.6), None, CONFIG)
+    assert report.passed
+    assert statuses(report) == {
+        "min_worst_group_accuracy": "passed", "min_group_support": "passed", "max_abs_bg_gap": "skipped",
+        "max_abs_coobj_gap": "skipped", "max_abs_both_gap": "skipped", "must_beat_reference": "passed",
+        "max_regression_vs_production": "skipped",
+    }
+    production = next(r for r in report.results if r.name == "max_regression_vs_production")
+    assert production.detail == "no production model yet" and production.value is None
+    document = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    assert GateReport.from_dict(document) == report
+
+
+@pytest.mark.parametrize(
+    ("candidate", "reference", "failed"),
+    [
+        (evaluation(0.55), evaluation(0.4), "min_worst_group_accuracy"),
+        (evaluation(0.8, n=12), evaluation(0.6), "min_group_support"),
+        (evaluation(0.7), evaluation(0.7), "must_beat_reference"),  # a tie does not beat the reference
+        (evaluation(0.8, urbancars={"id_accuracy": 0.9, "bg_gap": -0.15, "coobj_gap": -0.05, "both_gap": -0.1}),
+         evaluation(0.6), "max_abs_bg_gap"),
+        (evaluation(0.8, urbancars={"id_accuracy": 0.9, "bg_gap": -0.05, "coobj_gap": 0.12, "both_gap": -0.1}),
+         evaluation(0.6), "max_abs_coobj_gap"),
+        (evaluation(0.8, urbancars={"id_accuracy": 0.9, "bg_gap": -0.05, "coobj_gap": -0.05, "both_gap": -0.25}),
+         evaluation(0.6), "max_abs_both_gap"),
+    ],
+)
+def test_each_gate_fails_alone(candidate, reference, failed):
+    report = evaluate_gates(candidate, reference, None, CONFIG)
+    assert not report.passed
+    assert [r.name for r in report.failed] == [failed]
+
+
+def test_gap_gates_use_magnitudes_and_record_value_and_threshold():
+    urbancars = {"id_accuracy": 0.9, "bg_gap": -0.08, "coobj_gap": 0.02, "both_gap": -0.19}
+    report = evaluate_gates(evaluation(0.8, urbancars=urbancars), evaluation(0.6), None, CONFIG)
+    bg = next(r for r in report.results if r.name == "max_abs_bg_gap")
+    assert (bg.status, bg.value, bg.threshold, bg.comparison) == ("passed", 0.08, 0.1, "<=")
+    assert report.passed
+
+
+def test_reference_margin_is_applied():
+    config = CONFIG.model_copy(update={"reference_margin": 0.05})
+    report = evaluate_gates(evaluation(0.64), evaluation(0.6), None, config)
+    beat = next(r for r in report.results if r.name == "must_beat_reference")
+    assert beat.status == "failed" and beat.threshold == pytest.approx(0.65)
+
+
+@pytest.mark.parametrize(
+    ("candidate_ci", "expected"),
+    [
+        ((0.74, 0.84), "passed"),  # point estimate below production, but within the CI + tolerance
+        ((0.76, 0.82), "failed"),  # even the CI upper bound is below production - tolerance (0.83)
+        ((0.80, 0.83), "passed"),  # exactly at the threshold
+    ],
+)
+def test_production_regression_uses_the_candidate_ci(candidate_ci, expected):
+    production = evaluation(0.85)
+    report = evaluate_gates(evaluation(0.79, candidate_ci), evaluation(0.6), production, CONFIG)
+    gate = next(r for r in report.results if r.name == "max_regression_vs_production")
+    assert gate.status == expected
+    assert gate.value == candidate_ci[1] and gate.threshold == pytest.approx(0.83)
+
+
+def test_disabled_gates_are_reported_as_skipped():
+    config = CONFIG.model_copy(update={"min_worst_group_accuracy": None, "must_beat_reference": False})
+    report = evaluate_gates(evaluation(0.1), evaluation(0.9), None, config)
+    assert report.passed
+    assert statuses(report)["min_worst_group_accuracy"] == statuses(report)["must_beat_reference"] == "skipped"
+    disabled = [r for r in report.results if r.name in ("min_worst_group_accuracy", "must_beat_reference")]
+    assert all(r.detail == "disabled in the gate config" for r in disabled)
+
+
+def test_closed_set_source_is_used_when_configured_and_required():
+    config = CONFIG.model_copy(update={"wg_source": "closed_set"})
+    closed = evaluation(0.8, source="closed_set") | {"open_set": evaluation(0.1)["open_set"]}
+    assert evaluate_gates(closed, evaluation(0.6, source="closed_set"), None, config).passed
+    with pytest.raises(GateError, match="closed_set"):
+        evaluate_gates(evaluation(0.8), evaluation(0.6), None, config)
+
+
+def test_models_evaluated_on_different_sets_are_not_compared():
+    with pytest.raises(GateError, match="n_samples"):
+        evaluate_gates(evaluation(0.8), evaluation(0.6), evaluation(0.7, n_samples=999), CONFIG)

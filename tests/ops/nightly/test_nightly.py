@@ -1,0 +1,209 @@
+"""The nightly steps without Airflow: configuration, sensing and validation against a real S3 server (moto on
+loopback), the training decision, the accumulated data set, and two promotions racing."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from mavias.errors import UserError
+from mavias.ops.nightly import dataset, discover, ingest, release, report
+from mavias.ops.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
+from mavias.ops.registry import ModelRegistry
+from mavias.storage.s3 import S3Settings, get_json
+from mavias.core.relevance import load_relevance
+from tests.support.s3server import (  # noqa: F401 - fixtures
+    moto_endpoint,
+    s3_client,
+    s3_settings,
+    seed_partition,
+    write_local_partition,
+)
+
+NIGHT = datetime(2025, 3, 1)
+
+
+def write_config(path: Path, **values: object) -> Path:
+    path.write_text(yaml.safe_dump({"model_name": "m", "workspace": "ws", "s3": {"bucket": "b"}} | values))
+    return path
+
+
+def test_config_resolves_paths_and_applies_environment_overrides(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "nightly.yaml", gates="gates.yaml", discovery={"review": "review.yaml"})
+    environ = {
+        "MAVIAS_NIGHTLY__EVALUATION__VERSION": "v7",
+        "MAVIAS_NIGHTLY__REPORT__RECIPIENTS": "[a@example.com, b@example.com]",
+        "MAVIAS_NIGHTLY__TRAIN__OVERRIDES": "{epochs: 3}",
+        "MAVIAS_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+    }
+    cfg = load_nightly_config(path, environ)
+    assert cfg.workspace == tmp_path / "ws" and cfg.gates == tmp_path / "gates.yaml"
+    assert cfg.discovery.review == tmp_path / "review.yaml"
+    assert cfg.evaluation.version == "v7" and cfg.report.recipients == ["a@example.com", "b@example.com"]
+    assert cfg.training.epochs == 3
+    assert cfg.s3.endpoint_url == "http://127.0.0.1:9000"
+
+
+def test_invalid_config_names_the_field_and_never_echoes_a_secret(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "nightly.yaml", discovery={"num_shards": 0})
+    with pytest.raises(NightlyConfigError, match="discovery.num_shards") as err:
+        load_nightly_config(path, {"MAVIAS_S3_SECRET_ACCESS_KEY": "hunter2", "MAVIAS_S3_MAX_ATTEMPTS": "hunter2"})
+    assert "hunter2" not in str(err.value)
+    with pytest.raises(NightlyConfigError, match="does not exist"):
+        load_nightly_config(tmp_path / "missing.yaml", {})
+
+
+def test_credentials_in_the_config_file_are_refused_and_come_from_the_environment(tmp_path: Path) -> None:
+    """`mavias airflow up` builds the stack's S3 connection from the config: its credentials may come only from the
+    environment, never from the file."""
+    from mavias.ops.airflow_stack.stack import connections
+
+    path = write_config(tmp_path / "nightly.yaml", s3={"bucket": "b", "secret_access_key": "hunter2"})
+    with pytest.raises(NightlyConfigError, match=r"holds credentials \(s3.secret_access_key\): remove them") as err:
+        load_nightly_config(path, {})
+    assert "hunter2" not in str(err.value)
+    clean = write_config(tmp_path / "clean.yaml", s3={"bucket": "b", "endpoint_url": "http://127.0.0.1:9"})
+    bare = json.loads(connections(load_nightly_config(clean, {}), 8080, None)["AIRFLOW_CONN_AWS_DEFAULT"])
+    assert "login" not in bare and "password" not in bare  # the tasks use the AWS chain of their environment
+    environ = {"MAVIAS_S3_ACCESS_KEY_ID": "id-from-env", "MAVIAS_S3_SECRET_ACCESS_KEY": "secret-from-env"}
+    aws = json.loads(connections(load_nightly_config(clean, environ), 8080, None)["AIRFLOW_CONN_AWS_DEFAULT"])
+    assert (aws["login"], aws["password"]) == ("id-from-env", "secret-from-env")
+    assert aws["extra"]["endpoint_url"] == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize(
+    ("validated", "full_retrain", "expected"),
+    [
+        ({"failed": ["p2"], "valid": ["p1"], "partitions": ["p1"]}, False, (False, "failed validation")),
+        ({"failed": [], "valid": [], "partitions": []}, True, (False, "no partition")),
+        ({"failed": [], "valid": [], "partitions": ["p1"]}, False, (False, "no new partitions")),
+        ({"failed": [], "valid": [], "partitions": ["p1"]}, True, (True, "full retrain")),
+        ({"failed": [], "valid": ["p2"], "partitions": ["p1", "p2"]}, False, (True, "p2")),
+    ],
+)
+def test_training_decision(validated: dict, full_retrain: bool, expected: tuple[bool, str]) -> None:
+    go, why = ingest.training_decision(validated, full_retrain=full_retrain)
+    assert (go, expected[1] in why) == (expected[0], True)
+
+
+def _manifest(folder: Path, rows: list[tuple[str, str, str]]) -> Path:
+    folder.mkdir(parents=True)
+    frame = pd.DataFrame(rows, columns=["sample_id", "label", "split"]).assign(uri=lambda f: f["sample_id"] + ".png")
+    frame.to_parquet(folder / "manifest.parquet")
+    return folder / "manifest.parquet"
+
+
+def test_accumulated_manifest_unions_partitions_and_keeps_the_evaluation_set_out_of_training(tmp_path: Path) -> None:
+    first = _manifest(tmp_path / "p1", [("a", "car", "train"), ("b", "boat", "val"), ("e", "car", "train")])
+    second = _manifest(tmp_path / "p2", [("a", "car", "train"), ("c", "bird", "train"), ("x", "car", "test")])
+    evaluation = _manifest(tmp_path / "eval", [("e", "car", "test"), ("f", "bird", "test")])
+    frame = dataset.accumulated_manifest([first, second], evaluation).set_index("sample_id")
+    assert frame["split"].to_dict() == {"a": "train", "b": "val", "c": "train", "e": "test", "f": "test"}
+    assert frame.loc["c", "uri"] == str(tmp_path / "p2" / "c.png")
+    dataset.check_trainable(frame.reset_index())
+    no_bird = dataset.accumulated_manifest([first], evaluation)
+    with pytest.raises(UserError, match="no image of class\\(es\\) bird, which the evaluation set has"):
+        dataset.check_trainable(no_bird)
+
+
+def _config(settings: S3Settings, workspace: Path) -> NightlyConfig:
+    return NightlyConfig(model_name="m", s3=settings, workspace=workspace)
+
+
+def test_sense_and_validate_quarantine_a_bad_partition_and_pass_a_good_one(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001 - boto3 client
+) -> None:
+    seed_partition(s3_client, s3_settings.model_copy(update={"incoming_prefix": "evaluation/"}), "v1",
+                   ["car", "boat", "bird"])
+    seed_partition(s3_client, s3_settings, "good", ["car", "boat", "bird", "car"])
+    seed_partition(s3_client, s3_settings, "bad", ["car", "zebra"])
+    cfg = _config(s3_settings, tmp_path)
+    sensed = ingest.sense(cfg, NIGHT)
+    assert sensed["new"] == ["bad", "good"] and sensed["night"] == "20250301T000000"
+    validated = ingest.pull_and_validate(cfg, sensed)
+    assert (validated["valid"], validated["failed"], validated["classes"]) == (["good"], ["bad"], ["bird", "boat", "car"])
+    record, _ = get_json(s3_client, s3_settings, "quarantine/bad/validation.json")
+    assert "labels_known_classes" in record["failed"]
+    assert ingest.sense(cfg, NIGHT)["new"] == ["good"]  # quarantined partitions are not sensed again
+    assert ingest.sense(cfg, NIGHT, force_partition="bad")["new"] == ["bad", "good"]
+    with pytest.raises(UserError, match="no manifest"):
+        ingest.sense(cfg, NIGHT, force_partition="nowhere")
+
+
+def test_two_racing_promotions_exactly_one_wins(s3_client, s3_settings: S3Settings, tmp_path: Path) -> None:  # noqa: ANN001
+    registry = ModelRegistry(s3_client, s3_settings, "m")
+    for version in ("night-a", "night-b"):
+        write_local_partition(tmp_path / version, ["car"])
+        registry.publish_version(tmp_path / version, version)
+    cfg = _config(s3_settings, tmp_path)
+    evaluated = {"production_etag": None, "production_version": None}  # both evaluated against "no production"
+    results: list[dict] = []
+    barrier = threading.Barrier(2)
+
+    def promote(version: str) -> None:
+        barrier.wait()
+        results.append(release.promote(cfg, {"version": version, "uri": registry.version_uri(version)}, evaluated))
+
+    threads = [threading.Thread(target=promote, args=(v,)) for v in ("night-a", "night-b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [r["version"] for r in results if r["promoted"]]
+    assert len(winners) == 1
+    assert [r.version for r in registry.history()] == winners
+    (loser,) = [r for r in results if not r["promoted"]]
+    assert "concurrent" in loser["reason"]
+
+
+def _judge_night(cfg: NightlyConfig, when: datetime) -> dict:
+    """sense -> pull + validate -> discover (manifest tags, offline judge) -> prepare_dataset, as the DAG runs them."""
+    validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, when))
+    discover.discover(cfg, validated, None)
+    return {"validated": validated, "dataset": dataset.prepare_dataset(cfg, validated)}
+
+
+@pytest.mark.slow
+def test_the_report_lists_the_relevance_decisions_changed_since_the_previous_night(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    labels, tags = ["car"] * 3, [["wheel", "road"], ["road", "sky"], ["wheel"]]  # one class: the judge costs most
+    seed_partition(s3_client, s3_settings.model_copy(update={"incoming_prefix": "evaluation/"}), "v1", labels,
+                   tags=tags)
+    seed_partition(s3_client, s3_settings, "p1", labels, tags=tags)
+    cfg = NightlyConfig(model_name="m", s3=s3_settings, workspace=tmp_path / "ws", discovery={"num_shards": 1})
+    first = _judge_night(cfg, datetime(2025, 3, 1))
+    changes = json.loads(Path(first["dataset"]["relevance_changes"]).read_text())
+    assert (changes["previous_night"], changes["classes"]) == (None, {})
+
+    # The reviewer flips one of last night's decisions; a new partition brings a tag never seen before.
+    decided = load_relevance(changes["relevance"]).set_index(["class", "tag"])["relevant"]
+    flipped = bool(decided["car", "road"])
+    review = tmp_path / "review.yaml"
+    review.write_text(yaml.safe_dump({"version": 1, "decisions": {
+        "car": {"irrelevant" if flipped else "relevant": ["road"]}}}))
+    seed_partition(s3_client, s3_settings, "p2", ["car", "car"], tags=[["road", "traffic light"], ["wheel"]])
+    second_cfg = cfg.model_copy(update={"discovery": cfg.discovery.model_copy(update={"review": review})})
+    second = _judge_night(second_cfg, datetime(2025, 3, 2))
+    path = Path(second["dataset"]["relevance_changes"])
+    recorded = json.loads(path.read_text())
+    assert recorded["previous_night"] == "20250301T000000" and list(recorded["classes"]) == ["car"]
+    car = recorded["classes"]["car"]
+    assert car["became_irrelevant" if flipped else "became_relevant"] == ["road"]
+    assert car["new_relevant"] + car["new_irrelevant"] == ["traffic light"]
+    trained_on = load_relevance(Path(second["dataset"]["dir"]) / "dataset" / "relevance.parquet")
+    assert trained_on.set_index("tag").loc["road", ["relevant", "source"]].tolist() == [not flipped, "review"]
+    assert dataset.prepare_dataset(second_cfg, second["validated"])["relevance_changes"] == str(path)
+    assert json.loads(path.read_text()) == recorded  # a rerun of the night records the same changes
+
+    sensed = ingest.night_info(datetime(2025, 3, 2))
+    result = report.report(second_cfg, {"sensed": sensed, **second}, trained=False, decision="report only")
+    html = Path(result["html"]).read_text()
+    section = html[html.index("Relevance decisions changed"):html.index("Main-model logits")]
+    assert "road" in section and "traffic light" in section and f"edit {review}" in section

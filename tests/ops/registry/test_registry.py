@@ -1,0 +1,157 @@
+"""Model registry against a real moto_server: immutability, promotion races, history, rollback, faults, CLI."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from typer.testing import CliRunner
+
+from mavias.cli.registry import app
+from mavias.ops.registry import ModelRegistry, RegistryError, VersionExists, VersionNotFound
+from mavias.storage.s3 import make_s3_client
+from tests.support.s3server import (  # noqa: F401 - fixtures
+    faulty_proxy,
+    moto_endpoint,
+    s3_client,
+    s3_settings,
+)
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "model.onnx").write_bytes(b"onnx bytes")
+    (tmp_path / "export" / "classes.json").write_text('["cat", "dog"]')
+    return tmp_path / "export"
+
+
+@pytest.fixture
+def registry(s3_client, s3_settings):
+    return ModelRegistry(s3_client, s3_settings, "resnet")
+
+
+def _publish(registry: ModelRegistry, model_dir, *versions: str) -> None:
+    for version in versions:
+        registry.publish_version(model_dir, version)
+
+
+def _promote(registry: ModelRegistry, version: str) -> bool:
+    current = registry.production()
+    return registry.promote(version, current.etag if current else None)
+
+
+def test_versions_are_immutable(registry, model_dir, s3_client, s3_settings):
+    uri = registry.publish_version(model_dir, "v1")
+    assert uri == f"s3://{s3_settings.bucket}/models/resnet/v1/"
+    key = "models/resnet/v1/model.onnx"
+    etag = s3_client.head_object(Bucket=s3_settings.bucket, Key=key)["ETag"]
+    (model_dir / "model.onnx").write_bytes(b"other bytes")
+
+    with pytest.raises(VersionExists):
+        registry.publish_version(model_dir, "v1")
+    with pytest.raises(RegistryError, match="invalid version"):
+        registry.publish_version(model_dir, "../v2")
+    with pytest.raises(VersionNotFound):
+        registry.promote("v9", None)
+    assert s3_client.head_object(Bucket=s3_settings.bucket, Key=key)["ETag"] == etag
+    assert registry.versions() == ["v1"]
+
+
+def test_promotion_history_and_rollback(registry, model_dir):
+    _publish(registry, model_dir, "v1", "v2", "v3", "v4")
+    assert registry.production() is None
+    assert _promote(registry, "v1")
+    assert not registry.promote("v2", None)  # stale: the caller did not see v1's promotion
+    for version in ("v2", "v3"):
+        assert _promote(registry, version)
+
+    assert registry.rollback().version == "v2"
+    assert registry.rollback().version == "v1"
+    with pytest.raises(RegistryError, match="no earlier production version"):
+        registry.rollback()
+    assert _promote(registry, "v4")
+    assert registry.rollback().version == "v1"
+
+    history = registry.history()
+    assert [(r.action, r.version) for r in history] == [
+        ("promote", "v1"),
+        ("promote", "v2"),
+        ("promote", "v3"),
+        ("rollback", "v2"),
+        ("rollback", "v1"),
+        ("promote", "v4"),
+        ("rollback", "v1"),
+    ]
+    assert [r.seq for r in history] == list(range(1, 8))
+    assert registry.production().version == "v1"
+
+
+@pytest.mark.parametrize("contenders", [2, 8])
+def test_concurrent_promotions_exactly_one_wins(s3_settings, model_dir, contenders):
+    """Each round every contender reads the same pointer, then all write at once: one wins, the others change
+    nothing. Round 0 races to create the pointer (If-None-Match), later rounds to replace it (If-Match)."""
+    rounds = 3
+    registries = [ModelRegistry(make_s3_client(s3_settings), s3_settings, "resnet") for _ in range(contenders)]
+    _publish(registries[0], model_dir, *(f"r{r}c{i}" for r in range(rounds) for i in range(contenders)))
+    for round_ in range(rounds):
+        before = registries[0].history()
+        seen = [r.production() for r in registries]
+        start = threading.Barrier(contenders)
+
+        def contend(i: int) -> bool:
+            start.wait(timeout=30)
+            return registries[i].promote(f"r{round_}c{i}", seen[i].etag if seen[i] else None)
+
+        with ThreadPoolExecutor(contenders) as pool:
+            won = list(pool.map(contend, range(contenders)))
+
+        assert sum(won) == 1, f"round {round_}: {won}"
+        history = registries[0].history()
+        assert history[:-1] == before
+        assert history[-1].version == registries[0].production().version == f"r{round_}c{won.index(True)}"
+
+
+def test_promotion_survives_transient_errors_and_lost_replies(s3_settings, model_dir, faulty_proxy):
+    proxied = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url})
+    registry = ModelRegistry(make_s3_client(proxied), proxied, "resnet")
+    _publish(registry, model_dir, "v1", "v2")
+
+    faulty_proxy.fail_next(2)
+    assert _promote(registry, "v1")
+    current = registry.production()
+    # The PUT is applied but its reply is lost; botocore's retry is then refused by If-Match.
+    faulty_proxy.fail_next(1, method="PUT", after_forwarding=True)
+    assert registry.promote("v2", current.etag)
+
+    assert [r.version for r in registry.history()] == ["v1", "v2"]
+    assert faulty_proxy.failures_served == 3
+
+
+def test_cli(s3_settings, registry, model_dir, monkeypatch):
+    _publish(registry, model_dir, "v1", "v2")
+    env = {
+        "MAVIAS_S3_BUCKET": s3_settings.bucket,
+        "MAVIAS_S3_ENDPOINT_URL": s3_settings.endpoint_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "MAVIAS_MODEL_NAME": "resnet",
+    }
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(app, list(args), env=env)
+
+    assert invoke("promote", "v1").exit_code == 0
+    assert invoke("promote", "v2").exit_code == 0
+    listed = invoke("list")
+    assert listed.exit_code == 0 and listed.output.split("\n")[:2] == ["  v1", "* v2"]
+    rolled = invoke("rollback")
+    assert rolled.exit_code == 0 and "production: v1" in rolled.output
+    shown = invoke("show")
+    assert "production: v1" in shown.output and "rollback" in shown.output
+    assert [r["version"] for r in json.loads(invoke("show", "--json").output)] == ["v1", "v2", "v1"]
+    failed = invoke("promote", "v7")
+    assert failed.exit_code == 1 and "not a published version" in failed.output

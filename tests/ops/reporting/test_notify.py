@@ -1,0 +1,137 @@
+"""Report email through a real SMTP server (aiosmtpd on 127.0.0.1): structure, retries, credentials."""
+
+from __future__ import annotations
+
+import logging
+import smtplib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from email import message_from_bytes, policy
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+
+from mavias.ops.reporting.mail import SmtpSettings, build_message, email_message, send_message
+from mavias.ops.reporting.render import EmailContent, render_email
+from mavias.utils.servers import free_port
+from tests.ops.reporting.test_report import fake_context
+
+RECIPIENTS = ["ml-team@example.org", "oncall@example.org"]
+PASSWORD = "s3cret-Pa55word"
+
+
+class Inbox:
+    """aiosmtpd handler: answers DATA with the queued replies first, then accepts and stores the messages."""
+
+    def __init__(self, *replies: str):
+        self.replies = list(replies)
+        self.envelopes = []
+        self.calls = 0
+
+    async def handle_DATA(self, server, session, envelope):
+        self.calls += 1
+        if self.replies:
+            return self.replies.pop(0)
+        self.envelopes.append(envelope)
+        return "250 Message accepted for delivery"
+
+
+@contextmanager
+def smtp_server(handler: Inbox, port: int | None = None, **smtp_options) -> Iterator[Controller]:
+    controller = Controller(handler, hostname="127.0.0.1", port=port or free_port(), **smtp_options)
+    controller.start()
+    try:
+        yield controller
+    finally:
+        controller.stop()
+
+
+def settings(port: int, **changes) -> SmtpSettings:
+    base = {"host": "127.0.0.1", "port": port, "security": "none", "from_addr": "MAVias nightly <mavias@example.org>",
+            "timeout": 5, "retry_wait_s": 0.05}
+    return SmtpSettings(**base | changes)
+
+
+def send(email: EmailContent, smtp: SmtpSettings) -> None:
+    """What the outbox does for each queued email: the message built, then sent with retries."""
+    send_message(email_message(email, RECIPIENTS, smtp.from_addr), RECIPIENTS, smtp)
+
+
+@pytest.fixture(scope="module")
+def email() -> EmailContent:
+    return render_email(fake_context())
+
+
+def test_report_email_arrives_with_inline_images(email):
+    inbox = Inbox()
+    with smtp_server(inbox) as server:
+        send(email, settings(server.port))
+    (envelope,) = inbox.envelopes
+    assert envelope.rcpt_tos == RECIPIENTS and envelope.mail_from == "mavias@example.org"
+    message = message_from_bytes(envelope.content, policy=policy.default)
+    assert message["Subject"] == email.subject and message["To"] == ", ".join(RECIPIENTS)
+    assert message.get_content_type() == "multipart/alternative"
+    assert "Quality gates" not in message.get_body(("plain",)).get_content()  # the text summary, not the HTML
+    html_part = message.get_body(("html",))
+    assert html_part.get_content().replace("\r\n", "\n").rstrip() == email.html.rstrip()
+    images = {
+        part["Content-ID"].strip("<>"): part.get_content()
+        for part in message.walk() if part.get_content_type() == "image/png"
+    }
+    assert images == email.images and len(images) == 2
+    assert all(f"cid:{cid}" in email.html for cid in images)
+    assert all(part.get_content_disposition() == "inline" for part in message.walk() if part["Content-ID"])
+
+
+def test_a_451_reply_is_retried(email):
+    inbox = Inbox("451 4.3.0 Try again later")
+    with smtp_server(inbox) as server:
+        send(email, settings(server.port))
+    assert inbox.calls == 2 and len(inbox.envelopes) == 1
+
+
+def test_a_server_that_comes_up_late_still_gets_the_email(email):
+    inbox, port = Inbox(), free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    timer = threading.Timer(0.3, controller.start)  # the first attempts get "connection refused"
+    timer.start()
+    try:
+        send(email, settings(port, max_attempts=8, retry_wait_s=0.1))
+    finally:
+        timer.join()
+        controller.stop()
+    assert len(inbox.envelopes) == 1
+
+
+def test_a_permanent_failure_is_not_retried(email):
+    inbox = Inbox("554 5.6.0 Message rejected")
+    with smtp_server(inbox) as server, pytest.raises(smtplib.SMTPDataError):
+        send(email, settings(server.port))
+    assert inbox.calls == 1
+
+
+def _authenticator(server, session, envelope, mechanism, auth_data: LoginPassword) -> AuthResult:
+    return AuthResult(success=auth_data == LoginPassword(b"mavias", PASSWORD.encode()), handled=False)
+
+
+def test_login_works_and_the_password_is_never_logged(email, caplog):
+    caplog.set_level(logging.DEBUG)
+    inbox = Inbox()
+    with smtp_server(inbox, authenticator=_authenticator, auth_require_tls=False) as server:
+        good = settings(server.port, user="mavias", password=PASSWORD)
+        send(email, good)
+        with pytest.raises(smtplib.SMTPAuthenticationError) as error:
+            send(email, settings(server.port, user="mavias", password="wrong-" + PASSWORD))
+    assert len(inbox.envelopes) == 1
+    assert PASSWORD not in caplog.text and PASSWORD not in repr(good) and PASSWORD not in str(error.value)
+
+
+def test_unattached_images_and_empty_recipient_lists_are_refused():
+    with pytest.raises(ValueError, match="not attached"):
+        build_message('<img src="cid:plot@x">', {}, "s", RECIPIENTS, "a@example.org", "text")
+    with pytest.raises(ValueError, match="no recipients"):
+        build_message("<p>hi</p>", {}, "s", [], "a@example.org", "text")
+    with pytest.raises(ValueError, match="user and password"):
+        settings(25, user="mavias")

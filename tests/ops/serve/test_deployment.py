@@ -1,0 +1,127 @@
+"""Images and manifests: no container engine or cluster runs here, so the Dockerfiles are linted (hadolint) and the
+manifests validated against the Kubernetes schemas (kubernetes-validate, strict)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from mavias.ops.registry.kubernetes import GROUP, PLURAL, RBAC_VERBS, with_storage_uri
+
+ROOT = Path(__file__).resolve().parents[3]
+ISVC = ROOT / "infra" / "kserve" / "inferenceservice.yaml"
+PREDICTOR_FIELDS = {"minReplicas", "maxReplicas", "scaleTarget", "scaleMetric", "containerConcurrency", "timeout",
+                    "canaryTrafficPercent", "logger", "batcher"}  # KServe's own fields beside the pod spec
+
+
+def validate(document: dict) -> None:
+    kubernetes_validate.validate(document, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_dockerfiles_pass_hadolint():
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    dockerfiles = [ROOT / "docker" / "Dockerfile", ROOT / "docker" / "Dockerfile.serve"]
+    result = subprocess.run([hadolint, "--config", str(ROOT / "docker" / "hadolint.yaml"), *map(str, dockerfiles)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_inference_service_predictor_is_a_valid_pod_spec():
+    service = yaml.safe_load(ISVC.read_text())
+    assert (service["apiVersion"], service["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
+    predictor = dict(service["spec"]["predictor"])
+    args = predictor["containers"][0]["args"]
+    assert args[args.index("--host") + 1] == "0.0.0.0"  # the server listens on 127.0.0.1 unless told otherwise
+    assert '"--host", "0.0.0.0"]' in (ROOT / "docker" / "Dockerfile.serve").read_text()
+    pod_spec = {k: v for k, v in predictor.items() if k not in PREDICTOR_FIELDS}
+    validate({"apiVersion": "v1", "kind": "Pod", "metadata": service["metadata"], "spec": pod_spec})
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
+        validate({"apiVersion": "v1", "kind": "Pod", "metadata": service["metadata"],
+                  "spec": pod_spec | {"serviceAcountName": "x"}})
+
+
+def test_helm_values_pod_template_and_pool_job_validate():
+    values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
+    validate(yaml.safe_load(values["podTemplate"]))
+    assert {s["envName"] for s in values["secret"]} == {"AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_CONN_SMTP_DEFAULT"}
+    validate(yaml.safe_load((ROOT / "infra" / "helm" / "gpu-pool-job.yaml").read_text()))
+
+
+def test_promotion_points_the_inference_service_at_a_version():
+    service = yaml.safe_load(ISVC.read_text())
+    updated = with_storage_uri(service, "s3://mavias/models/mavias-scenes/2025-01-03-deadbeef/")
+    (container,) = updated["spec"]["predictor"]["containers"]
+    assert [e for e in container["env"] if e["name"] == "STORAGE_URI"] == [
+        {"name": "STORAGE_URI", "value": "s3://mavias/models/mavias-scenes/2025-01-03-deadbeef/"}]
+    assert container["image"] == service["spec"]["predictor"]["containers"][0]["image"]
+    assert service["spec"]["predictor"]["containers"][0]["env"][0]["value"].endswith("0123abcd/")  # not mutated
+    with pytest.raises(ValueError, match="version folder"):
+        with_storage_uri(service, "s3://mavias/models/mavias-scenes/model.onnx")
+
+
+def test_rbac_lets_the_task_pods_point_the_inference_service():
+    role, binding = yaml.safe_load_all((ROOT / "infra" / "kserve" / "rbac.yaml").read_text())
+    for document in (role, binding):
+        validate(document)
+    service = yaml.safe_load(ISVC.read_text())
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == service["metadata"]["namespace"]
+    (rule,) = role["rules"]
+    assert (rule["apiGroups"], rule["resources"], sorted(rule["verbs"])) == (
+        [GROUP], [PLURAL], sorted(RBAC_VERBS.split(", ")))  # exactly what the pointing uses, and what its error says
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
+    account = values["workers"]["serviceAccount"]["name"]
+    assert yaml.safe_load(values["podTemplate"])["spec"]["serviceAccountName"] == account
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                    "namespace": service["metadata"]["namespace"]}]
+
+
+def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_variant():
+    helm = ROOT / "infra" / "helm"
+    kubernetes, celery = (yaml.safe_load((helm / name).read_text())
+                          for name in ("airflow-values.yaml", "airflow-values-celery.yaml"))
+    assert (kubernetes["executor"], celery["executor"]) == ("KubernetesExecutor", "CeleryExecutor")
+    for key in ("images", "secret", "env"):
+        assert celery[key] == kubernetes[key], key
+    assert celery["workers"]["serviceAccount"] == kubernetes["workers"]["serviceAccount"]
+    assert "--queues default" in celery["workers"]["args"][-1]
+    worker = yaml.safe_load((helm / "celery-gpu-worker.yaml").read_text())
+    validate(worker)
+    pod = worker["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][container["args"].index("--queues") + 1] == "gpu"
+    assert container["image"] == f"{celery['images']['airflow']['repository']}:{celery['images']['airflow']['tag']}"
+    assert pod["serviceAccountName"] == celery["workers"]["serviceAccount"]["name"]
+    secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"] if "valueFrom" in e}
+    data = celery["data"]
+    assert {data[k] for k in ("metadataSecretName", "resultBackendSecretName", "brokerUrlSecretName")} <= secrets
+    assert {s["secretName"] for s in celery["secret"]} <= secrets
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
+        validate(worker | {"spec": worker["spec"] | {"replica": 2}})
+
+
+@pytest.mark.parametrize("gpus", [1, 4])
+def test_the_gpu_pod_override_asks_for_n_gpus_and_is_a_valid_pod(gpus):
+    from kubernetes.client import ApiClient
+
+    spec = importlib.util.spec_from_file_location("gpu_resources", ROOT / "plugins" / "mavias_airflow" / "resources.py")
+    resources = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(resources)
+    pod = ApiClient().sanitize_for_serialization(resources.gpu_executor_config(gpus)["pod_override"])
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["limits"] == container["resources"]["requests"] == {"nvidia.com/gpu": str(gpus)}
+    assert ("volumeMounts" in container) == (gpus > 1)  # NCCL's shared memory between the training's processes
+    values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
+    template = yaml.safe_load(values["podTemplate"])
+    assert template["spec"]["nodeSelector"].keys() == pod["spec"]["nodeSelector"].keys()  # replaces the CPU pool's
+    validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "task"},
+              "spec": pod["spec"] | {"containers": [container | {"image": "mavias-airflow"}]}})

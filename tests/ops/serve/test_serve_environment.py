@@ -1,0 +1,52 @@
+"""Where `mavias serve` finds its environment: MAVIAS_SERVE_PYTHON, else this interpreter with kserve, else the
+virtualenv SERVE_VENV names (the Makefile's variable), else the repository's .venv-serve."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from mavias.errors import UserError
+from mavias.ops.serve import launch
+
+
+@pytest.fixture
+def no_kserve_here(monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None if name == "kserve" else find_spec(name))
+    monkeypatch.delenv(launch.SERVE_PYTHON_ENV, raising=False)
+
+
+def _venv(folder: Path) -> Path:
+    python = folder / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    return python
+
+
+def test_serve_venv_names_the_virtualenv(no_kserve_here, monkeypatch, tmp_path):
+    python = _venv(tmp_path / "serving")
+    monkeypatch.setenv(launch.SERVE_VENV_ENV, str(tmp_path / "serving"))
+    assert launch.serve_python() == python
+    monkeypatch.setenv(launch.SERVE_VENV_ENV, str(tmp_path / "elsewhere"))
+    assert launch.serve_python() is None
+    with pytest.raises(UserError, match=f"no serving environment at {tmp_path / 'elsewhere'}.*SERVE_VENV"):
+        launch.require_serve_python()
+
+
+def test_a_relative_serve_venv_is_taken_from_the_repository(no_kserve_here, monkeypatch):
+    monkeypatch.setenv(launch.SERVE_VENV_ENV, "some-venv")
+    assert launch.serve_venv() == launch.REPO_ROOT / "some-venv"
+
+
+def test_mavias_serve_python_wins(no_kserve_here, monkeypatch, tmp_path):
+    python = _venv(tmp_path / "explicit")
+    monkeypatch.setenv(launch.SERVE_PYTHON_ENV, str(python))
+    monkeypatch.setenv(launch.SERVE_VENV_ENV, str(tmp_path / "other"))
+    assert launch.serve_python() == python
+    monkeypatch.setenv(launch.SERVE_PYTHON_ENV, str(tmp_path / "missing" / "python"))
+    with pytest.raises(UserError, match="MAVIAS_SERVE_PYTHON=.* is not a file"):
+        launch.serve_python()

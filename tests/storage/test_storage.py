@@ -1,0 +1,120 @@
+"""Storage against a real moto_server: partitions, pulls, the processed ledger, retries, credential hygiene."""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+import pytest
+from botocore.exceptions import ClientError
+from pydantic import SecretStr, ValidationError
+
+from mavias.core.manifest import ManifestError
+from mavias.ops.nightly.incoming import ProcessedLedger, list_partitions, pull_partition
+from mavias.storage.s3 import S3Settings, load_settings, make_s3_client
+from tests.support.s3server import (  # noqa: F401 - fixtures
+    faulty_proxy,
+    moto_endpoint,
+    s3_client,
+    s3_settings,
+    seed_partition,
+)
+
+
+def test_settings_from_yaml_overridden_by_env(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("s3:\n  bucket: from-yaml\n  region: eu-west-1\n  incoming_prefix: /landing\n")
+    settings = load_settings(config, {"MAVIAS_S3_BUCKET": "from-env", "MAVIAS_S3_MAX_ATTEMPTS": "7"})
+    assert (settings.bucket, settings.region, settings.max_attempts) == ("from-env", "eu-west-1", 7)
+    assert settings.incoming_prefix == "landing/"
+
+
+def test_lists_only_partitions_with_a_manifest(s3_client, s3_settings):
+    seed_partition(s3_client, s3_settings, "2024-05-02", ["cat"], manifest_format="csv")
+    seed_partition(s3_client, s3_settings, "2024-05-01", ["cat", "dog"])
+    s3_client.put_object(Bucket=s3_settings.bucket, Key="incoming/2024-05-03/images/0000.png", Body=b"uploading")
+    assert list_partitions(s3_client, s3_settings) == ["2024-05-01", "2024-05-02"]
+
+
+def test_pull_is_idempotent_and_repairs_changed_files(s3_client, s3_settings, tmp_path):
+    manifest = seed_partition(s3_client, s3_settings, "p1", ["cat", "dog", "cat"], manifest_format="csv")
+    manifest_path = pull_partition(s3_client, s3_settings, "p1", tmp_path)
+    assert manifest_path == tmp_path / "manifest.csv"
+    images = [tmp_path / uri for uri in manifest["uri"]]
+    assert all(p.is_file() for p in images)
+    stamps = {p: p.stat().st_mtime_ns for p in images}
+    images[1].write_bytes(b"damaged")
+
+    pull_partition(s3_client, s3_settings, "p1", tmp_path)
+
+    assert images[1].read_bytes() != b"damaged"
+    assert all(p.stat().st_mtime_ns == stamps[p] for p in (images[0], images[2]))
+
+
+def test_pull_refuses_uris_outside_the_partition(s3_client, s3_settings, tmp_path):
+    rows = {"sample_id": ["a"], "uri": ["../other/secret.png"], "label": ["cat"], "split": ["train"]}
+    key = "incoming/p1/manifest.parquet"
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=key, Body=pd.DataFrame(rows).to_parquet(index=False))
+    with pytest.raises(ManifestError, match="relative to the partition"):
+        pull_partition(s3_client, s3_settings, "p1", tmp_path)
+
+
+def test_rerun_skips_processed_and_quarantined_partitions(s3_client, s3_settings):
+    for partition in ("p1", "p2", "p3"):
+        seed_partition(s3_client, s3_settings, partition, ["cat"])
+    ledger = ProcessedLedger(s3_client, s3_settings)
+    assert ledger.new_partitions() == ["p1", "p2", "p3"]
+
+    assert ledger.mark_processed("p1", {"run_id": "night-1"})
+    assert not ledger.mark_processed("p1", {"run_id": "night-2"})
+    ledger.mark_quarantined("p2", {"success": False})
+
+    rerun = ProcessedLedger(make_s3_client(s3_settings), s3_settings)
+    assert rerun.new_partitions() == ["p3"]
+    assert rerun.processed() == {"p1"} and rerun.quarantined() == {"p2"}
+
+
+def test_transient_errors_are_retried(s3_client, s3_settings, faulty_proxy, tmp_path):
+    seed_partition(s3_client, s3_settings, "p1", ["cat", "dog"])
+    proxied = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url})
+    client = make_s3_client(proxied)
+
+    faulty_proxy.fail_next(2)
+    assert list_partitions(client, proxied) == ["p1"]
+    faulty_proxy.fail_next(2, status=500)
+    pull_partition(client, proxied, "p1", tmp_path)
+
+    assert faulty_proxy.failures_served == 4
+    assert len(list(tmp_path.rglob("*.png"))) == 2
+
+
+def test_retries_are_bounded(s3_settings, faulty_proxy):
+    proxied = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url, "max_attempts": 2})
+    faulty_proxy.fail_next(5)
+    with pytest.raises(ClientError, match="SlowDown"):
+        list_partitions(make_s3_client(proxied), proxied)
+    assert faulty_proxy.failures_served == 2
+
+
+def test_credentials_never_logged_or_shown(moto_endpoint, caplog):
+    access_key, secret = "AKIAMAVIASTESTKEY01", "mavias-secret-do-not-log"
+    settings = S3Settings(
+        bucket="creds-check",
+        endpoint_url=moto_endpoint,
+        access_key_id=SecretStr(access_key),
+        secret_access_key=SecretStr(secret),
+    )
+    caplog.set_level(logging.DEBUG)
+    client = make_s3_client(settings)
+    client.create_bucket(Bucket=settings.bucket)
+    ledger = ProcessedLedger(client, settings)
+    ledger.mark_processed("p1")
+    ledger.new_partitions()
+
+    with pytest.raises(ValidationError) as misspelt:
+        S3Settings(bucket="b", secret_key=secret)
+
+    shown = [repr(settings), str(settings), settings.model_dump_json(), str(misspelt.value)]
+    assert not any(secret in text or access_key in text for text in shown)
+    assert secret not in caplog.text  # botocore's own DEBUG logs included
+    assert not any(access_key in r.getMessage() for r in caplog.records if r.name.startswith("mavias"))

@@ -1,0 +1,64 @@
+"""`mavias bench core` bookkeeping on hand-made outcomes: the summary over seeds and the floors' arithmetic."""
+
+import pytest
+
+from mavias.tools.bench.core import DEFAULTS, ORACLE, benchmark_floors, choose_methods, peer_floor, summarise
+from mavias.errors import UserError
+
+
+def _outcome(method: str, seed: int, wg: float, avg: float, criterion: str = "val_robust") -> dict:
+    return {"benchmark": "b", "method": method, "seed": seed, "criterion": criterion, "epoch": 1,
+            "metrics": {"wg_acc": wg, "avg_acc": avg}}
+
+
+def _outcomes(mavias_wg: float, lff_wg: float = 0.41) -> list[dict]:
+    rows = [_outcome(DEFAULTS, s, 0.20, 0.70, "val_acc") for s in (0, 1)]
+    for method, wg in (("ERM", 0.30), ("JTT", 0.35), ("LfF", lff_wg), ("SD", 0.20), ("FLAC-B", 0.25),
+                       ("DebiAN", 0.33), (ORACLE, 0.50), ("MAVias", mavias_wg)):
+        rows += [_outcome(method, s, wg + 0.02 * (2 * s - 1), 0.80) for s in (0, 1)]  # seeds spread +-2 points
+    return rows
+
+
+def test_the_summary_is_the_mean_and_sd_over_seeds():
+    summary = summarise(_outcomes(0.42))
+    mavias = next(r for r in summary if r["method"] == "MAVias")
+    assert mavias["seeds"] == 2 and mavias["wg_acc"] == pytest.approx({"mean": 0.42, "std": 0.02})
+
+
+def test_floors_of_a_benchmark():
+    floors = benchmark_floors(summarise(_outcomes(0.42)), n_classes=3)
+    assert floors["mavias_minus_defaults_wg"] == pytest.approx(0.22)
+    assert floors["mavias_minus_peer_wg"]["LfF"] == pytest.approx(0.01)
+    assert floors["met"] == {"ERM (CLI defaults) balanced acc >= 2 x chance": True,
+                             "tuned MAVias WG >= ERM (CLI defaults) WG + 10": True,
+                             "every method above chance": True}
+    assert not benchmark_floors(summarise(_outcomes(0.29)), n_classes=3)["met"][
+        "tuned MAVias WG >= ERM (CLI defaults) WG + 10"]
+    assert not benchmark_floors(summarise(_outcomes(0.42)), n_classes=1)["met"]["every method above chance"]
+
+
+def test_mavias_must_lead_on_two_thirds_of_the_benchmarks_and_stay_within_3_points_elsewhere():
+    def benchmarks(*mavias_wgs: float) -> dict:
+        return {f"b{i}": {"floors": benchmark_floors(summarise(_outcomes(wg)), n_classes=3)}
+                for i, wg in enumerate(mavias_wgs)}
+
+    assert peer_floor(benchmarks(0.45, 0.42, 0.39))["met"]  # 2 of 3 ahead, the third 2 points behind LfF
+    assert not peer_floor(benchmarks(0.45, 0.42, 0.37))["met"]  # 4 points behind LfF
+    assert not peer_floor(benchmarks(0.45, 0.40, 0.40))["met"]  # ahead on 1 of 3 only
+
+
+def test_a_run_of_some_methods_judges_only_what_ran():
+    only_mavias = [o for o in _outcomes(0.42) if o["method"] in (DEFAULTS, "MAVias", "JTT")]
+    floors = benchmark_floors(summarise(only_mavias), n_classes=3)
+    assert floors["mavias_minus_peer_wg"] == {"JTT": pytest.approx(0.07)}
+    assert floors["met"]["tuned MAVias WG >= ERM (CLI defaults) WG + 10"]
+    without_mavias = benchmark_floors(summarise([o for o in only_mavias if o["method"] != "MAVias"]), n_classes=3)
+    assert "mavias_minus_peer_wg" not in without_mavias
+    assert not peer_floor({"b": {"floors": without_mavias}})["met"]  # nothing compared is not a met floor
+
+
+def test_methods_are_chosen_by_name_or_code_in_the_bench_order():
+    assert choose_methods(["mavias", "JTT", "flac"]) == ["JTT", "FLAC-B", "MAVias"]
+    assert choose_methods(None)[0] == "ERM"
+    with pytest.raises(UserError, match="unknown method 'MAVia'; use --method ERM or"):
+        choose_methods(["MAVia"])
