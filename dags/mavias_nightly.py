@@ -37,13 +37,13 @@ from datetime import UTC, datetime, time, timedelta
 
 from airflow.sdk import Asset, AssetAlias, Context, Param, TriggerRule, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
+
+from mavias.ops.nightly.config import NightlyConfig, load_nightly_config
 from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
 from mavias_airflow.operators import QualityGateOperator
 from mavias_airflow.preflight import preflight_problems
 from mavias_airflow.resources import gpu_task_kwargs
 from mavias_airflow.stages import night_of, run_stage
-
-from mavias.ops.nightly.config import NightlyConfig, load_nightly_config
 
 log = logging.getLogger(__name__)
 CONFIG = load_nightly_config()  # YAML + environment only: connections are resolved inside the tasks

@@ -10,6 +10,7 @@ decide how to show them.
 from __future__ import annotations
 
 import difflib
+
 import yaml
 from pydantic import BaseModel, ValidationError
 

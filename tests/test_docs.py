@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import mavias
-from mavias.ops.nightly.config import NightlyConfig
 from mavias.core.train.config import TrainConfig
+from mavias.ops.nightly.config import NightlyConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = sorted(REPO.glob("docs/*.md")) + [REPO / "README.md"]

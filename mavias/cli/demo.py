@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from mavias.tools.demo.run import MODEL_NAME, print_summary, run_demo
 from mavias.ops.serve.try_it import show_round_trip
+from mavias.tools.demo.run import MODEL_NAME, print_summary, run_demo
 from mavias.utils.console import make_console
 
 

@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
+from mavias.cli.options import run_checkpoint
 from mavias.errors import UserError
 from mavias.ops.export.version import export_checkpoint
 from mavias.ops.registry.model_card import CARD_NAME
-from mavias.cli.options import run_checkpoint
 
 
 def export_command(

@@ -14,20 +14,6 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mavias.core.judging.base import BATCH_SIZE, JudgeStats, RelevanceJudge
-from mavias.core.judging.cache import DecisionCache, decide_all
-from mavias.core.judging.quality import (
-    TRUTH_DIR,
-    Evaluation,
-    decision_errors,
-    errors_table,
-    evaluate_relevance,
-    evaluation_table,
-)
-from mavias.core.judging.factory import DEFAULT_BASE_URL, DEFAULT_LLM_MODEL, JUDGE_KINDS, JudgeSettings, make_judge
-from mavias.core.judging.review import apply_review, export_review, load_review
-from mavias.core.manifest import load_manifest
-from mavias.core.relevance import load_relevance, save_relevance
 from mavias.cli.options import (
     JudgeKind,
     LlmBaseUrl,
@@ -40,6 +26,20 @@ from mavias.cli.options import (
     SystemInUser,
     console,
 )
+from mavias.core.judging.base import BATCH_SIZE, JudgeStats, RelevanceJudge
+from mavias.core.judging.cache import DecisionCache, decide_all
+from mavias.core.judging.factory import DEFAULT_BASE_URL, DEFAULT_LLM_MODEL, JUDGE_KINDS, JudgeSettings, make_judge
+from mavias.core.judging.quality import (
+    TRUTH_DIR,
+    Evaluation,
+    decision_errors,
+    errors_table,
+    evaluate_relevance,
+    evaluation_table,
+)
+from mavias.core.judging.review import apply_review, export_review, load_review
+from mavias.core.manifest import load_manifest
+from mavias.core.relevance import load_relevance, save_relevance
 
 BENCHMARKS = ("synthetic-scenes", "realworld-dev", "realworld-heldout", "realworld-unseen", "realworld-blind")
 

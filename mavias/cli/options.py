@@ -75,6 +75,7 @@ ReviewPath = Annotated[Path | None, typer.Option("--review", help="reviewed deci
 EncoderSpec = Annotated[str, typer.Option("--encoder", help=f"text encoder of the bias embeddings: {SPEC_FORMS}")]
 EncodeMode = Annotated[str, typer.Option(help="openclip: collective (one prompt) or separate (mean per tag)")]
 
+
 def parse_overrides(values: list[str]) -> dict:
     """``--set key=value`` pairs (values read as YAML: numbers, booleans, lists) as a dict of dotted keys."""
     pairs = {}
@@ -88,8 +89,8 @@ def parse_overrides(values: list[str]) -> dict:
 
 def run_checkpoint(run: Path, criterion: str | None) -> Path:
     """The checkpoint of ``--run`` for ``--criterion`` (default: the run's own ``selection``)."""
+    from mavias.core.train.checkpoints import CRITERIA, best_checkpoint
     from mavias.core.train.config import load_config
-    from mavias.core.train.trainer import CRITERIA, best_checkpoint
 
     if not run.is_dir():
         raise UserError(f"{run} is not a run folder", hint="pass the --out folder of `mavias train`, or --checkpoint PATH")

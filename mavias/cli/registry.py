@@ -18,7 +18,12 @@ import typer
 
 from mavias.errors import UserError
 from mavias.ops.registry import ModelRegistry, PointerRecord, PromotionConflict, RegistryError
-from mavias.ops.registry.kubernetes import CONTAINER, InferenceServiceError, InferenceServiceRef, point_inference_service
+from mavias.ops.registry.kubernetes import (
+    CONTAINER,
+    InferenceServiceError,
+    InferenceServiceRef,
+    point_inference_service,
+)
 from mavias.storage.s3 import load_settings, make_s3_client
 
 app = typer.Typer(help="Model registry: immutable versions, atomic production pointer, history, rollback.")

@@ -8,19 +8,6 @@ from typing import Annotated
 
 import typer
 
-from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
-from mavias.core.manifest import load_manifest
-from mavias.core.tagging.base import tagging_warnings
-from mavias.core.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
-from mavias.core.tagging.factory import TaggerSettings, make_tagger
-from mavias.core.tagging.run import (
-    DEFAULT_NUM_SHARDS,
-    TagsStore,
-    collect_partition,
-    missing_shards,
-    parse_shard,
-    tag_partition,
-)
 from mavias.cli.options import (
     AllowDownload,
     CacheDir,
@@ -37,6 +24,19 @@ from mavias.cli.options import (
     console,
     counts_table,
     warn,
+)
+from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
+from mavias.core.manifest import load_manifest
+from mavias.core.tagging.base import tagging_warnings
+from mavias.core.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
+from mavias.core.tagging.factory import TaggerSettings, make_tagger
+from mavias.core.tagging.run import (
+    DEFAULT_NUM_SHARDS,
+    TagsStore,
+    collect_partition,
+    missing_shards,
+    parse_shard,
+    tag_partition,
 )
 
 app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)

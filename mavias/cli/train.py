@@ -32,6 +32,7 @@ from mavias.core.train.config import load_config
 from mavias.core.train.distributed import check_supported
 from mavias.core.train.model import weights_file
 
+
 def train(
     manifest: Manifest,
     relevance: Relevance,

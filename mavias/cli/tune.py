@@ -48,8 +48,8 @@ def tune_command(
     """Search the learning rate (two decades around the recipe's), the epochs and the method's own settings
     (`--set method=...`, default mavias) with Optuna TPE and median pruning, selecting by the bias-unaware validation
     criterion only."""
-    from mavias.core.tune.search import load_warm_start, tune
     from mavias.core.protocol import load_reference, reference_checkpoint
+    from mavias.core.tune.search import load_warm_start, tune
 
     base = load_config(config, preset=preset, overrides=parse_overrides(set_))
     if warm_start is not None:  # what can be checked before any data is prepared

@@ -15,8 +15,8 @@ from pydantic import SecretStr
 
 from mavias.ops.nightly.config import NightlyConfig, load_nightly_config
 from mavias.ops.registry import ModelRegistry
-from mavias.storage.s3 import S3Settings, make_s3_client
 from mavias.ops.reporting.mail import SmtpSettings
+from mavias.storage.s3 import S3Settings, make_s3_client
 
 
 def _optional_connection(conn_id: str) -> Connection | None:

@@ -28,10 +28,10 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from mavias.tools.demo.run import DemoData, make_demo_data, upload_manifest_folder
-from mavias.tools.demo.services import DAG_ID, airflow_environment, read_night, smtp_server
 from mavias.ops.registry import ModelRegistry
 from mavias.storage.s3 import S3Settings, make_s3_client
+from mavias.tools.demo.run import DemoData, make_demo_data, upload_manifest_folder
+from mavias.tools.demo.services import DAG_ID, airflow_environment, read_night, smtp_server
 from tests.support.s3server import create_bucket
 
 NIGHT_TIMEOUT_S = 480

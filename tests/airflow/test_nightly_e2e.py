@@ -27,10 +27,10 @@ import pytest
 import torch
 import yaml
 
-from mavias.tools.demo.run import DemoData
 from mavias.core.manifest import content_sample_id
+from mavias.core.train.checkpoints import load_main_model
 from mavias.ops.registry import PointerRecord
-from mavias.core.train.trainer import load_main_model
+from mavias.tools.demo.run import DemoData
 from mavias.utils.servers import free_port
 from tests.airflow.conftest import deploy
 from tests.airflow.harness import TEST_TRAINING, Deployment, Night, kill_group, wait_for

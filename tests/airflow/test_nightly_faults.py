@@ -20,10 +20,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from mavias.tools.demo.run import DemoData
 from mavias.core.manifest import content_sample_id
 from mavias.ops.nightly.incoming import ProcessedLedger
 from mavias.storage.s3 import get_json, list_objects, put_json
+from mavias.tools.demo.run import DemoData
 from tests.airflow.conftest import deploy
 from tests.airflow.harness import TEST_TRAINING, Deployment, Night
 from tests.support.s3server import FaultInjectingProxy

@@ -1,9 +1,9 @@
 import pandas as pd
 from typer.testing import CliRunner
 
-from mavias.core.synthetic import BENCHMARKS
 from mavias.cli.data import app
 from mavias.core.manifest import load_manifest
+from mavias.core.synthetic import BENCHMARKS
 
 
 def test_make_synthetic_scenes_passes_options_to_the_config(tmp_path):

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mavias.errors import UserError
 from mavias.core.manifest import DatasetInfo, content_sample_id, save_manifest, write_dataset_info
 from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, image_problem
+from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
 from mavias.utils.progress import progress_bar
 

@@ -18,8 +18,8 @@ import pandas as pd
 
 from mavias.core.datasets.base import ImportResult, build_import, require_columns, require_path
 from mavias.core.datasets.waterbirds import SPLIT_CODES, coded, first_problem
-from mavias.errors import UserError
 from mavias.core.manifest import DatasetInfo
+from mavias.errors import UserError
 
 TARGET, BIAS = "Blond_Hair", "Male"
 LABELS = {"1": "blond", "-1": "not_blond"}

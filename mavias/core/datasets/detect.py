@@ -13,9 +13,9 @@ from mavias.core.datasets.celeba import import_celeba
 from mavias.core.datasets.imagefolder import SplitOptions, import_imagefolder
 from mavias.core.datasets.urbancars import RATIO_FOLDER, import_urbancars
 from mavias.core.datasets.waterbirds import import_waterbirds
-from mavias.errors import UserError
 from mavias.core.manifest import SPLITS, DatasetInfo, load_manifest, read_dataset_info, resolve_uri
 from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS
+from mavias.errors import UserError
 
 LAYOUTS = ("auto", "imagefolder", "waterbirds", "celeba", "urbancars", "manifest")
 MANIFEST_SUFFIXES = (".parquet", ".csv")

@@ -12,8 +12,8 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 
 from mavias.core.datasets.base import ImportResult, build_import, is_image_name, require_path, stratified_split
-from mavias.errors import UserError
 from mavias.core.manifest import SPLITS, DatasetInfo
+from mavias.errors import UserError
 
 
 @dataclass(frozen=True)

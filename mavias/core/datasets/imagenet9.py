@@ -12,8 +12,8 @@ import pandas as pd
 
 from mavias.core.datasets.base import ImportResult, build_import, is_image_name, require_path
 from mavias.core.datasets.imagefolder import SplitOptions, layout_rows
-from mavias.errors import UserError
 from mavias.core.manifest import DatasetInfo
+from mavias.errors import UserError
 
 VARIANTS = ("original", "mixed_same", "mixed_rand", "mixed_next", "no_fg", "only_bg_b", "only_bg_t", "only_fg")
 

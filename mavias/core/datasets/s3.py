@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 from mavias.core.datasets.base import ImportResult, build_import
 from mavias.core.datasets.imagefolder import SplitOptions, layout_rows
-from mavias.errors import UserError
 from mavias.core.manifest import DatasetInfo
+from mavias.errors import UserError
 from mavias.storage.s3 import S3Settings, list_objects, load_settings, make_s3_client
 
 

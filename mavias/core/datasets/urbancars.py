@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from mavias.core.datasets.base import ImportResult, build_import, is_image_name, require_path
-from mavias.errors import UserError
 from mavias.core.manifest import SPLITS, DatasetInfo
+from mavias.errors import UserError
 
 GROUP_FOLDER = re.compile(r"^obj-(?P<obj>urban|country)_bg-(?P<bg>urban|country)_co_occur_obj-(?P<co>urban|country)$")
 RATIO_FOLDER = re.compile(r"^bg-[0-9.]+_co_occur_obj-[0-9.]+$")

@@ -18,8 +18,8 @@ import torch
 from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
 from open_clip.tokenizer import SimpleTokenizer
 
-from mavias.core.encode.base import bias_prompt
 from mavias.core.devices import choose_device
+from mavias.core.encode.base import bias_prompt
 from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.errors import UserError
 from mavias.utils.progress import progress_bar
@@ -31,8 +31,6 @@ _PROMPT_PREFIX = "a photo of "
 
 class WeightsNotFoundError(UserError, FileNotFoundError):
     """OpenCLIP weights that are neither a local file nor in the local cache (and downloading is not allowed)."""
-
-
 
 
 def _file_digest(path: Path) -> str:

@@ -1,6 +1,16 @@
 """Group metrics, label-free shortcut discovery (B') and the evaluation protocols (open-set, closed-set CelebA /
 Waterbirds / UrbanCars / ImageNet-9)."""
 
+from mavias.core.evaluate.dataset_metrics import (
+    as_bool,
+    bias_conflicting_accuracy,
+    celeba_metrics,
+    evaluation_report,
+    imagenet9_metrics,
+    unbiased_accuracy,
+    urbancars_metrics,
+    write_evaluation,
+)
 from mavias.core.evaluate.metrics import (
     MIN_SUPPORT,
     WorstGroup,
@@ -13,16 +23,6 @@ from mavias.core.evaluate.metrics import (
     worst_group,
 )
 from mavias.core.evaluate.openset import decoy_groups, find_biased_tags, openset_groups, openset_report
-from mavias.core.evaluate.dataset_metrics import (
-    as_bool,
-    bias_conflicting_accuracy,
-    celeba_metrics,
-    evaluation_report,
-    imagenet9_metrics,
-    unbiased_accuracy,
-    urbancars_metrics,
-    write_evaluation,
-)
 from mavias.core.evaluate.shortcuts import find_shortcuts
 
 __all__ = [

@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-from mavias.core.evaluate.metrics import GROUP_SEPARATOR, MIN_SUPPORT, accuracy, correctness, require_columns
 from mavias.core.evaluate.dataset_metrics import evaluation_report
+from mavias.core.evaluate.metrics import GROUP_SEPARATOR, MIN_SUPPORT, accuracy, correctness, require_columns
 
 PAPER = "paper"
 ALIGNED, CONFLICTING, DECOYS = "aligned", "conflicting", "decoys"

@@ -22,9 +22,7 @@ LIVING_LEXNAMES = frozenset({"noun.animal", "noun.plant"})  # strict taxonomies:
 ATTRIBUTE_LEVELS = 2  # "red" -> "chromatic colour" -> "colour"; above that "visual property", "property"
 MAX_ANCESTOR_LEVELS = 8  # hypernyms up to this far above the class may still name it ("animal" of "zebra")
 MIN_ANCESTOR_DEPTH = 4  # but never the abstract top of the hierarchy ("entity", "object", "whole")
-CLOSE_ANCESTOR_LEVELS = (
-    2  # a farther ancestor is a name of the class only if MiniLM agrees ("vehicle", not "container")
-)
+CLOSE_ANCESTOR_LEVELS = 2  # a farther ancestor is a name of the class only if MiniLM agrees ("vehicle", not "container")
 MIN_PART_WHOLE_DEPTH = 6  # ancestors whose parts every instance has ("wheeled vehicle", "animal"; not "organism")
 # A phrase of a gloss that introduces the defining features of the thing ("with four wheels", "having scales").
 DEFINING_MARKERS = re.compile(

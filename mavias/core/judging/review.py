@@ -21,8 +21,8 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mavias.errors import UserError, describe_validation_error
 from mavias.core.relevance import validate_relevance
+from mavias.errors import UserError, describe_validation_error
 from mavias.utils.atomic import atomic_path
 
 REVIEW_SOURCE = "review"

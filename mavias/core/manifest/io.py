@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from mavias.errors import UserError
 from mavias.core.manifest.info import INFO_NAME, STANDARD_SPLITS, read_dataset_info
+from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
 from mavias.utils.tables import read_parquet_or_csv
 

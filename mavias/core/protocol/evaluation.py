@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from mavias.core.evaluate.dataset_metrics import celeba_metrics, evaluation_report, imagenet9_metrics, urbancars_metrics
 from mavias.core.evaluate.metrics import MIN_SUPPORT, accuracy, group_key
 from mavias.core.evaluate.openset import openset_report
-from mavias.core.evaluate.dataset_metrics import celeba_metrics, evaluation_report, imagenet9_metrics, urbancars_metrics
 from mavias.core.evaluate.shortcuts import SHORTCUT
 from mavias.core.manifest import DatasetInfo
+from mavias.core.protocol.reference import Reference
+from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.inference import predict
 from mavias.core.train.prepare import PreparedData
-from mavias.core.train.trainer import load_main_model
-from mavias.core.protocol.reference import Reference
 from mavias.utils.atomic import atomic_path, write_json
 
 BG_ALIGNED, CO_ALIGNED = "attr_bg_aligned", "attr_coobj_aligned"

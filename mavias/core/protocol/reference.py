@@ -12,16 +12,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mavias.errors import UserError
 from mavias.core.evaluate.explain import explain_empty_biased_tags
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.evaluate.openset import PAPER, find_biased_tags, openset_groups
 from mavias.core.evaluate.shortcuts import MAX_Q_VALUE, MIN_ODDS_RATIO, SHORTCUT, SHORTCUT_COLUMNS, find_shortcuts
+from mavias.core.train.checkpoints import EARLY_CHECKPOINT, best_checkpoint, epoch_path, load_main_model
 from mavias.core.train.config import load_config
 from mavias.core.train.data import SplitData
 from mavias.core.train.inference import predict
 from mavias.core.train.prepare import PreparedData
-from mavias.core.train.trainer import EARLY_CHECKPOINT, TrainResult, best_checkpoint, epoch_path, load_main_model
+from mavias.core.train.trainer import TrainResult
+from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path, write_json
 
 BIASED_TAGS_FILE = "biased_tags.csv"  # B': one row per biased (class, tag)

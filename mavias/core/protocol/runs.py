@@ -18,10 +18,15 @@ from mavias.core.train.trainer import Trainer, TrainResult
 
 
 def resolve_run(data: PreparedData, cfg: TrainConfig, out_dir: str | Path) -> ResolvedRecipe:
-    """The recipe of a run folder for this data (its range test cached; a folder that resolved the same request before
-    keeps its choices); an error is one readable line (:class:`~mavias.core.train.failures.TrainingFailed`)."""
-    with explained_training_errors(cfg.method, Path(out_dir), lambda: 0):
-        return resolve_recipe(cfg, data["train"], len(data.classes), run_dir=Path(out_dir))
+    """The recipe of a run folder for this data, written there (``config.yaml``, ``recipe.json``): a folder that
+    resolved the same request before keeps its choices, and the range test is cached. An error is one readable line
+    (:class:`~mavias.core.train.failures.TrainingFailed`)."""
+    out_dir = Path(out_dir)
+    with explained_training_errors(cfg.method, out_dir, lambda: 0):
+        recipe = resolve_recipe(cfg, data["train"], len(data.classes), run_dir=out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    recipe.write(out_dir)
+    return recipe
 
 
 def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *, tag_min_support: int = MIN_SUPPORT,

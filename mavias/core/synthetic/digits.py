@@ -20,12 +20,12 @@ import pandas as pd
 from PIL import Image, ImageDraw, ImageFont
 from pydantic import BaseModel, ConfigDict, Field
 
+from mavias.core.manifest import ATTR_PREFIX, content_sample_id, save_manifest
+from mavias.core.relevance import save_relevance
 from mavias.core.synthetic._sampling import balanced_labels, stratified_flags
 from mavias.core.synthetic.scene_drawing import PIXEL_NOISE_STD, SUPERSAMPLE, _jitter, encode_png
 from mavias.core.synthetic.shapes import COLOURS
 from mavias.core.synthetic.synthetic_scenes import INFO_NAME, MANIFEST_NAME, RELEVANCE_NAME, SPLIT_NUMBERS, emit_tags
-from mavias.core.manifest import ATTR_PREFIX, content_sample_id, save_manifest
-from mavias.core.relevance import save_relevance
 from mavias.utils.atomic import atomic_path, write_json
 
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")

@@ -24,6 +24,8 @@ import pandas as pd
 from PIL import Image, ImageDraw
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mavias.core.manifest import ATTR_PREFIX, content_sample_id, save_manifest
+from mavias.core.relevance import save_relevance
 from mavias.core.synthetic._sampling import balanced_labels, stratified_flags
 from mavias.core.synthetic.scene_drawing import (
     PIXEL_NOISE_STD,
@@ -37,8 +39,6 @@ from mavias.core.synthetic.scene_drawing import (
     encode_png,
 )
 from mavias.core.synthetic.synthetic_scenes import INFO_NAME, MANIFEST_NAME, RELEVANCE_NAME, SPLIT_NUMBERS, emit_tags
-from mavias.core.manifest import ATTR_PREFIX, content_sample_id, save_manifest
-from mavias.core.relevance import save_relevance
 from mavias.utils.atomic import atomic_path, write_json
 
 Points = list[tuple[float, float]]

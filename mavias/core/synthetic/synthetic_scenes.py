@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mavias.core.synthetic._sampling import balanced_labels, stratified_flags
-from mavias.core.synthetic.scene_drawing import RGB, SceneSpec, encode_png, render_scene
 from mavias.core.manifest import ATTR_PREFIX, content_sample_id, save_manifest
 from mavias.core.relevance import save_relevance
+from mavias.core.synthetic._sampling import balanced_labels, stratified_flags
+from mavias.core.synthetic.scene_drawing import RGB, SceneSpec, encode_png, render_scene
 from mavias.utils.atomic import atomic_path, write_json
 
 MANIFEST_NAME = "manifest.parquet"

@@ -22,8 +22,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 from sklearn.datasets import make_moons
 
-from mavias.core.synthetic._sampling import stratified_flags
 from mavias.core.manifest import ATTR_PREFIX, content_sample_id
+from mavias.core.synthetic._sampling import stratified_flags
 from mavias.utils.atomic import atomic_path, write_json
 
 FEATURES_NAME = "features.parquet"

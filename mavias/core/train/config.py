@@ -108,6 +108,7 @@ class FLACConfig(_Strict):
 
 Selection = Literal["val_acc", "val_tag_wg", "val_robust"]
 
+
 class TrainConfig(_Strict):
     method: Literal["erm", "mavias", "groupdro", "jtt", "lff", "sd", "flac", "debian"] = "mavias"
     backbone: BackboneConfig = BackboneConfig()

@@ -32,13 +32,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import BatchSampler, DataLoader, Sampler
 
-from mavias.errors import UserError
-from mavias.core.train.config import TrainConfig
 from mavias.core.devices import choose_device
+from mavias.core.train.config import TrainConfig
 from mavias.core.train.methods import Method
-from mavias.core.train.recipe import ResolvedRecipe, as_recipe
 from mavias.core.train.prepare import PreparedData
+from mavias.core.train.recipe import ResolvedRecipe, as_recipe
 from mavias.core.train.trainer import Trainer, TrainResult
+from mavias.errors import UserError
 
 # Their losses are means of per-sample terms and their state does not follow the batches: a rank's share of a batch
 # trains as the whole batch would. GroupDRO's group weights and LfF's loss averages follow every batch, FLAC's and

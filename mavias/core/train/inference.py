@@ -16,8 +16,6 @@ def to_model_input(x: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     return x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
 
 
-
-
 def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 

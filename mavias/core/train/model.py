@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mavias.errors import UserError
 from mavias.core.train.config import BackboneConfig
+from mavias.errors import UserError
 
 BackboneFactory = Callable[[BackboneConfig, int], tuple[nn.Module, int]]
 BACKBONES: dict[str, BackboneFactory] = {}

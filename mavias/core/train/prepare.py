@@ -9,7 +9,6 @@ import pandas as pd
 import torch
 
 from mavias.core.encode import EmbeddingStore, TextEncoder, bias_embeddings
-from mavias.errors import UserError
 from mavias.core.evaluate.metrics import group_key
 from mavias.core.manifest import load_manifest, quarantine_undecodable
 from mavias.core.relevance import irrelevant_tags
@@ -17,6 +16,7 @@ from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData, attach_groups, image_split
 from mavias.core.train.recipe import choose_image_settings
 from mavias.core.train.transforms import split_transforms
+from mavias.errors import UserError
 
 
 @dataclass

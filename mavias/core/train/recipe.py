@@ -38,10 +38,10 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, RandomSampler
 
+from mavias.core.devices import choose_device
 from mavias.core.manifest import resolve_uri
 from mavias.core.train.config import BackboneConfig, TrainConfig, save_config
 from mavias.core.train.data import FeatureSplit, IndexedInputs, SplitData
-from mavias.core.devices import choose_device
 from mavias.core.train.lr_range import RangeTest, range_test
 from mavias.core.train.model import build_main_model
 from mavias.core.train.optim import make_optimizer

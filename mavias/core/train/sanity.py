@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pandas as pd
 
-from mavias.errors import UserError
 from mavias.core.evaluate.metrics import ATTRIBUTE_PREFIX
+from mavias.errors import UserError
 
 log = logging.getLogger(__name__)
 MARGIN = 0.02  # a model within 2 points of what a trivial rule explains has learned nothing beyond it

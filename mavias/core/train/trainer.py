@@ -16,11 +16,11 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
 from torch.utils.tensorboard import SummaryWriter
 
-from mavias.errors import UserError
+from mavias.core.devices import choose_device
+from mavias.core.train.checkpoints import CRITERIA, EARLY_CHECKPOINT, best_checkpoint, early_epoch, epoch_path
 from mavias.core.train.config import ConfigError, TrainConfig
 from mavias.core.train.data import IndexedInputs, SplitData
 from mavias.core.train.failures import explained_training_errors
-from mavias.core.devices import choose_device
 from mavias.core.train.inference import predict_logits, to_model_input
 from mavias.core.train.methods import Method, build_method
 from mavias.core.train.model import MainModel, build_main_model
@@ -30,17 +30,6 @@ from mavias.core.train.sanity import chance_warnings, check_finite
 from mavias.core.train.selection import is_uninformative, robust_selection_score
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.utils.progress import progress_bar, progress_line
-
-CRITERIA = ("val_acc", "val_tag_wg", "val_robust")
-EARLY_CHECKPOINT = "early.pt"
-
-
-def best_checkpoint(run: Path, criterion: str) -> Path:
-    """The checkpoint a run keeps for a selection criterion (``best_<criterion>.pt``); the one place that names it."""
-    if criterion not in CRITERIA:
-        raise UserError(f"unknown criterion {criterion!r}", hint=f"use one of {', '.join(CRITERIA)}")
-    return Path(run) / f"best_{criterion}.pt"
-
 
 FALLBACK_CRITERION = "val_acc"
 
@@ -378,28 +367,8 @@ def _training_settings(config: dict) -> dict:
     return {key: value for key, value in config.items() if key != "selection"}
 
 
-def early_epoch(epochs: int) -> int:
-    """The epoch kept as ``early.pt``: the first twentieth of the run. An early-stopped ERM leans on shortcuts more
-    openly than the final model (a bias-amplified proxy for the audit, :mod:`mavias.core.evaluate.shortcuts`)."""
-    return max(1, epochs // 20)
-
-
-def epoch_path(run: Path, epoch: int) -> Path:
-    """The main model after ``epoch`` in a run trained with ``keep_epochs``."""
-    return Path(run) / "epochs" / f"epoch_{epoch:03d}.pt"
-
-
 def _selection_key(score: float, val_acc: float) -> tuple[float, float]:
     """Ties of a worst-group score (frequent: small groups give few distinct values) go to the higher val accuracy."""
     return (score, val_acc)
 
 
-def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[MainModel, list[str], TrainConfig]:
-    """Rebuild the main model (backbone + head, no projection) from a best_*.pt or last.pt checkpoint."""
-    state = torch.load(checkpoint, map_location=device, weights_only=True)
-    cfg = TrainConfig.model_validate(state["config"])
-    weights = state["model"] if "model" in state else state["modules"]["model"]
-    in_channels = 3 if cfg.backbone.name != "mlp" else weights["backbone.0.weight"].shape[1]
-    model = build_main_model(cfg.backbone, in_channels, len(state["classes"]))
-    model.load_state_dict(weights)
-    return model.to(device).eval(), list(state["classes"]), cfg

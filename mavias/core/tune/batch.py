@@ -10,11 +10,11 @@ from pathlib import Path
 
 import optuna
 
+from mavias.core.protocol import Reference, train_method
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.prepare import PreparedData
 from mavias.core.tune.search import TuneResult, open_study, trial_dir, write_outcome
 from mavias.core.tune.space import search_space, suggest_config
-from mavias.core.protocol import Reference, train_method
 
 BATCH_ATTR = "batch"
 

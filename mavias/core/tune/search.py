@@ -19,13 +19,13 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from mavias.errors import UserError
+from mavias.core.protocol import Reference, resolve_run, train_method
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.sanity import TrainingDiverged
 from mavias.core.tune.space import Param, current_values, known_space, search_space, searched_keys, suggest_config
+from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path, write_json
-from mavias.core.protocol import Reference, resolve_run, train_method
 
 log = logging.getLogger(__name__)
 

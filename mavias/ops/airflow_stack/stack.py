@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Literal
 
 from mavias.errors import UserError
-from mavias.ops.nightly.config import NightlyConfig, config_path, load_nightly_config
 from mavias.ops.airflow_stack.services import (
     WORKER_NAME_ENV,
     check_broker,
@@ -42,6 +41,7 @@ from mavias.ops.airflow_stack.services import (
     start_postgres,
     start_redis,
 )
+from mavias.ops.nightly.config import NightlyConfig, config_path, load_nightly_config
 from mavias.utils.atomic import write_json
 from mavias.utils.servers import free_port, wait_until_answering
 

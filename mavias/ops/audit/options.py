@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mavias.errors import UserError
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.judging.factory import JudgeSettings
 from mavias.core.tagging.factory import TaggerSettings
+from mavias.errors import UserError
 from mavias.utils.atomic import write_json
 
 PARTITION = "data"  # the audited data's partition name in the discovery workspace

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from mavias.ops.audit.steps import Audit, biased_tags_reason, prepare
 from mavias.core.evaluate.explain import small_group_caveats
+from mavias.core.tagging.base import RANDOM_WEIGHTS_WARNING
+from mavias.core.train.checkpoints import load_main_model
+from mavias.core.train.inference import predict
+from mavias.ops.audit.steps import Audit, biased_tags_reason, prepare
 from mavias.ops.export.parity import VerificationResult
 from mavias.ops.reporting import DiscoveryCounts, ReportContext, write_report
 from mavias.ops.reporting.history import history_entry
 from mavias.ops.reporting.plots import bias_alignment, logit_summary
-from mavias.core.tagging.base import RANDOM_WEIGHTS_WARNING
-from mavias.core.train.inference import predict
-from mavias.core.train.trainer import load_main_model
 from mavias.utils.atomic import atomic_path
 
 NOISE_CAVEAT = "tags from random weights: noise"

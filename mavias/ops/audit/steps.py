@@ -9,25 +9,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mavias.ops.audit.options import PARTITION, AuditOptions, AuditPaths, AuditState
 from mavias.core.datasets.base import check_out_dir, write_import
 from mavias.core.datasets.detect import import_path
 from mavias.core.datasets.sidecar import attach_tags
 from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
-from mavias.errors import UserError
-from mavias.ops.export.version import export_checkpoint
-from mavias.ops.gates import DEFAULT_GATES_PATH, GateReport, evaluate_gates, load_gate_config
+from mavias.core.encode import make_encoder
 from mavias.core.judging.factory import make_judge
 from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
-from mavias.core.relevance import load_relevance
-from mavias.core.tagging.base import Tagger, random_weights, read_tags, tagging_warnings
-from mavias.core.tagging.factory import make_tagger
-from mavias.core.encode import make_encoder
-from mavias.core.train.config import TrainConfig, load_config
-from mavias.core.train.prepare import PreparedData, prepare_image_data
-from mavias.core.train.trainer import TrainResult
-from mavias.utils.atomic import write_json
-from mavias.ops.validation.partition import validate_manifest_file
 from mavias.core.protocol import (
     Reference,
     empty_reason,
@@ -36,6 +24,18 @@ from mavias.core.protocol import (
     train_reference,
     write_run_evaluation,
 )
+from mavias.core.relevance import load_relevance
+from mavias.core.tagging.base import Tagger, random_weights, read_tags, tagging_warnings
+from mavias.core.tagging.factory import make_tagger
+from mavias.core.train.config import TrainConfig, load_config
+from mavias.core.train.prepare import PreparedData, prepare_image_data
+from mavias.core.train.trainer import TrainResult
+from mavias.errors import UserError
+from mavias.ops.audit.options import PARTITION, AuditOptions, AuditPaths, AuditState
+from mavias.ops.export.version import export_checkpoint
+from mavias.ops.gates import DEFAULT_GATES_PATH, GateReport, evaluate_gates, load_gate_config
+from mavias.ops.validation.partition import validate_manifest_file
+from mavias.utils.atomic import write_json
 
 RANDOM_TAGS_REFUSED = ("tagging with random weights (--pretrained none) makes tags that are noise, and an audit built "
                        "on them finds nothing real: bring your own tags (--tags tags.csv), use pretrained weights "

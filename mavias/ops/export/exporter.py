@@ -37,7 +37,7 @@ def require_image_model(model: object) -> MainModel:
     if not isinstance(model, MainModel):
         raise ExportError(
             f"only the main model (backbone + head) is served; got {type(model).__name__}. Export the MainModel from "
-            "mavias.core.train.trainer.load_main_model, never a module holding the projection layer"
+            "mavias.core.train.checkpoints.load_main_model, never a module holding the projection layer"
         )
     if not model.image_input:
         raise ExportError("only image models (NCHW RGB input) are exported; this main model takes feature vectors")

@@ -13,9 +13,9 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
+from mavias.core.train.model import MainModel
 from mavias.ops.export.exporter import INPUT_NAME, OPSET, OUTPUT_NAME, cpu_eval_copy, export_onnx
 from mavias.ops.export.session import make_session
-from mavias.core.train.model import MainModel
 
 LATENCY_GOAL = 0.7  # ONNX Runtime median latency / PyTorch eager median latency
 

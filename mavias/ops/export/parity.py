@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from mavias.core.train.model import MainModel
 from mavias.ops.export.exporter import INPUT_NAME, OUTPUT_NAME, ExportError, cpu_eval_copy, require_image_model
 from mavias.ops.export.session import make_session
-from mavias.core.train.model import MainModel
 
 VERIFY_BATCH = 64
 

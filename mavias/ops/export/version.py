@@ -15,6 +15,9 @@ from typing import Any
 
 import torch
 
+from mavias.core.train.checkpoints import load_main_model
+from mavias.core.train.config import TrainConfig
+from mavias.core.train.transforms import describe_eval_preprocessing
 from mavias.errors import UserError
 from mavias.ops.export.exporter import ExportError, describe_onnx, export_onnx
 from mavias.ops.export.parity import VerificationResult, verify_onnx
@@ -27,9 +30,6 @@ from mavias.ops.registry.model_card import (
     sha256_file,
     write_model_card,
 )
-from mavias.core.train.config import TrainConfig
-from mavias.core.train.trainer import load_main_model
-from mavias.core.train.transforms import describe_eval_preprocessing
 
 NON_JSON_EVALUATION_KEYS = ("tables", "predictions")  # DataFrames of evaluate_checkpoint
 INPUT_NOTE = ("float32 RGB in [0, 1], NCHW, preprocessed as `preprocessing` says; "

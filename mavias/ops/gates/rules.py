@@ -143,7 +143,6 @@ def _skipped(name: str, reason: str, comparison: str) -> GateResult:
     return GateResult(name, "skipped", None, None, comparison, reason)
 
 
-
 def _wg_section(metrics: Mapping[str, Any], source: str, role: str) -> Mapping[str, Any]:
     section = metrics.get(source)
     if not section or "worst_group_accuracy" not in section:

@@ -24,13 +24,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from mavias.core.train.config import TrainConfig, load_config
 from mavias.errors import UserError
 from mavias.ops.gates import DEFAULT_GATES_PATH
 from mavias.ops.registry.kubernetes import InferenceServiceRef
+from mavias.ops.validation import ValidationSettings
 from mavias.storage.s3 import ENV_PREFIX as S3_ENV_PREFIX
 from mavias.storage.s3 import S3Settings, check_name
-from mavias.core.train.config import TrainConfig, load_config
-from mavias.ops.validation import ValidationSettings
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")
 CONFIG_ENV = "MAVIAS_NIGHTLY_CONFIG"
@@ -75,7 +75,6 @@ class DiscoverySection(_Section):
     review: Path | None = Field(
         None, description="reviewed decisions (YAML, `mavias judge export-review`) that override the judge's"
     )
-
 
     @field_validator("tagger")
     @classmethod

@@ -19,20 +19,20 @@ import pandas as pd
 import torch
 from botocore.client import BaseClient
 
-from mavias.errors import UserError
 from mavias.core.judging.quality import decision_changes
 from mavias.core.judging.review import apply_review, load_review
 from mavias.core.manifest import load_manifest
+from mavias.core.relevance import RELEVANCE_COLUMNS, load_relevance, save_relevance
+from mavias.core.tagging.run import TAGS_NAME
+from mavias.core.train.prepare import PreparedData, prepare_image_data
+from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.discover import make_text_encoder
 from mavias.ops.nightly.layout import evaluation_partition, layout, pull, registry, s3_client
 from mavias.ops.registry import CorruptPointer
-from mavias.storage.s3 import get_json
-from mavias.core.relevance import RELEVANCE_COLUMNS, load_relevance, save_relevance
 from mavias.ops.reporting.context import RelevanceChanges
-from mavias.core.tagging.run import TAGS_NAME
-from mavias.core.train.prepare import PreparedData, prepare_image_data
+from mavias.storage.s3 import get_json
 from mavias.utils.atomic import atomic_path, write_json
 
 log = logging.getLogger(__name__)

@@ -17,13 +17,13 @@ from mavias.core.discovery import discover_partition
 from mavias.core.encode import TextEncoder, make_encoder
 from mavias.core.judging.factory import JudgeSettings, make_judge
 from mavias.core.manifest import load_manifest
-from mavias.ops.nightly.artifacts import Discovered, Tagged, TagJob, Validated
-from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_client
 from mavias.core.tagging import Tagger, TagsStore, tag_partition
 from mavias.core.tagging.factory import TaggerSettings
 from mavias.core.tagging.factory import make_tagger as tagger_from_settings
 from mavias.core.tagging.run import missing_shards
+from mavias.ops.nightly.artifacts import Discovered, Tagged, TagJob, Validated
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_client
 
 log = logging.getLogger(__name__)
 

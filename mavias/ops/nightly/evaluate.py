@@ -14,18 +14,18 @@ from botocore.client import BaseClient
 
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.evaluate.shortcut_status import class_status
+from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, write_run_evaluation
+from mavias.core.train.checkpoints import load_main_model
+from mavias.core.train.inference import predict
+from mavias.core.train.prepare import PreparedData
 from mavias.ops.nightly.artifacts import Candidate, Dataset, Evaluated, TrainedReference
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.dataset import load_prepared
 from mavias.ops.nightly.layout import CHECKPOINT_NAME, layout, registry, s3_client
 from mavias.ops.registry import CorruptPointer, PointerRecord
-from mavias.storage.s3 import download_file
 from mavias.ops.reporting.plots import bias_alignment, logit_summary
-from mavias.core.train.inference import predict
-from mavias.core.train.prepare import PreparedData
-from mavias.core.train.trainer import load_main_model
+from mavias.storage.s3 import download_file
 from mavias.utils.atomic import atomic_path
-from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, write_run_evaluation
 
 SHORTCUT_STATUS = "shortcut_status.csv"
 

@@ -16,15 +16,15 @@ from pathlib import Path
 import pandas as pd
 from botocore.client import BaseClient
 
-from mavias.errors import UserError
 from mavias.core.manifest import ManifestError, read_manifest_table
+from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.incoming import ProcessedLedger, find_manifest
 from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
+from mavias.ops.validation import CheckResult, ValidationResult, validate_manifest_file
 from mavias.storage.s3 import S3Settings, check_name, get_json, is_transient, s3_uri
 from mavias.utils.atomic import write_json
-from mavias.ops.validation import CheckResult, ValidationResult, validate_manifest_file
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from mavias.errors import UserError
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.incoming import MANIFEST_NAMES, MissingManifest, pull_partition
 from mavias.ops.registry import ModelRegistry
-from mavias.storage.s3 import check_name, make_s3_client, retry_transient, s3_uri
 from mavias.ops.reporting.mail import Outbox
+from mavias.storage.s3 import check_name, make_s3_client, retry_transient, s3_uri
 
 NIGHT_FORMAT = "%Y%m%dT%H%M%S"
 CHECKPOINT_NAME = "model.pt"  # the main model's checkpoint in a version folder

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from mavias.core.train.checkpoints import load_main_model
+from mavias.core.train.prepare import PreparedData
 from mavias.errors import UserError
 from mavias.ops.export.exporter import export_onnx
 from mavias.ops.export.latency import export_latency_benchmark
@@ -28,8 +30,6 @@ from mavias.ops.nightly.layout import CHECKPOINT_NAME, layout, registry
 from mavias.ops.registry import CorruptPointer, ModelRegistry, VersionExists
 from mavias.ops.registry.kubernetes import point_inference_service
 from mavias.ops.registry.model_card import CARD_NAME, lineage_from_files, write_model_card
-from mavias.core.train.prepare import PreparedData
-from mavias.core.train.trainer import load_main_model
 from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,9 @@ from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import layout, registry, reports_prefix, s3_client
 from mavias.ops.nightly.report_context import build_report_context
 from mavias.ops.registry import CorruptPointer
+from mavias.ops.reporting.history import HistoryEntry, append_history, history_from_document, load_history
+from mavias.ops.reporting.mail import Delivery, SmtpSettings, email_message
+from mavias.ops.reporting.render import render_email, write_report
 from mavias.storage.s3 import (
     S3Settings,
     StorageDeadline,
@@ -32,9 +35,6 @@ from mavias.storage.s3 import (
     s3_uri,
     upload_file,
 )
-from mavias.ops.reporting.history import HistoryEntry, append_history, history_from_document, load_history
-from mavias.ops.reporting.mail import Delivery, SmtpSettings, email_message
-from mavias.ops.reporting.render import render_email, write_report
 from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from mavias.core.protocol import load_reference, resolve_run, train_reference
+from mavias.core.train.checkpoints import best_checkpoint
+from mavias.core.train.config import TrainConfig
+from mavias.core.train.recipe import ResolvedRecipe
+from mavias.core.tune.batch import finish_batch, plan_batch, run_planned_trial
+from mavias.core.tune.search import BASE_DIR
+from mavias.core.tune.space import current_values, search_space
+from mavias.errors import ExplainedFailure
 from mavias.ops.nightly.artifacts import Candidate, Dataset, TrainedReference, TrialJob, TrialResult
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.dataset import load_prepared
 from mavias.ops.nightly.layout import layout
-from mavias.core.train.config import TrainConfig
-from mavias.core.train.trainer import best_checkpoint
-from mavias.core.tune.batch import finish_batch, plan_batch, run_planned_trial
-from mavias.core.train.recipe import ResolvedRecipe
-from mavias.core.tune.search import BASE_DIR
-from mavias.core.tune.space import current_values, search_space
 from mavias.utils.atomic import atomic_path
-from mavias.core.protocol import load_reference, resolve_run, train_reference
-from mavias.errors import ExplainedFailure
 
 TUNING_DIR = "tuning"
 PREVIOUS_BEST = "best_params.json"

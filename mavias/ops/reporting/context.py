@@ -9,9 +9,9 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from mavias.core.evaluate.metrics import MIN_SUPPORT
+from mavias.core.judging.quality import ClassChanges
 from mavias.ops.export.parity import VerificationResult
 from mavias.ops.gates import GateReport
-from mavias.core.judging.quality import ClassChanges
 from mavias.ops.reporting.history import HistoryEntry
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from mavias.ops.gates import GateResult
 from mavias.core.judging.quality import ClassChanges
+from mavias.ops.gates import GateResult
 from mavias.ops.reporting.context import RelevanceChanges, ReportContext
 from mavias.ops.reporting.history import TOP_K, HistoryEntry, bias_drift
 from mavias.ops.reporting.plots import LOGIT_PLOT, TREND_PLOT, render_plots

@@ -25,11 +25,11 @@ from pydantic import ValidationError
 
 from mavias.errors import UserError
 from mavias.ops.registry import ModelRegistry
-from mavias.storage.s3 import load_settings, make_s3_client
 from mavias.ops.serve.grpc_api import create_server
 from mavias.ops.serve.model import OnnxClassifier
 from mavias.ops.serve.rest import create_app
 from mavias.ops.serve.versions import RegistryFollower, registry_location
+from mavias.storage.s3 import load_settings, make_s3_client
 
 log = logging.getLogger("mavias.ops.serve")
 

@@ -27,10 +27,10 @@ from botocore.exceptions import ClientError
 from mavias.errors import UserError
 from mavias.ops.export.session import make_session
 from mavias.ops.registry import ModelRegistry
-from mavias.storage.s3 import download_file
 from mavias.ops.serve.card_check import card_disagreements
 from mavias.ops.serve.metrics import LAST_POLL, POLL_AGE, POLL_ERRORS
 from mavias.ops.serve.preprocess import Preprocessing, card_preprocessing
+from mavias.storage.s3 import download_file
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, prepare
 from mavias.core.evaluate.openset import biased_tag_recovery
+from mavias.core.protocol import Reference, evaluate_checkpoint, train_method, train_reference
+from mavias.core.train.checkpoints import epoch_path
 from mavias.core.train.prepare import PreparedData
-from mavias.core.train.trainer import epoch_path
+from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, prepare
 from mavias.utils.atomic import write_json
 from mavias.utils.progress import StepProgress
-from mavias.core.protocol import Reference, evaluate_checkpoint, train_method, train_reference
 
 AGREEMENT_METHODS = ("mavias", "jtt", "groupdro")
 FLOORS = {"recall": 0.9, "precision": 0.8, "spearman": 0.8, "mean_gap": 0.10}

@@ -22,15 +22,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mavias.tools.bench.moons import run_moons
-from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, prepare
-from mavias.errors import UserError
+from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, train_method, train_reference
 from mavias.core.train.prepare import PreparedData
 from mavias.core.tune.search import BASE_DIR, tune
 from mavias.core.tune.space import apply
+from mavias.errors import UserError
+from mavias.tools.bench.moons import run_moons
+from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, prepare
 from mavias.utils.atomic import write_json
 from mavias.utils.progress import StepProgress
-from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, train_method, train_reference
 
 ORACLE = "GroupDRO (oracle)"
 DEFAULTS = "ERM (CLI defaults)"

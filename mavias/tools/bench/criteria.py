@@ -18,17 +18,18 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from mavias.tools.bench.suite import choose, default_config, prepare
 from mavias.core.evaluate.metrics import group_key
 from mavias.core.evaluate.openset import ALIGNED, CONFLICTING
+from mavias.core.protocol import Reference, resolve_run, train_reference
+from mavias.core.train.checkpoints import epoch_path, load_main_model
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.inference import predict
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.selection import robust_selection_score
-from mavias.core.train.trainer import Trainer, epoch_path, load_main_model
+from mavias.core.train.trainer import Trainer
+from mavias.tools.bench.suite import choose, default_config, prepare
 from mavias.utils.atomic import write_json
 from mavias.utils.progress import StepProgress
-from mavias.core.protocol import Reference, resolve_run, train_reference
 
 # the analysis's fixed training settings (a constant learning rate, 12 epochs), so its figures stay reproducible
 ANALYSIS_BASE = {"optim": {"name": "sgd", "lr": 0.05, "weight_decay": 1e-4, "schedule": "none"}, "epochs": 12}

@@ -22,11 +22,6 @@ import pandas as pd
 import torch
 from rich.console import Console
 
-from mavias.core.synthetic import (
-    SyntheticScenesConfig,
-    benchmark_vocabulary,
-    make_synthetic_scenes,
-)
 from mavias.core.discovery.counting import CountingJudge
 from mavias.core.encode import MINILM, EmbeddingStore, TextEncoder, bias_embeddings, bias_prompt
 from mavias.core.encode.defaults import OPENCLIP_MODEL
@@ -35,6 +30,11 @@ from mavias.core.judging.cache import DecisionCache, decide_all
 from mavias.core.judging.quality import Evaluation, evaluate_relevance, evaluation_table
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import irrelevant_tags, load_relevance
+from mavias.core.synthetic import (
+    SyntheticScenesConfig,
+    benchmark_vocabulary,
+    make_synthetic_scenes,
+)
 from mavias.core.tagging.run import tag_partition
 from mavias.utils.atomic import write_json
 

@@ -9,15 +9,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from mavias.core.synthetic.two_moons import TwoMoons3DConfig, make_two_moons_3d
-from mavias.core.evaluate.metrics import group_key
 from mavias.core.evaluate.dataset_metrics import evaluation_report
+from mavias.core.evaluate.metrics import group_key
+from mavias.core.protocol import resolve_run
+from mavias.core.synthetic.two_moons import TwoMoons3DConfig, make_two_moons_3d
+from mavias.core.train.checkpoints import best_checkpoint, load_main_model
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import attach_groups, feature_split
 from mavias.core.train.inference import predict_logits
 from mavias.core.train.prepare import PreparedData
-from mavias.core.train.trainer import Trainer, best_checkpoint, load_main_model
-from mavias.core.protocol import resolve_run
+from mavias.core.train.trainer import Trainer
 
 MOONS = "two-moons-3d"
 MOONS_BASE: dict = {

@@ -17,9 +17,9 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from mavias.tools.demo.run import DemoResult, print_summary, run_demo
+from mavias.core.train.checkpoints import load_main_model
 from mavias.ops.export.latency import export_latency_benchmark
-from mavias.core.train.trainer import load_main_model
+from mavias.tools.demo.run import DemoResult, print_summary, run_demo
 from mavias.utils.atomic import write_json
 from mavias.utils.console import make_console
 

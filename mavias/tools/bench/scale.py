@@ -25,10 +25,10 @@ import matplotlib
 import yaml
 from pydantic import SecretStr
 
-from mavias.tools.demo.run import make_demo_data, upload_manifest_folder
-from mavias.tools.demo.services import CREDENTIALS, moto_server
 from mavias.ops.nightly.config import load_nightly_config
 from mavias.storage.s3 import ENV_PREFIX, S3Settings, make_s3_client
+from mavias.tools.demo.run import make_demo_data, upload_manifest_folder
+from mavias.tools.demo.services import CREDENTIALS, moto_server
 from mavias.utils.atomic import write_json
 
 SCALE_TRAINING = {"image_size": 32, "epochs": 3, "batch_size": 64, "backbone.width": 16, "optim.name": "sgd",

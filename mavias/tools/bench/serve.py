@@ -167,10 +167,10 @@ def fixed_model_version(folder: Path) -> Path:
     """A version folder with the fixed small CNN and random weights (needs torch: the bench's process has it)."""
     import torch
 
-    from mavias.ops.export.version import export_checkpoint
+    from mavias.core.train.checkpoints import best_checkpoint
     from mavias.core.train.config import BackboneConfig, TrainConfig
     from mavias.core.train.model import build_main_model
-    from mavias.core.train.trainer import best_checkpoint
+    from mavias.ops.export.version import export_checkpoint
 
     cfg = TrainConfig(method="mavias", backbone=BackboneConfig(name="small_cnn", width=32), image_size=48)
     model = build_main_model(cfg.backbone, 3, 3)

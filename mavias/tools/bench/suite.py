@@ -17,6 +17,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from mavias.core.discovery import Workspace
+from mavias.core.encode import MINILM, make_encoder
+from mavias.core.relevance import load_relevance
 from mavias.core.synthetic import BENCHMARKS
 from mavias.core.synthetic.digits import DigitsConfig, make_digits
 from mavias.core.synthetic.shapes import ShapesConfig, ShapeTexturesConfig, make_shapes
@@ -27,13 +30,10 @@ from mavias.core.synthetic.synthetic_scenes import (
     SyntheticScenesConfig,
     make_synthetic_scenes,
 )
-from mavias.core.discovery import Workspace
-from mavias.errors import UserError
-from mavias.core.relevance import load_relevance
-from mavias.core.encode import MINILM
 from mavias.core.train.config import TrainConfig
-from mavias.core.encode import make_encoder
 from mavias.core.train.prepare import PreparedData, prepare_image_data
+from mavias.errors import UserError
+
 
 @dataclass(frozen=True)
 class ImageBenchmark:

@@ -19,6 +19,8 @@ from pydantic import SecretStr
 from rich.console import Console
 from rich.table import Table
 
+from mavias.ops.registry import ModelRegistry
+from mavias.storage.s3 import S3Settings, download_file, list_objects, make_s3_client, upload_dir, upload_file
 from mavias.tools.demo.services import (
     CREDENTIALS,
     DAG_ID,
@@ -30,8 +32,6 @@ from mavias.tools.demo.services import (
     run_airflow,
     smtp_server,
 )
-from mavias.ops.registry import ModelRegistry
-from mavias.storage.s3 import S3Settings, download_file, list_objects, make_s3_client, upload_dir, upload_file
 from mavias.utils.console import make_console
 
 BUCKET = "mavias-demo"

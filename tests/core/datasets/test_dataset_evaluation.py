@@ -10,11 +10,11 @@ from mavias.core.datasets.generate import write_imagefolder
 from mavias.core.datasets.imagenet9 import VARIANTS
 from mavias.core.evaluate import accuracy
 from mavias.core.manifest import read_dataset_info
+from mavias.core.protocol import evaluate_checkpoint
+from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.inference import predict
 from mavias.core.train.prepare import prepare_image_data
-from mavias.core.train.trainer import load_main_model
-from mavias.core.protocol import evaluate_checkpoint
 from tests.core.datasets.layout_trees import IN9_CLASSES, celeba_cells, write_celeba, write_imagenet9
 from tests.support.training import make_trainer
 

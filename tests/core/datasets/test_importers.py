@@ -23,8 +23,8 @@ from mavias.core.datasets import (
 from mavias.core.datasets.celeba import biased_subset
 from mavias.core.datasets.generate import write_imagefolder, write_waterbirds
 from mavias.core.datasets.imagenet9 import VARIANTS
-from mavias.errors import UserError
 from mavias.core.manifest import load_manifest, read_dataset_info
+from mavias.errors import UserError
 from tests.core.datasets.layout_trees import IN9_CLASSES, celeba_cells, write_celeba, write_imagenet9, write_urbancars
 
 

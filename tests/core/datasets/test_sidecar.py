@@ -11,8 +11,8 @@ from mavias.core.datasets import import_imagefolder
 from mavias.core.datasets.detect import import_path
 from mavias.core.datasets.generate import write_imagefolder
 from mavias.core.datasets.sidecar import attach_tags, read_sidecar
-from mavias.errors import UserError
 from mavias.core.manifest import load_manifest
+from mavias.errors import UserError
 
 
 @pytest.fixture

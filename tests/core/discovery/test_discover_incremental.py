@@ -4,9 +4,8 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from mavias.cli import discover as discover_cli
-from mavias.core.encode import EmbeddingStore
 from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
-from mavias.core.encode import bias_prompt
+from mavias.core.encode import EmbeddingStore, bias_prompt
 from mavias.core.manifest import save_manifest
 from mavias.core.relevance import irrelevant_tags, load_relevance
 from mavias.core.tagging import ManifestTagger

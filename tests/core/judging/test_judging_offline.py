@@ -3,11 +3,11 @@
 import pytest
 from judge_heldout import heldout_relevance
 
-from mavias.core.synthetic.synthetic_scenes import SyntheticScenesConfig, ground_truth_relevance
 from mavias.core.judging import wordnet
 from mavias.core.judging.base import JudgeConfigError, RelevanceJudge
 from mavias.core.judging.cache import decide_all
 from mavias.core.judging.quality import evaluate_relevance
+from mavias.core.synthetic.synthetic_scenes import SyntheticScenesConfig, ground_truth_relevance
 
 
 def judged(judge, truth):

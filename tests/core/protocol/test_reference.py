@@ -6,11 +6,11 @@ import pandas as pd
 import pytest
 import torch
 
-from mavias.errors import UserError
+from mavias.core.protocol import BIASED_TAGS_FILE, load_reference, train_reference
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import feature_split
 from mavias.core.train.prepare import PreparedData
-from mavias.core.protocol import BIASED_TAGS_FILE, load_reference, train_reference
+from mavias.errors import UserError
 from tests.support.training import make_trainer
 
 CLASSES = ["cat", "dog", "fox"]

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from mavias.core.synthetic.digits import BACKGROUNDS, DIGITS, DigitsConfig, make_digits
-from mavias.core.synthetic.shapes import COLOURS
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import irrelevant_tags, load_relevance
+from mavias.core.synthetic.digits import BACKGROUNDS, DIGITS, DigitsConfig, make_digits
+from mavias.core.synthetic.shapes import COLOURS
 
 SMALL = DigitsConfig(n_train=400, n_val=100, n_test_per_cell=1, image_size=20, seed=2)
 

@@ -5,6 +5,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from mavias.core.manifest import load_manifest
+from mavias.core.relevance import irrelevant_tags, load_relevance
 from mavias.core.synthetic.shapes import (
     COLOURS,
     TEXTURES,
@@ -13,8 +15,6 @@ from mavias.core.synthetic.shapes import (
     make_shapes,
     true_shortcut_tags,
 )
-from mavias.core.manifest import load_manifest
-from mavias.core.relevance import irrelevant_tags, load_relevance
 
 SMALL = ShapesConfig(n_train=400, n_val=200, n_test_per_cell=1, image_size=16, seed=3)
 

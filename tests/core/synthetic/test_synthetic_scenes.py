@@ -9,6 +9,8 @@ import pytest
 from PIL import Image
 from pydantic import ValidationError
 
+from mavias.core.manifest import content_sample_id, load_manifest
+from mavias.core.relevance import load_relevance
 from mavias.core.synthetic import SyntheticScenesConfig, make_synthetic_scenes
 from mavias.core.synthetic.synthetic_scenes import (
     BACKGROUND_TAGS,
@@ -21,8 +23,6 @@ from mavias.core.synthetic.synthetic_scenes import (
     emit_tags,
     plan_split,
 )
-from mavias.core.manifest import content_sample_id, load_manifest
-from mavias.core.relevance import load_relevance
 
 SMALL = SyntheticScenesConfig(n_train=240, n_val=30, n_test_per_cell=2, image_size=32, seed=7)
 

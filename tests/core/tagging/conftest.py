@@ -3,8 +3,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mavias.core.synthetic import SyntheticScenesConfig, benchmark_vocabulary, make_synthetic_scenes
 from mavias.core.encode.openclip import OpenClip
+from mavias.core.synthetic import SyntheticScenesConfig, benchmark_vocabulary, make_synthetic_scenes
 
 TINY_MODEL = "ViT-S-32"  # the smallest architecture in open_clip's configs
 SCENES = SyntheticScenesConfig(n_train=12, n_val=3, n_test_per_cell=1, image_size=32)

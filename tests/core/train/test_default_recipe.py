@@ -9,7 +9,6 @@ import torch
 import yaml
 from PIL import Image
 
-from mavias.errors import UserError
 from mavias.core.train.config import BackboneConfig, TrainConfig
 from mavias.core.train.data import feature_split
 from mavias.core.train.lr_range import steepest, suggest
@@ -17,14 +16,15 @@ from mavias.core.train.optim import batches_per_epoch, drop_last, schedule_facto
 from mavias.core.train.recipe import (
     RECIPES,
     TARGET_STEPS,
-    median_shorter_side,
-    recipe_for,
     choose_image_settings,
     choose_training_settings,
+    median_shorter_side,
+    recipe_for,
     resolve_recipe,
 )
 from mavias.core.train.sanity import chance_warnings, trivial_rates
 from mavias.core.train.trainer import Trainer
+from mavias.errors import UserError
 
 CLASSES = ["a", "b"]
 

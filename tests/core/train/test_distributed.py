@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 import torch
 
-from mavias.errors import UserError
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import attach_groups, feature_split
 from mavias.core.train.distributed import RankShare, check_supported, fit_distributed
 from mavias.core.train.prepare import PreparedData
+from mavias.errors import UserError
 from tests.core.train.test_trainer import CLASSES, _frame
 from tests.support.training import make_trainer
 

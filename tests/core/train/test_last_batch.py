@@ -13,11 +13,11 @@ import typer
 from typer.testing import CliRunner
 
 from mavias.cli.errors import user_errors_exit
-from mavias.errors import ExplainedFailure
 from mavias.core.train import trainer as trainer_module
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData, attach_groups, class_index
 from mavias.core.train.failures import TrainingFailed
+from mavias.errors import ExplainedFailure
 from tests.support.training import make_trainer
 
 CLASSES = ["a", "b"]

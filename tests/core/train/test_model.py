@@ -3,12 +3,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mavias.errors import UserError
+from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import PRESET_DIR, BackboneConfig, TrainConfig, load_config
 from mavias.core.train.data import feature_split
 from mavias.core.train.losses import mavias_loss
 from mavias.core.train.model import BACKBONES, build_main_model
-from mavias.core.train.trainer import Trainer, load_main_model
+from mavias.core.train.trainer import Trainer
+from mavias.errors import UserError
 from tests.support.training import make_trainer
 
 

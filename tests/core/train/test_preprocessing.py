@@ -9,10 +9,10 @@ from PIL import Image
 
 from mavias.core.datasets import SplitOptions, import_imagefolder
 from mavias.core.datasets.generate import write_imagefolder
-from mavias.ops.serve.preprocess import Preprocessing, preprocess
 from mavias.core.train.config import TrainConfig, load_config
 from mavias.core.train.data import image_split
 from mavias.core.train.transforms import describe_eval_preprocessing, eval_transform, train_transform
+from mavias.ops.serve.preprocess import Preprocessing, preprocess
 
 
 def _cfg(**preprocessing) -> TrainConfig:

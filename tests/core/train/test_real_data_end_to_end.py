@@ -12,18 +12,18 @@ from typer.testing import CliRunner
 
 from mavias.cli import app
 from mavias.core.datasets.generate import write_imagefolder
-from mavias.ops.export.exporter import INPUT_NAME, OUTPUT_NAME, export_onnx
-from mavias.ops.export.parity import verify_onnx
-from mavias.ops.export.session import make_session
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import save_relevance
-from mavias.ops.serve.preprocess import Preprocessing, preprocess
 from mavias.core.tagging.base import write_tags
+from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import load_config
 from mavias.core.train.inference import predict_logits
 from mavias.core.train.prepare import prepare_image_data
-from mavias.core.train.trainer import load_main_model
 from mavias.core.train.transforms import describe_eval_preprocessing
+from mavias.ops.export.exporter import INPUT_NAME, OUTPUT_NAME, export_onnx
+from mavias.ops.export.parity import verify_onnx
+from mavias.ops.export.session import make_session
+from mavias.ops.serve.preprocess import Preprocessing, preprocess
 
 SETTINGS = {"method": "mavias", "encoder": "openclip:ViT-S-32/none", "backbone.name": "small_cnn", "backbone.width": 8,
             "image_size": 32, "preprocessing.augment": "true", "preprocessing.resize": 36, "epochs": 2,

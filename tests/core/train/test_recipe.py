@@ -10,13 +10,13 @@ import torchvision
 from typer.testing import CliRunner
 
 from mavias.cli import app
-from mavias.errors import UserError
-from mavias.core.relevance import save_relevance
 from mavias.core.encode.factory import EncoderSpec, make_encoder, parse_encoder_spec
+from mavias.core.relevance import save_relevance
 from mavias.core.train.config import BackboneConfig, TrainConfig
 from mavias.core.train.data import attach_groups, feature_split
 from mavias.core.train.model import build_main_model, pretrained_cache_path
 from mavias.core.train.optim import step_thirds_milestones
+from mavias.errors import UserError
 from tests.support.training import make_trainer
 
 CLASSES = ["a", "b"]

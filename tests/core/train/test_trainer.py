@@ -3,9 +3,9 @@ import pandas as pd
 import pytest
 import torch
 
+from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import attach_groups, feature_split
-from mavias.core.train.trainer import load_main_model
 from tests.support.training import make_trainer
 
 CLASSES = ["a", "b"]

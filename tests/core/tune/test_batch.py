@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from mavias.core.synthetic.shapes import ShapesConfig, make_shapes
 from mavias.core.encode import SentenceTransformerEncoder
+from mavias.core.protocol import train_reference
 from mavias.core.relevance import load_relevance
+from mavias.core.synthetic.shapes import ShapesConfig, make_shapes
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.prepare import prepare_image_data
 from mavias.core.tune.batch import finish_batch, plan_batch, run_planned_trial
 from mavias.core.tune.space import current_values, search_space
-from mavias.core.protocol import train_reference
 
 BASE = TrainConfig.model_validate({"method": "mavias", "epochs": 2, "image_size": 16, "batch_size": 64,
                                    "optim": {"lr": 0.05}, "backbone": {"name": "small_cnn", "width": 8}})

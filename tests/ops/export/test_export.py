@@ -12,6 +12,9 @@ import torch
 from onnx import numpy_helper
 from torch import nn
 
+from mavias.core.train.checkpoints import load_main_model
+from mavias.core.train.config import BackboneConfig, TrainConfig
+from mavias.core.train.model import MainModel, build_main_model, build_projection
 from mavias.ops.export.exporter import ExportError, describe_onnx, export_onnx
 from mavias.ops.export.latency import export_latency_benchmark
 from mavias.ops.export.parity import ExportVerificationError, VerificationResult, verify_onnx
@@ -19,9 +22,6 @@ from mavias.ops.export.session import make_session
 from mavias.ops.export.version import build_model_card
 from mavias.ops.gates import evaluate_gates
 from mavias.ops.registry.model_card import lineage_from_files, sha256_file, write_model_card
-from mavias.core.train.config import BackboneConfig, TrainConfig
-from mavias.core.train.model import MainModel, build_main_model, build_projection
-from mavias.core.train.trainer import load_main_model
 from tests.ops.gates.test_gates import CONFIG, evaluation
 
 SIZE = 32

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from mavias.tools.demo.services import smtp_server
 from mavias.errors import UserError
 from mavias.ops.nightly import ingest, release
 from mavias.ops.nightly.config import NightlyConfig
@@ -18,6 +17,8 @@ from mavias.ops.nightly.incoming import ProcessedLedger
 from mavias.ops.nightly.layout import EvaluationSetMissing
 from mavias.ops.registry import CorruptPointer, ModelRegistry
 from mavias.storage.s3 import S3Settings, StorageDeadline, put_json
+from mavias.tools.demo.services import smtp_server
+from tests.ops.nightly.test_faults import CLASSES, NIGHT, _behind_proxy, _config, _publish, _report, _smtp
 from tests.support.s3server import (  # noqa: F401 - fixtures
     FaultInjectingProxy,
     faulty_proxy,
@@ -26,7 +27,6 @@ from tests.support.s3server import (  # noqa: F401 - fixtures
     s3_settings,
     seed_partition,
 )
-from tests.ops.nightly.test_faults import CLASSES, NIGHT, _behind_proxy, _config, _publish, _report, _smtp
 
 
 def test_report_on_a_stalled_bucket_is_bounded_by_its_deadline_and_still_goes_out(

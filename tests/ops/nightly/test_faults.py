@@ -16,17 +16,18 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from typer.testing import CliRunner
 
 from mavias.cli.registry import app as registry_cli
-from mavias.tools.demo.services import smtp_server
 from mavias.core.manifest import ManifestError
+from mavias.core.relevance import RELEVANCE_COLUMNS
+from mavias.core.train.prepare import prepare_image_data
 from mavias.ops.nightly import ingest, layout, release, report
 from mavias.ops.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.ops.nightly.incoming import ProcessedLedger
 from mavias.ops.registry import CorruptPointer, ModelRegistry
-from mavias.storage.s3 import S3Settings, UnsafeName, get_json, is_transient
-from mavias.core.relevance import RELEVANCE_COLUMNS
 from mavias.ops.reporting.mail import SmtpSettings
-from mavias.core.train.prepare import prepare_image_data
+from mavias.storage.s3 import S3Settings, UnsafeName, get_json, is_transient
+from mavias.tools.demo.services import smtp_server
 from mavias.utils.servers import free_port
+from tests.ops.reporting.test_report import visible_text
 from tests.support.s3server import (  # noqa: F401 - fixtures
     FaultInjectingProxy,
     faulty_proxy,
@@ -37,7 +38,6 @@ from tests.support.s3server import (  # noqa: F401 - fixtures
     seed_partition,
     write_local_partition,
 )
-from tests.ops.reporting.test_report import visible_text
 
 NIGHT = datetime(2025, 4, 1)
 CLASSES = ["bird", "boat", "car"]

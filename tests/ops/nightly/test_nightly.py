@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from mavias.core.relevance import load_relevance
 from mavias.errors import UserError
 from mavias.ops.nightly import dataset, discover, ingest, release, report
 from mavias.ops.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.ops.registry import ModelRegistry
 from mavias.storage.s3 import S3Settings, get_json
-from mavias.core.relevance import load_relevance
 from tests.support.s3server import (  # noqa: F401 - fixtures
     moto_endpoint,
     s3_client,

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mavias.core.judging.quality import ClassChanges
 from mavias.ops.export.parity import VerificationResult
 from mavias.ops.gates import GateReport, evaluate_gates
-from mavias.core.judging.quality import ClassChanges
 from mavias.ops.reporting.context import DiscoveryCounts, RelevanceChanges, ReportContext
 from mavias.ops.reporting.history import (
     HistoryEntry,
@@ -28,10 +28,17 @@ from mavias.ops.reporting.history import (
     load_history,
 )
 from mavias.ops.reporting.plots import LOGIT_PLOT, TREND_PLOT, bias_alignment, logit_summary
-from mavias.ops.reporting.render import CHANGED_TAGS_SHOWN, headline, render_email, render_report, render_text, write_report
+from mavias.ops.reporting.render import (
+    CHANGED_TAGS_SHOWN,
+    headline,
+    render_email,
+    render_report,
+    render_text,
+    write_report,
+)
 from mavias.ops.validation import validate_partition
-from tests.support.s3server import write_local_partition
 from tests.ops.gates.test_gates import CONFIG, evaluation
+from tests.support.s3server import write_local_partition
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 VOID_ELEMENTS = {"br", "img", "meta", "hr", "link", "input"}

@@ -20,10 +20,10 @@ import pytest
 import torch
 from PIL import Image
 
-from mavias.ops.export.version import export_checkpoint
-from mavias.ops.serve.launch import RunningServer, running_server, serve_python
 from mavias.core.train.config import BackboneConfig, TrainConfig
 from mavias.core.train.model import build_main_model
+from mavias.ops.export.version import export_checkpoint
+from mavias.ops.serve.launch import RunningServer, running_server, serve_python
 
 SIZE = 16
 CLASSES = ["bird", "dog", "vehicle"]

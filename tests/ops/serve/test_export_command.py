@@ -10,9 +10,9 @@ import torch
 from typer.testing import CliRunner
 
 from mavias.cli import app
-from mavias.ops.export.session import make_session
+from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import TrainConfig, save_config
-from mavias.core.train.trainer import load_main_model
+from mavias.ops.export.session import make_session
 from tests.ops.serve.conftest import CLASSES, SIZE, write_checkpoint
 
 runner = CliRunner()

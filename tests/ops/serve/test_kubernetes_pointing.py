@@ -26,8 +26,8 @@ from mavias.ops.nightly import release, report
 from mavias.ops.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.ops.registry import ModelRegistry
 from mavias.ops.registry.kubernetes import InferenceServiceRef, storage_uri_of
-from mavias.storage.s3 import S3Settings
 from mavias.ops.reporting.render import render_email
+from mavias.storage.s3 import S3Settings
 from mavias.utils.servers import free_port, stop_process, wait_until_answering
 from tests.support.s3server import moto_endpoint, s3_client, s3_settings  # noqa: F401 - fixtures
 

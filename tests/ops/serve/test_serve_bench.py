@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from mavias.ops.export.session import make_session
 from mavias.tools.bench.serve import (
     ROUNDS,
     floor_server,
@@ -18,7 +19,6 @@ from mavias.tools.bench.serve import (
     server_handling,
     tritonclient_call,
 )
-from mavias.ops.export.session import make_session
 
 pytestmark = pytest.mark.slow
 

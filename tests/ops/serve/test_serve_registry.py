@@ -13,8 +13,8 @@ import tritonclient.grpc as grpcclient
 
 from mavias.ops.export.session import make_session
 from mavias.ops.registry import ModelRegistry
-from tests.support.s3server import TEST_CREDENTIALS, moto_endpoint, s3_client, s3_settings  # noqa: F401
 from tests.ops.serve.conftest import get, metric
+from tests.support.s3server import TEST_CREDENTIALS, moto_endpoint, s3_client, s3_settings  # noqa: F401
 
 pytestmark = pytest.mark.slow
 

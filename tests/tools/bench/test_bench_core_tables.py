@@ -2,8 +2,8 @@
 
 import pytest
 
-from mavias.tools.bench.core import DEFAULTS, ORACLE, benchmark_floors, choose_methods, peer_floor, summarise
 from mavias.errors import UserError
+from mavias.tools.bench.core import DEFAULTS, ORACLE, benchmark_floors, choose_methods, peer_floor, summarise
 
 
 def _outcome(method: str, seed: int, wg: float, avg: float, criterion: str = "val_robust") -> dict:

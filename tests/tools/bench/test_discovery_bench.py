@@ -1,9 +1,9 @@
 from rich.console import Console
 
-from mavias.tools.bench.discovery import run_discovery_bench
-from mavias.core.synthetic import SyntheticScenesConfig
 from mavias.core.encode import factory as encode_factory
 from mavias.core.judging import factory as judging_factory
+from mavias.core.synthetic import SyntheticScenesConfig
+from mavias.tools.bench.discovery import run_discovery_bench
 
 
 def test_discovery_bench_reports_throughput_requests_and_judge_quality(offline_judge, minilm_encoder, tmp_path, monkeypatch):

@@ -1,0 +1,44 @@
+"""A run folder's checkpoints: which file holds what, and the main model rebuilt from one (backbone + head, never
+the bias projection)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from mavias.core.train.config import TrainConfig
+from mavias.core.train.model import MainModel, build_main_model
+from mavias.errors import UserError
+
+CRITERIA = ("val_acc", "val_tag_wg", "val_robust")
+EARLY_CHECKPOINT = "early.pt"
+
+
+def best_checkpoint(run: Path, criterion: str) -> Path:
+    """The checkpoint a run keeps for a selection criterion (``best_<criterion>.pt``); the one place that names it."""
+    if criterion not in CRITERIA:
+        raise UserError(f"unknown criterion {criterion!r}", hint=f"use one of {', '.join(CRITERIA)}")
+    return Path(run) / f"best_{criterion}.pt"
+
+
+def early_epoch(epochs: int) -> int:
+    """The epoch kept as ``early.pt``: the first twentieth of the run. An early-stopped ERM leans on shortcuts more
+    openly than the final model (a bias-amplified proxy for the audit, :mod:`mavias.core.evaluate.shortcuts`)."""
+    return max(1, epochs // 20)
+
+
+def epoch_path(run: Path, epoch: int) -> Path:
+    """The main model after ``epoch`` in a run trained with ``keep_epochs``."""
+    return Path(run) / "epochs" / f"epoch_{epoch:03d}.pt"
+
+
+def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[MainModel, list[str], TrainConfig]:
+    """Rebuild the main model (backbone + head, no projection) from a best_*.pt or last.pt checkpoint."""
+    state = torch.load(checkpoint, map_location=device, weights_only=True)
+    cfg = TrainConfig.model_validate(state["config"])
+    weights = state["model"] if "model" in state else state["modules"]["model"]
+    in_channels = 3 if cfg.backbone.name != "mlp" else weights["backbone.0.weight"].shape[1]
+    model = build_main_model(cfg.backbone, in_channels, len(state["classes"]))
+    model.load_state_dict(weights)
+    return model.to(device).eval(), list(state["classes"]), cfg
