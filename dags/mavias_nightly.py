@@ -164,10 +164,10 @@ def train_reference(dataset: dict) -> dict:
 
 
 @task
-def plan_trials(dataset: dict) -> list[dict]:
+def plan_trials(dataset: dict, reference: dict) -> list[dict]:
     from mavias.ops.nightly import train
 
-    return run_stage(train.plan_trials, dataset)
+    return run_stage(train.plan_trials, dataset, reference)
 
 
 @task(**GPU, map_index_template="{{ trial_label }}")
@@ -327,7 +327,7 @@ def mavias_nightly() -> None:
     plan >> discovered
     dataset = prepare_dataset(validated, discovered)
     reference = train_reference(dataset)
-    planned_trials = plan_trials(dataset)
+    planned_trials = plan_trials(dataset, reference)
     data_changed(dataset) >> [reference, planned_trials]
     trials = tune_trial.partial(dataset=dataset, reference=reference).expand(job=planned_trials)
     candidate = train_mavias(dataset, trials)

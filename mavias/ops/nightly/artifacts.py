@@ -86,11 +86,13 @@ class Dataset(TypedDict):
 
 
 class TrainedReference(TypedDict):
-    """``train.train_reference_model``: the ERM reference run (its folder holds biased_tags.csv)."""
+    """``train.train_reference_model``: the ERM reference run (its folder holds biased_tags.csv), and the candidate's
+    recipe it resolved (a run folder's ``recipe.json``: the settings the trials start from)."""
 
     dir: str
     checkpoint: str
     best: dict[str, Any]
+    candidate_recipe: str
 
 
 class TrialJob(TypedDict):

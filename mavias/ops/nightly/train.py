@@ -38,7 +38,8 @@ def train_reference_model(cfg: NightlyConfig, dataset: Dataset) -> TrainedRefere
     out = Path(dataset["dir"]) / "reference"
     reference = train_reference(data, cfg.training, out, progress=False, nproc=cfg.train.nproc)
     resolve_run(data, _candidate_base(cfg), _base_dir(dataset))
-    return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {}}
+    return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {},
+            "candidate_recipe": str(_base_dir(dataset))}
 
 
 def _candidate_base(cfg: NightlyConfig) -> TrainConfig:
@@ -49,19 +50,20 @@ def _base_dir(dataset: Dataset) -> Path:
     return Path(dataset["dir"]) / TUNING_DIR / BASE_DIR
 
 
-def _candidate_settings(cfg: NightlyConfig, dataset: Dataset) -> TrainConfig:
+def _candidate_settings(cfg: NightlyConfig, reference: TrainedReference) -> TrainConfig:
     """The candidate's settings with the recipe's choices for tonight's data, as ``train_reference`` resolved them."""
-    resolved = ResolvedRecipe.read(_base_dir(dataset), _candidate_base(cfg).model_dump(mode="json"))
+    folder = Path(reference["candidate_recipe"])
+    resolved = ResolvedRecipe.read(folder, _candidate_base(cfg).model_dump(mode="json"))
     if resolved is None:
-        raise ExplainedFailure(f"the candidate's training recipe for dataset {dataset['digest']} is not resolved "
-                               f"({_base_dir(dataset)}): the train_reference task resolves it; clear that task")
+        raise ExplainedFailure(f"the candidate's training recipe is not resolved for tonight's settings ({folder}): "
+                               "the train_reference task resolves it; clear that task")
     return resolved.config
 
 
-def plan_trials(cfg: NightlyConfig, dataset: Dataset) -> list[TrialJob]:
+def plan_trials(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference) -> list[TrialJob]:
     """Tonight's trials: one trial is exactly the configured settings; with more, the previous night's best settings
     (those still inside tonight's search space; else the configured ones) come first, then TPE's picks."""
-    base = _candidate_settings(cfg, dataset)
+    base = _candidate_settings(cfg, reference)
     space = {param.key: param for param in search_space(base)}
     previous = layout(cfg).root / TUNING_DIR / PREVIOUS_BEST
     warm = current_values(base, list(space.values()))
@@ -75,7 +77,7 @@ def plan_trials(cfg: NightlyConfig, dataset: Dataset) -> list[TrialJob]:
 def run_trial(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, job: TrialJob) -> TrialResult:
     """Train one planned trial on the accumulated data (resumable; a finished trial is reused)."""
     data = load_prepared(dataset)
-    return run_planned_trial(data, load_reference(reference["dir"], data), _candidate_settings(cfg, dataset),
+    return run_planned_trial(data, load_reference(reference["dir"], data), _candidate_settings(cfg, reference),
                              Path(dataset["dir"]) / TUNING_DIR, dict(job), nproc=cfg.train.nproc)
 
 

@@ -71,7 +71,7 @@ def _train_mavias(cfg, done: dict) -> dict:  # noqa: ANN001
     from mavias.ops.nightly import train
 
     trials = [train.run_trial(cfg, done["dataset"], done["reference"], job)
-              for job in train.plan_trials(cfg, done["dataset"])]
+              for job in train.plan_trials(cfg, done["dataset"], done["reference"])]
     return {"candidate": train.select_candidate(cfg, done["dataset"], trials)}
 
 
