@@ -8,6 +8,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from mavias.cli.options import (
+    LeakOption,
+    RelevanceOption,
+    TaggerQualityOption,
+    TagsOption,
+    discovery_sources,
+)
 from mavias.utils.console import make_console
 
 app = typer.Typer(help="Benchmarks (speed and quality), recorded in BENCHMARKS.md.", no_args_is_help=True)
@@ -61,13 +68,19 @@ def core(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings); resumes")] = Path("runs/bench-core"),
     moons: Annotated[bool, typer.Option(help="also the 3-D two moons of the supplement")] = True,
+    tags: TagsOption = None,
+    relevance: RelevanceOption = None,
+    leak: LeakOption = 0,
+    tagger_quality: TaggerQualityOption = "default",
 ) -> None:
     """Every method (ERM, JTT, LfF, SD, FLAC-B, DebiAN, MAVias, GroupDRO oracle) tuned with the same budget on every
-    built-in benchmark, then its choice trained on every seed."""
+    built-in benchmark, then its choice trained on every seed; tags from the benchmarks' taggers and relevance from
+    the offline judge unless --tags / --relevance say otherwise."""
     from mavias.tools.bench.core import run_core_bench
 
+    sources = discovery_sources(tags=tags, relevance=relevance, leak=leak, tagger_quality=tagger_quality)
     report = run_core_bench(work, seeds=seeds, trials=trials, benchmarks=benchmark, methods=method,
-                            json_path=json_out, workers=workers, progress=True, moons=moons)
+                            json_path=json_out, workers=workers, progress=True, moons=moons, sources=sources)
     for name, result in report["benchmarks"].items():
         label = "held out" if result["held_out"] else "seen while choosing defaults"
         print_core_table(f"{name} ({label}; test, %)", result["summary"], IMAGE_COLUMNS)
@@ -98,12 +111,19 @@ def audit(
     benchmark: Benchmarks = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings); resumes")] = Path("runs/bench-audit"),
+    tags: TagsOption = None,
+    relevance: RelevanceOption = None,
+    leak: LeakOption = 0,
+    tagger_quality: TaggerQualityOption = "default",
 ) -> None:
     """How well the label-free audit finds each benchmark's shortcuts (B' precision / recall against the true
-    shortcut tags), and how well its worst group tracks the true one over checkpoints of differing bias."""
+    shortcut tags), and how well its worst group tracks the true one over checkpoints of differing bias; tags from
+    the benchmarks' taggers and relevance from the offline judge unless --tags / --relevance say otherwise."""
     from mavias.tools.bench.audit import run_audit_bench
 
-    report = run_audit_bench(work, seeds=seeds, benchmarks=benchmark, json_path=json_out, progress=True)
+    sources = discovery_sources(tags=tags, relevance=relevance, leak=leak, tagger_quality=tagger_quality)
+    report = run_audit_bench(work, seeds=seeds, benchmarks=benchmark, json_path=json_out, progress=True,
+                             sources=sources)
     table = Table(title="label-free audit (test; floors: recall >= 0.9, precision >= 0.8, rho >= 0.8, gap <= 10)")
     for column in ("benchmark", "B' precision / recall per seed", "paper rule P / R (seed 0)", "checkpoints",
                    "Spearman rho", "mean |gap| (points)", "floors met"):

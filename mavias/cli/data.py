@@ -13,6 +13,14 @@ from typing import Annotated
 import typer
 from pydantic import BaseModel, ValidationError
 
+from mavias.cli.options import (
+    LeakOption,
+    RelevanceOption,
+    TaggerCheckpointOption,
+    TaggerQualityOption,
+    TagsOption,
+    discovery_sources,
+)
 from mavias.core.datasets.base import ImportResult, check_out_dir, write_import
 from mavias.core.datasets.celeba import import_celeba
 from mavias.core.datasets.imagefolder import SplitOptions, import_imagefolder
@@ -37,17 +45,36 @@ SeedOption = Annotated[int | None, typer.Option(help="random seed")]
 
 
 def _make(name: str, out: Path, options: dict) -> None:
-    from mavias.core.synthetic import BENCHMARKS
+    from mavias.core.synthetic import BENCHMARKS, make_benchmark
 
+    given = {key: options.pop(key, None) for key in ("tags", "relevance", "leak", "tagger_quality", "tagger_checkpoint")}
     benchmark = BENCHMARKS[name]
     try:
         cfg: BaseModel = benchmark.config(**{key: value for key, value in options.items() if value is not None})
     except ValidationError as err:
         raise typer.BadParameter(str(err)) from None
-    path = benchmark.make(out, cfg)
+    chosen = None if benchmark.tagging is None and not any(given.values()) else discovery_sources(**given)
+    path = make_benchmark(name, out, cfg, chosen)
     if benchmark.group_attrs:  # `mavias evaluate` reports the closed-set groups beside the label-free ones
         write_dataset_info(DatasetInfo(name=name, group_attrs=list(benchmark.group_attrs), source="generated"), path)
     typer.echo(f"{name}: wrote {path}")
+    if benchmark.tagging is not None:
+        _print_sources(out)
+
+
+def _print_sources(out: Path) -> None:
+    import json
+
+    discovery = json.loads((out / "benchmark.json").read_text())["discovery"]
+    tags, relevance = discovery["tags"], discovery["relevance"]
+    if tags["source"] == "tagger":
+        typer.echo(f"tags: the benchmark's tagger ({tags['quality']}), mean per-tag F1 {tags['mean_f1']:.2f} on "
+                   f"held-out images (per tag: {out / 'tagger' / tags['quality'] / 'quality.csv'})")
+    else:
+        typer.echo("tags: the generator's own attributes (oracle)")
+    typer.echo(f"relevance: {relevance['source']}, precision {relevance['precision']:.2f} / recall "
+               f"{relevance['recall']:.2f} against the ground truth ({out / 'truth' / 'relevance.parquet'})"
+               + (f", {relevance['leak']} defining tag(s) per class leaked" if relevance["leak"] else ""))
 
 
 @make_app.command("synthetic-scenes")
@@ -61,8 +88,13 @@ def synthetic_scenes(
     classes: Annotated[str | None, typer.Option(help="comma-separated, e.g. car,bird,boat")] = None,
     bg_align: Annotated[float | None, typer.Option()] = None,
     coobj_align: Annotated[float | None, typer.Option()] = None,
-    tag_miss_rate: Annotated[float | None, typer.Option()] = None,
-    spurious_tags_per_image: Annotated[float | None, typer.Option()] = None,
+    tag_miss_rate: Annotated[float | None, typer.Option(help="oracle tags: P(a true tag is not emitted)")] = None,
+    spurious_tags_per_image: Annotated[float | None, typer.Option(help="oracle tags: wrong tags per image")] = None,
+    tags: TagsOption = None,
+    relevance: RelevanceOption = None,
+    leak: LeakOption = 0,
+    tagger_quality: TaggerQualityOption = "default",
+    tagger_checkpoint: TaggerCheckpointOption = None,
 ) -> None:
     """Images of objects on backgrounds with co-objects, tags, ground-truth relevance (UrbanCars-like)."""
     options = locals() | {"classes": tuple(c.strip() for c in classes.split(",")) if classes else None}
@@ -78,9 +110,15 @@ def _add_single_shortcut_command(name: str, summary: str) -> None:
         n_test_per_cell: Annotated[int | None, typer.Option(help="test images per (class, attribute value)")] = None,
         image_size: Annotated[int | None, typer.Option()] = None,
         bias_align: Annotated[float | None, typer.Option(help="P(shortcut aligned) in the shortcut classes")] = None,
+        tags: TagsOption = None,
+        relevance: RelevanceOption = None,
+        leak: LeakOption = 0,
+        tagger_quality: TaggerQualityOption = "default",
+        tagger_checkpoint: TaggerCheckpointOption = None,
     ) -> None:
         _make(name, out, {"seed": seed, "n_train": n_train, "n_val": n_val, "n_test_per_cell": n_test_per_cell,
-                          "image_size": image_size, "bias_align": bias_align})
+                          "image_size": image_size, "bias_align": bias_align, "tags": tags, "relevance": relevance,
+                          "leak": leak, "tagger_quality": tagger_quality, "tagger_checkpoint": tagger_checkpoint})
 
     command.__doc__ = summary
     make_app.command(name)(command)

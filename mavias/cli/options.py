@@ -17,6 +17,7 @@ from mavias.errors import UserError
 from mavias.utils.console import make_console
 
 if TYPE_CHECKING:
+    from mavias.core.synthetic import Sources
     from mavias.core.train.config import TrainConfig
     from mavias.core.train.prepare import PreparedData
 
@@ -74,6 +75,36 @@ ReviewPath = Annotated[Path | None, typer.Option("--review", help="reviewed deci
 # --- the text encoder ------------------------------------------------------------------------------------------
 EncoderSpec = Annotated[str, typer.Option("--encoder", help=f"text encoder of the bias embeddings: {SPEC_FORMS}")]
 EncodeMode = Annotated[str, typer.Option(help="openclip: collective (one prompt) or separate (mean per tag)")]
+
+
+# --- a built-in benchmark's tags and relevance (`mavias data make`, `mavias bench`) --------------------------------
+TagsOption = Annotated[str | None, typer.Option(
+    "--tags", help="tagger (default: the benchmark's own image tagger, trained on images whose attributes are "
+    "independent of the class) or oracle (the generator's attributes, some missed, some spurious)")]
+RelevanceOption = Annotated[str | None, typer.Option(
+    "--relevance", help="judge (default: the offline judge decides every (class, tag)), oracle (the ground truth), "
+    "or a relevance table of yours for the benchmark's (class, tag) pairs")]
+TaggerCheckpointOption = Annotated[Path | None, typer.Option(
+    "--tagger-checkpoint", help="tag with this tagger (a tagger.pt of the same benchmark) instead of training one")]
+LeakOption = Annotated[int, typer.Option("--leak", min=0, help="mark each class's K most frequent defining tags "
+                                         "irrelevant: a judge mistake, to stress-test the bias path")]
+TaggerQualityOption = Annotated[str, typer.Option(
+    "--tagger-quality", help="low, default or high: the tagger's target mean per-tag F1 (0.5, 0.7, 0.9)")]
+
+
+def discovery_sources(*, tags: str | None = None, relevance: str | None = None, leak: int | None = 0,
+                      tagger_quality: str | None = None, tagger_checkpoint: Path | None = None) -> Sources:
+    """The sources the options name (unset ones: the benchmark's tagger and the offline judge)."""
+    from mavias.core.synthetic import Sources
+
+    if tags not in (None, "tagger", "oracle"):
+        raise UserError(f"--tags {tags!r} is not a tag source", hint="use tagger or oracle")
+    if relevance not in (None, "judge", "oracle") and not Path(relevance).is_file():
+        raise UserError(f"--relevance {relevance} is neither judge, oracle nor a file",
+                        hint="use judge, oracle or the path of a relevance table")
+    chosen = relevance if relevance in (None, "judge", "oracle") else Path(relevance)
+    return Sources(tags=tags or "tagger", relevance=chosen or "judge", leak=leak or 0,
+                   tagger_quality=tagger_quality or "default", tagger_checkpoint=tagger_checkpoint)
 
 
 def parse_overrides(values: list[str]) -> dict:

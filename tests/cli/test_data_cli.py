@@ -1,6 +1,8 @@
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
+from mavias.cli import app as root
 from mavias.cli.data import app
 from mavias.core.manifest import load_manifest
 from mavias.core.synthetic import BENCHMARKS
@@ -8,7 +10,8 @@ from mavias.core.synthetic import BENCHMARKS
 
 def test_make_synthetic_scenes_passes_options_to_the_config(tmp_path):
     args = ["make", "synthetic-scenes", "--out", str(tmp_path), "--seed", "3", "--n-train", "6", "--n-val", "3",
-            "--n-test-per-cell", "1", "--image-size", "32", "--classes", "car, fish,house"]
+            "--n-test-per-cell", "1", "--image-size", "32", "--classes", "car, fish,house", "--tags", "oracle",
+            "--relevance", "oracle"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     manifest = load_manifest(tmp_path / "manifest.parquet")
@@ -33,8 +36,31 @@ def test_registry_names_every_benchmark():
 
 def test_make_shape_textures_passes_options(tmp_path):
     args = ["make", "shape-textures", "--out", str(tmp_path), "--n-train", "24", "--n-val", "12",
-            "--n-test-per-cell", "1", "--image-size", "16", "--bias-align", "0.9"]
+            "--n-test-per-cell", "1", "--image-size", "16", "--bias-align", "0.9", "--tags", "oracle",
+            "--relevance", "oracle"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     manifest = load_manifest(tmp_path / "manifest.parquet")
     assert manifest["split"].value_counts().to_dict() == {"train": 24, "val": 12, "test": 144}
+
+
+def test_oracle_sources_keep_the_generators_tags_and_the_truth_apart(tmp_path):
+    args = ["make", "shape-colours", "--out", str(tmp_path), "--n-train", "20", "--n-val", "10",
+            "--n-test-per-cell", "1", "--image-size", "16", "--tags", "oracle", "--relevance", "oracle"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "tags: the generator's own attributes (oracle)" in result.output
+    assert "relevance: oracle, precision 1.00 / recall 1.00" in result.output
+    manifest, truth = load_manifest(tmp_path / "manifest.parquet"), load_manifest(tmp_path / "truth" / "manifest.parquet", check_files=False)
+    assert [list(t) for t in manifest["tags"]] == [list(t) for t in truth["tags"]]
+    assert pd.read_parquet(tmp_path / "relevance.parquet").equals(pd.read_parquet(tmp_path / "truth" / "relevance.parquet"))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["shape-colours", "--relevance", "nope"], "--relevance nope is neither judge, oracle nor a file"),
+    (["shape-colours", "--tags", "clip"], "--tags 'clip' is not a tag source"),
+])
+def test_a_wrong_source_is_one_line(tmp_path, args, message):
+    result = CliRunner().invoke(root, ["data", "make", *args, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert message in " ".join(result.output.split())

@@ -70,3 +70,30 @@ def small_group_caveats(metrics: Mapping[str, Any], what: str, *, groups: bool =
         caveats.append(f"{len(small)} of {metrics['n_groups']} {what} groups have fewer than {min_support} samples "
                        f"({shown}): their accuracies, and the averages over them, are noisy")
     return caveats
+
+
+THIN_EVIDENCE = 10  # images on a side of a reliance test, or twice the minimum support of training carriers
+
+
+def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, judge_quality: str | None,
+                train_irrelevant: pd.Series, evidence: pd.DataFrame | None, min_support: int) -> list[str]:
+    """How far the tags behind B' and the bias embeddings can be trusted: who tagged and judged and how well (when
+    measured), the share of training images with no irrelevant tag, and the shortcuts that rest on few images."""
+    lines = [f"Tags: {tags_from}; " + (tags_quality or "their quality on these images is unknown (no ground truth): "
+                                        "a tagger's misses hide shortcuts and its confusions can add false ones"),
+             f"Relevance: {judged_by}; " + (judge_quality or "its quality on these classes is unknown: review its "
+                                            "decisions (mavias judge export-review)")]
+    empty = float((train_irrelevant.map(len) == 0).mean()) if len(train_irrelevant) else 0.0
+    lines.append(f"{empty:.0%} of the training images have no irrelevant tag: the bias path sees nothing of them "
+                 "(their prompt is the empty 'a photo')")
+    counts = ["support", "within_n_with", "within_n_without"]
+    biased = [] if evidence is None or evidence.empty else evidence[evidence["biased"].astype(str) == "True"].assign(
+        **{column: lambda frame, c=column: pd.to_numeric(frame[c], errors="coerce").fillna(0) for column in counts}
+    ).to_dict("records")  # read back from CSV, the numbers may be text
+    for row in biased:
+        if row["support"] < 2 * min_support or min(row["within_n_with"], row["within_n_without"]) < THIN_EVIDENCE:
+            lines.append(f"{row['class']}: the shortcut '{row['tag']}' rests on few images ({int(row['support'])} "
+                         f"training images carry it; its reliance was measured on {int(row['within_n_with'])} "
+                         f"validation images of the class with it and {int(row['within_n_without'])} without): treat "
+                         "it as a lead, not a finding")
+    return lines

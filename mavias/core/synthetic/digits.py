@@ -25,7 +25,14 @@ from mavias.core.relevance import save_relevance
 from mavias.core.synthetic._sampling import balanced_labels, stratified_flags
 from mavias.core.synthetic.scene_drawing import PIXEL_NOISE_STD, SUPERSAMPLE, _jitter, encode_png
 from mavias.core.synthetic.shapes import COLOURS
-from mavias.core.synthetic.synthetic_scenes import INFO_NAME, MANIFEST_NAME, RELEVANCE_NAME, SPLIT_NUMBERS, emit_tags
+from mavias.core.synthetic.synthetic_scenes import (
+    INFO_NAME,
+    MANIFEST_NAME,
+    RELEVANCE_NAME,
+    SPLIT_NUMBERS,
+    TAGGING_SPLIT,
+    emit_tags,
+)
 from mavias.utils.atomic import atomic_path, write_json
 
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -98,6 +105,20 @@ def render_digit(digit: int, background: tuple[int, int, int], font: str, size: 
     pixels = np.asarray(image.convert("RGB").resize((image_size, image_size), Image.Resampling.BOX), dtype=np.float32)
     pixels = pixels + rng.normal(0, PIXEL_NOISE_STD, pixels.shape)
     return Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8))
+
+
+def tagging_samples(cfg: DigitsConfig, n: int, seed: int) -> tuple[list[Image.Image], list[tuple[str, ...]]]:
+    """``n`` images for training or scoring a tagger, every attribute drawn independently of the digit, with the
+    tags of everything they show."""
+    rng = np.random.default_rng([cfg.seed, TAGGING_SPLIT, seed])
+    images, tags = [], []
+    for index in range(n):
+        digit, colour = int(rng.integers(len(DIGITS))), str(rng.choice(BACKGROUNDS))
+        font, size = str(rng.choice(list(FONTS))), str(rng.choice(list(SIZES)))
+        images.append(render_digit(digit, COLOURS[colour], font, size, cfg.image_size,
+                                   [cfg.seed, TAGGING_SPLIT, seed, index]))
+        tags.append((DIGITS[digit], RELEVANT_PART, colour, FONTS[font], size))
+    return images, tags
 
 
 def _rows(out_dir: Path, split: str, cfg: DigitsConfig, tag_rng: np.random.Generator) -> list[dict]:

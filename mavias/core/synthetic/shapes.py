@@ -38,7 +38,14 @@ from mavias.core.synthetic.scene_drawing import (
     _jitter,
     encode_png,
 )
-from mavias.core.synthetic.synthetic_scenes import INFO_NAME, MANIFEST_NAME, RELEVANCE_NAME, SPLIT_NUMBERS, emit_tags
+from mavias.core.synthetic.synthetic_scenes import (
+    INFO_NAME,
+    MANIFEST_NAME,
+    RELEVANCE_NAME,
+    SPLIT_NUMBERS,
+    TAGGING_SPLIT,
+    emit_tags,
+)
 from mavias.utils.atomic import atomic_path, write_json
 
 Points = list[tuple[float, float]]
@@ -244,6 +251,21 @@ def render_shape(shape: str, colour: RGB, texture: str, half: float, image_size:
     pixels = np.asarray(canvas.resize((image_size, image_size), Image.Resampling.BOX), dtype=np.float32)
     pixels = pixels + rng.normal(0, PIXEL_NOISE_STD, pixels.shape)
     return Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8))
+
+
+def tagging_samples(cfg: ShapesConfig, n: int, seed: int) -> tuple[list[Image.Image], list[tuple[str, ...]]]:
+    """``n`` images for training or scoring a tagger, every attribute drawn independently of the class, with the tags
+    of everything they show."""
+    rng = np.random.default_rng([cfg.seed, TAGGING_SPLIT, seed])
+    colours, textures = list(COLOURS)[: cfg.n_classes], list(TEXTURES)[: cfg.n_classes]
+    images, tags = [], []
+    for index in range(n):
+        name, colour, texture, size = (str(rng.choice(values)) for values in (cfg.classes, colours, textures,
+                                                                              list(SIZES)))
+        images.append(render_shape(name, COLOURS[colour], texture, SIZES[size], cfg.image_size,
+                                   [cfg.seed, TAGGING_SPLIT, seed, index]))
+        tags.append((name, *SHAPES[name][1], colour, texture, size))
+    return images, tags
 
 
 def _rows(out_dir: Path, split: str, cfg: ShapesConfig, tag_rng: np.random.Generator) -> list[dict]:

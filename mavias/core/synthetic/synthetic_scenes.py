@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mavias.core.manifest import ATTR_PREFIX, content_sample_id, save_manifest
@@ -29,6 +30,7 @@ MANIFEST_NAME = "manifest.parquet"
 RELEVANCE_NAME = "relevance.parquet"
 INFO_NAME = "benchmark.json"
 SPLIT_NUMBERS = {"train": 0, "val": 1, "test": 2}
+TAGGING_SPLIT = 3  # the tagger's own images: a seed stream no benchmark split draws from
 MAX_PART_TAGS = 3
 
 
@@ -217,6 +219,22 @@ def plan_split(split: str, cfg: SyntheticScenesConfig) -> list[PlannedImage]:
             )
         )
     return plans
+
+
+def tagging_samples(cfg: SyntheticScenesConfig, n: int, seed: int) -> tuple[list[Image.Image], list[tuple[str, ...]]]:
+    """``n`` images for training or scoring a tagger, every attribute drawn independently of the class, with the tags
+    of everything they show (all the object's parts: they are all drawn)."""
+    rng = np.random.default_rng([cfg.seed, TAGGING_SPLIT, seed])
+    images, tags = [], []
+    for index in range(n):
+        label, background, coobject = (str(rng.choice(values)) for values in (cfg.classes, cfg.backgrounds,
+                                                                               cfg.coobjects))
+        color, size, lighting = (str(rng.choice(list(values))) for values in (COLORS, SIZES, LIGHTING))
+        spec = SceneSpec(label, background, coobject, COLORS[color], SIZES[size], LIGHTING[lighting])
+        images.append(render_scene(spec, cfg.image_size, (cfg.seed, TAGGING_SPLIT, seed, index)))
+        tags.append((label, *SCENE_CLASSES[label].parts, *BACKGROUND_TAGS[background], *COOBJECT_TAGS[coobject],
+                     color, size, lighting))
+    return images, tags
 
 
 def _write_image(out_dir: Path, plan: PlannedImage, cfg: SyntheticScenesConfig) -> str:

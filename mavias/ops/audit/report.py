@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from mavias.core.evaluate.explain import small_group_caveats
+from mavias.core.evaluate.explain import small_group_caveats, trust_lines
+from mavias.core.judging.factory import describe_judge
+from mavias.core.manifest import load_manifest
 from mavias.core.tagging.base import RANDOM_WEIGHTS_WARNING
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.inference import predict
@@ -53,6 +55,33 @@ def _logit_summaries(audit: Audit) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
+def _benchmark_discovery(audit: Audit) -> dict:
+    """What a built-in benchmark's folder says of its tags and relevance (``benchmark.json``), if the audited data is
+    one."""
+    folder = audit.options.path if audit.options.path.is_dir() else audit.options.path.parent
+    info = folder / "benchmark.json"
+    return json.loads(info.read_text()).get("discovery", {}) if info.is_file() else {}
+
+
+def trust(audit: Audit) -> list[str]:
+    """How far the tags and relevance decisions behind B' can be trusted (:func:`trust_lines`)."""
+    known = _benchmark_discovery(audit)
+    has_tags = "tags" in load_manifest(audit.paths.manifest, check_files=False).columns
+    tagger = audit.options.tagger
+    tags_from = "the data's own tags" if has_tags else f"OpenCLIP {tagger.model}/{tagger.pretrained}"
+    tags_quality = None
+    if known.get("tags", {}).get("source") == "tagger" and "mean_f1" in known["tags"]:
+        tags_quality = f"measured mean per-tag F1 {known['tags']['mean_f1']:.2f} on held-out images"
+    judged_by, judge_quality = describe_judge(audit.options.judge)
+    if "precision" in known.get("relevance", {}):
+        judge_quality = (f"measured precision {known['relevance']['precision']:.0%} / recall "
+                         f"{known['relevance']['recall']:.0%} on these classes")
+    train = prepare(audit)["train"].frame
+    return trust_lines(tags_from=tags_from, tags_quality=tags_quality, judged_by=judged_by,
+                       judge_quality=judge_quality, train_irrelevant=train["irrelevant_tags"],
+                       evidence=audit.reference.evidence, min_support=audit.options.min_support)
+
+
 def report_context(audit: Audit, name: str, version: str, notes: list[str]) -> ReportContext:
     source = "open_set"
     metrics = {role: json.loads((audit.paths.evaluation(role) / "metrics.json").read_text()) for role in
@@ -70,7 +99,7 @@ def report_context(audit: Audit, name: str, version: str, notes: list[str]) -> R
         discovery=DiscoveryCounts(images_tagged=counts.images_tagged, llm_requests=counts.llm_requests,
                                   encodings=counts.prompts_encoded),
         verification=VerificationResult.from_dict(audit.card["verification"]), onnx_sha256=audit.card["onnx"]["sha256"],
-        min_support=audit.options.min_support, audit=True)
+        min_support=audit.options.min_support, trust=trust(audit), audit=True)
 
 
 def write_outputs(audit: Audit, name: str, version: str) -> Path:

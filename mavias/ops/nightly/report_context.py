@@ -12,8 +12,12 @@ from typing import Any
 
 import pandas as pd
 
-from mavias.core.evaluate.metrics import GROUP_TABLE_COLUMNS
+from mavias.core.evaluate.explain import trust_lines
+from mavias.core.evaluate.metrics import GROUP_TABLE_COLUMNS, MIN_SUPPORT
 from mavias.core.evaluate.shortcuts import SHORTCUT_COLUMNS
+from mavias.core.judging.factory import JudgeSettings, describe_judge
+from mavias.core.relevance import irrelevant_tags
+from mavias.core.tagging.base import tag_lists
 from mavias.ops.export.parity import VerificationResult
 from mavias.ops.gates import GateReport, load_gate_config
 from mavias.ops.nightly.artifacts import NightResults
@@ -100,6 +104,24 @@ def _history_entry(results: NightResults, context: ReportContext) -> HistoryEntr
     )
 
 
+def _trust(cfg: NightlyConfig, results: NightResults) -> list[str]:
+    """How far tonight's tags and relevance decisions can be trusted (:func:`trust_lines`), once a reference ran."""
+    dataset, reference = results.get("dataset"), results.get("reference")
+    if not dataset or not reference:
+        return []
+    folder = Path(dataset["dir"]) / "dataset"
+    manifest = pd.read_parquet(folder / "manifest.parquet", columns=["sample_id", "label", "split"])
+    train = manifest[manifest["split"] == "train"].reset_index(drop=True)
+    tags = tag_lists(pd.read_parquet(folder / "tags.parquet"), train["sample_id"])
+    irrelevant = irrelevant_tags(train["label"], tags, pd.read_parquet(folder / "relevance.parquet"))
+    tagger = cfg.discovery.tagger
+    tags_from = "the partitions' own tags" if tagger == "manifest" else f"the {tagger} tagger"
+    judged_by, judge_quality = describe_judge(JudgeSettings(kind=cfg.discovery.judge))
+    return trust_lines(tags_from=tags_from, tags_quality=None, judged_by=judged_by, judge_quality=judge_quality,
+                       train_irrelevant=irrelevant, evidence=_read_csv(Path(reference["dir"]) / "shortcut_evidence.csv"),
+                       min_support=MIN_SUPPORT)
+
+
 def _relevance_changes(results: NightResults) -> RelevanceChanges | None:
     """Tonight's relevance changes, when the dataset step recorded them."""
     path = (results.get("dataset") or {}).get("relevance_changes")
@@ -155,6 +177,7 @@ def build_report_context(
         latency=packaged.get("latency"),
         tuning=(results.get("candidate") or {}).get("tuning"),
         relevance_changes=_relevance_changes(results),
+        trust=_trust(cfg, results),
         **tables,
     )
     return context, _history_entry(results, context) if has_candidate else None

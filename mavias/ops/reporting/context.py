@@ -91,4 +91,5 @@ class ReportContext(BaseModel):
     original_outcome: str | None = None  # on a rerun: attempt 1's verdict (its email subject)
     relevance_changes: RelevanceChanges | None = None  # None: nothing was judged tonight
     min_support: int = MIN_SUPPORT  # groups under it are flagged small
+    trust: list[str] = []  # how far the tags and decisions behind B' can be trusted (evaluate.explain.trust_lines)
     audit: bool = False  # a one-off audit of a data folder (`mavias audit`): nothing is promoted

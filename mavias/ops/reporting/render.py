@@ -300,6 +300,8 @@ def render_text(context: ReportContext) -> str:
     views = class_shortcuts(context, None if drift is None else drift.table())
     if views:
         lines += ["", "Shortcuts found (B', per class):", *shortcut_lines(views)]
+    if context.trust:
+        lines += ["", "How far to trust the tags behind them:", *(f"  - {line}" for line in context.trust)]
     lines += _relevance_text(context.relevance_changes)
     if context.model_uri:
         lines += ["", f"Model and full report: {context.model_uri}"]

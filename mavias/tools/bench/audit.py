@@ -1,7 +1,9 @@
 """`mavias bench audit`: how well the label-free audit finds each benchmark's shortcuts, and how well its worst group
 tracks the true one.
 
-Per benchmark and seed: an ERM reference trained with the CLI defaults gives B' (label-free rule, and the paper's rule
+The benchmarks' tags come from their image taggers and their relevance from the offline judge unless the sources say
+otherwise (``--tags oracle``, ``--relevance oracle``, ``--leak K``). Per benchmark and seed: an ERM reference trained
+with the CLI defaults gives B' (label-free rule, and the paper's rule
 alongside), scored by precision and recall against the benchmark's true shortcut tags (read only to score). On seed
 0, checkpoints of differing bias (four epochs of the reference, and MAVias, JTT and the GroupDRO oracle with the CLI
 defaults) are evaluated on test twice: the label-free open-set worst group under the reference's B', and the
@@ -18,9 +20,10 @@ from scipy.stats import spearmanr
 
 from mavias.core.evaluate.openset import biased_tag_recovery
 from mavias.core.protocol import Reference, evaluate_checkpoint, train_method, train_reference
+from mavias.core.synthetic import Sources
 from mavias.core.train.checkpoints import epoch_path
 from mavias.core.train.prepare import PreparedData
-from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, prepare
+from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
 from mavias.utils.atomic import write_json
 from mavias.utils.progress import StepProgress
 
@@ -58,11 +61,12 @@ def agreement(points: dict[str, dict]) -> dict:
             "mean_gap": float(np.mean(np.abs(free - closed))), "checkpoints": points}
 
 
-def run_audit_benchmark(work: Path, bench: ImageBenchmark, seeds: int, progress: StepProgress) -> dict:
+def run_audit_benchmark(work: Path, bench: ImageBenchmark, seeds: int, progress: StepProgress,
+                        sources: Sources = Sources()) -> dict:
     start = time.perf_counter()
-    data, folder = prepare(work, bench)
+    data, folder = prepare(work, bench, sources)
     truth = bench.true_shortcuts(folder)
-    root = work / bench.name
+    root = work / bench.name / sources.slug
     recoveries, points = {}, {}
     for seed in range(seeds):
         with progress.step(f"{bench.name} seed {seed}: ERM reference (CLI defaults)"):
@@ -79,7 +83,8 @@ def run_audit_benchmark(work: Path, bench: ImageBenchmark, seeds: int, progress:
                 run = train_method(data, cfg, root / "seed0" / method, reference, progress=False)
             checkpoints[f"{method} (CLI defaults)"] = run.checkpoint(cfg.selection)
         points = {name: agreement_point(data, bench, path, reference) for name, path in checkpoints.items()}
-    return {"held_out": bench.held_out, "recovery": recoveries, "agreement": agreement(points),
+    return {"held_out": bench.held_out, "sources": discovery_sources(folder), "recovery": recoveries,
+            "agreement": agreement(points),
             "floors": audit_floors(recoveries, agreement(points)), "wall_seconds": time.perf_counter() - start}
 
 
@@ -94,13 +99,13 @@ def audit_floors(recoveries: dict, agreed: dict) -> dict:
 
 
 def run_audit_bench(work: Path, *, seeds: int = 3, benchmarks: list[str] | None = None, json_path: Path | None = None,
-                    progress: bool = False) -> dict:
+                    progress: bool = False, sources: Sources = Sources()) -> dict:
     chosen = choose(benchmarks)
     steps = StepProgress(len(chosen) * (seeds + len(AGREEMENT_METHODS)), desc="bench audit", unit="training",
                          enabled=progress)
     report: dict = {"seeds": seeds, "floors": FLOORS, "benchmarks": {}}
     for bench in chosen:
-        report["benchmarks"][bench.name] = run_audit_benchmark(work, bench, seeds, steps)
+        report["benchmarks"][bench.name] = run_audit_benchmark(work, bench, seeds, steps, sources)
         if json_path is not None:
             write_json(json_path, report)
     steps.close()

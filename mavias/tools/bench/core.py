@@ -23,12 +23,13 @@ import pandas as pd
 import torch
 
 from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, train_method, train_reference
+from mavias.core.synthetic import Sources
 from mavias.core.train.prepare import PreparedData
 from mavias.core.tune.search import BASE_DIR, tune
 from mavias.core.tune.space import apply
 from mavias.errors import UserError
 from mavias.tools.bench.moons import run_moons
-from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, prepare
+from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
 from mavias.utils.atomic import write_json
 from mavias.utils.progress import StepProgress
 
@@ -63,28 +64,33 @@ def _metrics(data: PreparedData, bench: ImageBenchmark, checkpoint: Path, refere
     return metrics
 
 
-def _reference_dir(work: Path, bench: ImageBenchmark, seed: int) -> Path:
-    return work / bench.name / f"seed{seed}" / "reference"
+def _root(work: Path, bench: ImageBenchmark, sources: Sources) -> Path:
+    return work / bench.name / sources.slug
 
 
-def reference_job(work: Path, bench_name: str, seed: int, threads: int) -> list[dict]:
+def _reference_dir(work: Path, bench: ImageBenchmark, seed: int, sources: Sources) -> Path:
+    return _root(work, bench, sources) / f"seed{seed}" / "reference"
+
+
+def reference_job(work: Path, bench_name: str, seed: int, threads: int, sources: Sources) -> list[dict]:
     """Train (or resume) one seed's ERM reference; its own outcomes as "ERM (CLI defaults)"."""
     torch.set_num_threads(threads)
     bench = choose([bench_name])[0]
-    data, _ = prepare(work, bench)
-    reference = train_reference(data, default_config("erm", seed), _reference_dir(work, bench, seed), progress=False,
-                                keep_epochs=True)
+    data, _ = prepare(work, bench, sources)
+    reference = train_reference(data, default_config("erm", seed), _reference_dir(work, bench, seed, sources),
+                                progress=False, keep_epochs=True)
     return [asdict(Outcome(bench.name, DEFAULTS, seed, "val_acc", reference.run.best["val_acc"]["epoch"],
                            _metrics(data, bench, reference.checkpoint, reference)))]
 
 
-def method_job(work: Path, bench_name: str, method: str, seeds: int, trials: int, threads: int) -> dict:
+def method_job(work: Path, bench_name: str, method: str, seeds: int, trials: int, threads: int,
+               sources: Sources) -> dict:
     """Tune one method on seed 0, train its choice on the other seeds; every seed's test metrics."""
     torch.set_num_threads(threads)
     bench = choose([bench_name])[0]
-    data, _ = prepare(work, bench)
-    references = {seed: load_reference(_reference_dir(work, bench, seed), data) for seed in range(seeds)}
-    root = work / bench.name / METHODS[method]
+    data, _ = prepare(work, bench, sources)
+    references = {seed: load_reference(_reference_dir(work, bench, seed, sources), data) for seed in range(seeds)}
+    root = _root(work, bench, sources) / METHODS[method]
     tuned = tune(data, references[0], default_config(METHODS[method], 0), root / "tune", trials=trials)
     outcomes = []
     for seed in range(seeds):
@@ -170,19 +176,20 @@ def choose_methods(names: list[str] | None) -> list[str]:
 
 def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, benchmarks: list[str] | None = None,
                    methods: list[str] | None = None, json_path: Path | None = None, workers: int = 2,
-                   progress: bool = False, moons: bool = True) -> dict:
+                   progress: bool = False, moons: bool = True, sources: Sources = Sources()) -> dict:
     start = time.perf_counter()
     chosen, tuned_methods = choose(benchmarks), choose_methods(methods)
     threads = max(1, (torch.get_num_threads() or 1) // workers)
     steps = StepProgress(len(chosen) * (seeds + len(tuned_methods)), desc="bench core", unit="job", enabled=progress)
     report: dict = {"seeds": seeds, "tune_trials": trials, "workers": workers, "benchmarks": {}}
     for bench in chosen:  # prepared once here, so the workers only read the generated images and embeddings
-        prepare(work, bench)
+        prepare(work, bench, sources)
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        references = _run_jobs(pool, [(f"{b.name} seed {s}: ERM reference", reference_job, (work, b.name, s, threads))
+        references = _run_jobs(pool, [(f"{b.name} seed {s}: ERM reference", reference_job,
+                                       (work, b.name, s, threads, sources))
                                       for b in chosen for s in range(seeds)], steps)
         methods = _run_jobs(pool, [(f"{b.name}: {m} (tune {trials}, {seeds} seeds)", method_job,
-                                    (work, b.name, m, seeds, trials, threads))
+                                    (work, b.name, m, seeds, trials, threads, sources))
                                    for b in chosen for m in tuned_methods], steps)
     steps.close()
     for bench in chosen:
@@ -190,9 +197,10 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
         tuned = [m for m in methods if m["benchmark"] == bench.name]
         outcomes += [o for m in tuned for o in m["outcomes"]]
         summary = summarise(outcomes)
-        n_classes = len(prepare(work, bench)[0].classes)
+        data, folder = prepare(work, bench, sources)
         report["benchmarks"][bench.name] = {
-            "held_out": bench.held_out, "summary": summary, "floors": benchmark_floors(summary, n_classes),
+            "held_out": bench.held_out, "sources": discovery_sources(folder), "summary": summary,
+            "floors": benchmark_floors(summary, len(data.classes)),
             "tuning": {m["method"]: {k: m[k] for k in ("best_params", "best_value", "cost_ratio", "base")} for m in tuned},
             "runs": outcomes}
     report["peer_floor"] = peer_floor(report["benchmarks"])

@@ -20,12 +20,15 @@ from pydantic import BaseModel
 from mavias.core.discovery import Workspace
 from mavias.core.encode import MINILM, make_encoder
 from mavias.core.relevance import load_relevance
-from mavias.core.synthetic import BENCHMARKS
+from mavias.core.synthetic import BENCHMARKS, Sources, make_benchmark
 from mavias.core.synthetic.digits import DigitsConfig, make_digits
 from mavias.core.synthetic.shapes import ShapesConfig, ShapeTexturesConfig, make_shapes
+from mavias.core.synthetic.sources import TRUTH_DIR, apply_sources
 from mavias.core.synthetic.synthetic_scenes import (
     BACKGROUND_TAGS,
     COOBJECT_TAGS,
+    MANIFEST_NAME,
+    RELEVANCE_NAME,
     SCENE_CLASSES,
     SyntheticScenesConfig,
     make_synthetic_scenes,
@@ -80,17 +83,32 @@ def data_dir(work: Path, bench: ImageBenchmark) -> Path:
     return work / "data" / f"{bench.name}-{settings}"  # a changed generator never reuses stale images
 
 
-def prepare(work: Path, bench: ImageBenchmark, encoder: str = MINILM) -> tuple[PreparedData, Path]:
-    """Generate the benchmark once, then its splits with bias embeddings and true groups (images at the size drawn)."""
-    folder = data_dir(work, bench)
-    manifest = folder / "manifest.parquet"
-    if not manifest.exists():
-        bench.make(folder, bench.config)
+def sources_dir(work: Path, bench: ImageBenchmark, sources: Sources) -> Path:
+    """The folder of the benchmark's manifest and relevance table under ``sources`` (its images are shared)."""
+    return data_dir(work, bench) / "sources" / sources.slug
+
+
+def prepare(work: Path, bench: ImageBenchmark, sources: Sources = Sources(),
+            encoder: str = MINILM) -> tuple[PreparedData, Path]:
+    """Generate the benchmark's images once, then its tags and relevance from ``sources`` (by default the benchmark's
+    tagger and the offline judge), then its splits with bias embeddings and true groups (images at the size drawn).
+    Returns the data and the folder of its manifest, relevance table and ``benchmark.json``."""
+    base, folder = data_dir(work, bench), sources_dir(work, bench, sources)
+    if not (base / TRUTH_DIR / MANIFEST_NAME).exists():
+        make_benchmark(bench.name, base, bench.config, Sources(tags="oracle", relevance="oracle"))
+    if not (folder / MANIFEST_NAME).exists():
+        apply_sources(base, folder, name=bench.name, cfg=bench.config, samples=BENCHMARKS[bench.name].tagging,
+                      sources=sources)
     text_encoder = make_encoder(encoder)
-    data = prepare_image_data(manifest, relevance=load_relevance(folder / "relevance.parquet"), encoder=text_encoder,
-                              store_dir=Workspace(work).embeddings(text_encoder.encoder_id),
+    data = prepare_image_data(folder / MANIFEST_NAME, relevance=load_relevance(folder / RELEVANCE_NAME),
+                              encoder=text_encoder, store_dir=Workspace(work).embeddings(text_encoder.encoder_id),
                               config=TrainConfig(encoder=encoder), group_attrs=bench.attrs, progress=False)
     return data, folder
+
+
+def discovery_sources(folder: Path) -> dict:
+    """What a prepared benchmark's tags and relevance came from, and their measured quality (``benchmark.json``)."""
+    return json.loads((folder / "benchmark.json").read_text())["discovery"]
 
 
 def default_config(method: str, seed: int, **settings) -> TrainConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from mavias.core.evaluate.explain import explain_empty_biased_tags, small_group_caveats
+from mavias.core.evaluate.explain import explain_empty_biased_tags, small_group_caveats, trust_lines
 from mavias.core.evaluate.shortcuts import SHORTCUT_COLUMNS
 
 LABELS = pd.Series(["cat"] * 6 + ["dog"] * 6)
@@ -58,3 +58,20 @@ def test_small_groups_are_named_with_their_size():
     assert groups.startswith("2 of 4 MAVias open-set groups have fewer than 20 samples")
     assert small_group_caveats(metrics, "ERM", groups=False) == [worst.replace("MAVias open-set", "ERM")]
     assert small_group_caveats(metrics | {"worst_group_small": False, "small_groups": []}, "x") == []
+
+
+def test_trust_lines_say_who_tagged_and_judged_how_much_is_empty_and_what_rests_on_few_images():
+    evidence = pd.DataFrame([
+        {"class": "car", "tag": "street", "biased": True, "support": 400, "within_n_with": 120, "within_n_without": 30},
+        {"class": "boat", "tag": "sea", "biased": True, "support": 25, "within_n_with": 19, "within_n_without": 1},
+        {"class": "bird", "tag": "sky", "biased": False, "support": 5, "within_n_with": 2, "within_n_without": 0},
+    ])
+    irrelevant = pd.Series([["street"], [], ["sea"], []])
+    lines = trust_lines(tags_from="the data's own tags", tags_quality=None, judged_by="the offline judge",
+                        judge_quality="measured precision 98% / recall 76%", train_irrelevant=irrelevant,
+                        evidence=evidence, min_support=20)
+    assert lines[0].startswith("Tags: the data's own tags; their quality on these images is unknown")
+    assert lines[1] == "Relevance: the offline judge; measured precision 98% / recall 76%"
+    assert lines[2].startswith("50% of the training images have no irrelevant tag")
+    (thin,) = lines[3:]  # the well-supported car/street and the untested bird/sky get no line
+    assert thin.startswith("boat: the shortcut 'sea' rests on few images (25 training images") and "1 without" in thin

@@ -1,0 +1,87 @@
+"""A benchmark as a user meets it: tags from its own tagger, relevance from the judge, the truth kept apart; the
+leak stress test; variants beside the images; a user's table or checkpoint checked before use."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from mavias.core.manifest import load_manifest
+from mavias.core.relevance import load_relevance, save_relevance
+from mavias.core.synthetic import Sources, make_benchmark
+from mavias.core.synthetic.shapes import ShapesConfig, tagging_samples
+from mavias.core.synthetic.sources import apply_sources, leak_defining_tags
+from mavias.core.tagging.base import read_tags
+from mavias.errors import UserError
+
+CFG = ShapesConfig(n_classes=3, n_train=60, n_val=30, n_test_per_cell=2, image_size=24)
+LOW = Sources(tagger_quality="low")
+
+
+@pytest.fixture(scope="module")
+def benchmark(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("shapes")
+    return folder, make_benchmark("shape-colours", folder, CFG, LOW)
+
+
+def test_tags_come_from_the_tagger_and_relevance_from_the_judge(benchmark):
+    folder, manifest_path = benchmark
+    manifest = load_manifest(manifest_path)
+    scored = read_tags(folder / "tags.parquet")
+    assert set(scored["sample_id"]) <= set(manifest["sample_id"])
+    first = manifest.iloc[0]
+    assert list(first["tags"]) == sorted(scored.loc[scored["sample_id"] == first["sample_id"], "tag"])
+    oracle = load_manifest(folder / "truth" / "manifest.parquet", check_files=False)
+    assert (oracle["sample_id"] == manifest["sample_id"]).all()
+    assert any(list(a) != list(b) for a, b in zip(oracle["tags"], manifest["tags"]))  # a tagger, not the generator
+    discovery = json.loads((folder / "benchmark.json").read_text())["discovery"]
+    assert discovery["tags"]["source"] == "tagger" and discovery["tags"]["mean_f1"] >= 0.5
+    quality = json.loads((folder / "tagger" / "low" / "quality.json").read_text())
+    assert quality["mean_f1"] == discovery["tags"]["mean_f1"] and quality["tagging_images"] >= 250
+    relevance, truth = load_relevance(folder / "relevance.parquet"), load_relevance(folder / "truth" / "relevance.parquet")
+    assert set(zip(relevance["class"], relevance["tag"])) == set(zip(truth["class"], truth["tag"]))  # every pair
+    assert "ground_truth" not in set(relevance["source"]) and set(truth["source"]) == {"ground_truth"}
+    assert 0 <= discovery["relevance"]["precision"] <= 1 and discovery["relevance"]["source"] == "judge"
+
+
+def test_a_variant_shares_the_images_and_the_tagger(benchmark, tmp_path):
+    folder, _ = benchmark
+    variant = tmp_path / "oracle"
+    variant.mkdir()
+    path = apply_sources(folder, variant, name="shape-colours", cfg=CFG, samples=tagging_samples,
+                         sources=Sources(tags="oracle", relevance="oracle", leak=1))
+    manifest = load_manifest(path)
+    assert manifest["uri"].map(lambda uri: uri.startswith(str(folder.resolve()))).all()
+    assert not (variant / "images").exists()
+    relevance = load_relevance(variant / "relevance.parquet")
+    assert set(relevance.loc[relevance["source"] == "leak", "class"]) == set(CFG.classes)  # one per class
+    assert json.loads((variant / "benchmark.json").read_text())["discovery"]["relevance"]["recall"] < 1.0
+
+
+def test_leak_turns_the_most_frequent_defining_tags_irrelevant():
+    truth = pd.DataFrame([("car", "wheel", True), ("car", "door", True), ("car", "road", False)],
+                         columns=["class", "tag", "relevant"]).assign(source="truth")
+    manifest = pd.DataFrame({"label": ["car"] * 3, "split": "train",
+                             "tags": [["wheel", "door"], ["door"], ["road", "door"]]})
+    leaked = leak_defining_tags(truth, truth, manifest, 1).set_index("tag")
+    assert not leaked.loc["door", "relevant"] and leaked.loc["door", "source"] == "leak"
+    assert leaked.loc["wheel", "relevant"]  # less frequent than "door": kept
+
+
+def test_a_users_table_or_checkpoint_that_does_not_fit_is_one_line(benchmark, tmp_path):
+    folder, _ = benchmark
+    truth = load_relevance(folder / "truth" / "relevance.parquet")
+    stranger = pd.concat([truth, pd.DataFrame([("circle", "zebra", False, "me")], columns=truth.columns)])
+    save_relevance(stranger, tmp_path / "mine.parquet")
+    with pytest.raises(UserError, match="does not have"):
+        apply_sources(folder, tmp_path, name="shape-colours", cfg=CFG, samples=tagging_samples,
+                      sources=Sources(relevance=tmp_path / "mine.parquet", tagger_quality="low"))
+    (tmp_path / "junk.pt").write_bytes(b"x")
+    with pytest.raises(UserError, match="cannot be read as a tagger checkpoint"):
+        apply_sources(folder, tmp_path, name="shape-colours", cfg=CFG, samples=tagging_samples,
+                      sources=Sources(tagger_checkpoint=tmp_path / "junk.pt"))
+
+
+def test_two_moons_has_no_images_to_tag(tmp_path):
+    with pytest.raises(UserError, match="two-moons-3d has no images"):
+        make_benchmark("two-moons-3d", tmp_path, sources=Sources())
