@@ -13,3 +13,9 @@ def make_trainer(cfg: TrainConfig, train: SplitData, val: SplitData, classes: li
     """A trainer on the recipe resolved for this data: the explicit step the library's callers take first."""
     return Trainer(resolve_recipe(cfg, train, len(classes), run_dir=Path(out_dir)), train, val, classes, out_dir,
                    **options)
+
+
+def erm_checkpoint(train: SplitData, val: SplitData, classes: list[str], out_dir: Path, cfg: TrainConfig) -> Path:
+    """A trained vanilla model's checkpoint (FLAC-B's bias-capturing classifier), trained with ``cfg`` as ERM."""
+    erm = cfg.model_copy(update={"method": "erm", "selection": "val_acc"})
+    return make_trainer(erm, train, val, classes, out_dir, progress=False).fit().checkpoint("val_acc")

@@ -15,6 +15,7 @@ from mavias.core.train.failures import explained_training_errors
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.recipe import ResolvedRecipe, resolve_recipe
 from mavias.core.train.trainer import Trainer, TrainResult
+from mavias.errors import UserError
 
 
 def resolve_run(data: PreparedData, cfg: TrainConfig, out_dir: str | Path) -> ResolvedRecipe:
@@ -46,12 +47,15 @@ def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, refe
     """Train one run; with ``nproc`` > 1 data-parallel over that many processes (:mod:`mavias.core.train.distributed`)."""
     if cfg.selection == "val_tag_wg" and reference is None:
         raise ValueError("selection val_tag_wg needs the ERM reference (train_reference) for its tag-derived groups")
+    if cfg.selection == "val_true_wg" and data["val"].groups is None:
+        raise UserError("selection val_true_wg needs the true groups of the validation split",
+                        hint="give the group attributes (--group-attrs), or another selection")
     val_groups = None if reference is None else reference.val_groups
     recipe = resolve_run(data, cfg, out_dir)
     if nproc > 1:
         return fit_distributed(data, recipe, out_dir, nproc, val_groups=val_groups, stop_after=stop_after)
     trainer = Trainer(recipe, data["train"], data["val"], data.classes, out_dir, val_groups=val_groups,
-                      progress=progress)
+                      progress=progress, reference=None if reference is None else Path(reference.checkpoint))
     return trainer.fit(stop_after=stop_after)
 
 

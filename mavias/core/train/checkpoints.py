@@ -11,7 +11,7 @@ from mavias.core.train.config import TrainConfig
 from mavias.core.train.model import MainModel, build_main_model
 from mavias.errors import UserError
 
-CRITERIA = ("val_acc", "val_tag_wg", "val_robust")
+CRITERIA = ("val_acc", "val_tag_wg", "val_robust", "val_true_wg")
 EARLY_CHECKPOINT = "early.pt"
 
 

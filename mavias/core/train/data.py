@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,11 +29,12 @@ class ImageSplit(Dataset):
     """
 
     def __init__(self, paths: list[Path], transform: Transform, size: int, *, random: bool = False,
-                 progress: str | None = None):
+                 plain: Transform | None = None, progress: str | None = None):
         self.paths = paths
         self.transform = transform
         self.size = size
         self.random = random
+        self.plain = plain  # the evaluation transform of an augmented split: what the images look like unaugmented
         self.cache: torch.Tensor | None = None
         self.sources: list[torch.Tensor] | None = None
         if not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
@@ -52,6 +54,12 @@ class ImageSplit(Dataset):
         if self.sources is not None:
             return self.transform(self.sources[i])
         return load_transformed(self.paths[i], self.transform)
+
+    def unaugmented(self) -> ImageSplit:
+        """The same images through the evaluation transform (an augmented split's errors, as JTT counts them)."""
+        if not self.random:
+            return self
+        return ImageSplit(self.paths, self.plain or self.transform, self.size)
 
 
 class FeatureSplit(Dataset):
@@ -109,6 +117,12 @@ class SplitData:
         """Drawn through a random (augmenting) transform."""
         return isinstance(self.inputs, ImageSplit) and self.inputs.random
 
+    def unaugmented(self) -> SplitData:
+        """The split seen through the evaluation transform (itself when nothing is augmented)."""
+        if not self.augmented:
+            return self
+        return dataclasses.replace(self, inputs=self.inputs.unaugmented())
+
 
 def class_index(classes: list[str], labels: pd.Series) -> torch.Tensor:
     lookup = {c: i for i, c in enumerate(classes)}
@@ -119,11 +133,12 @@ def class_index(classes: list[str], labels: pd.Series) -> torch.Tensor:
 
 
 def image_split(frame: pd.DataFrame, manifest_dir: Path, classes: list[str], transform: Transform, size: int, *,
-                random: bool = False, progress: bool = True) -> SplitData:
+                random: bool = False, plain: Transform | None = None, progress: bool = True) -> SplitData:
     frame = frame.reset_index(drop=True)
     paths = [resolve_uri(manifest_dir, u) for u in frame["uri"]]
     split = frame["split"].iloc[0] if len(frame) else "?"
-    inputs = ImageSplit(paths, transform, size, random=random, progress=f"loading {split} images" if progress else None)
+    inputs = ImageSplit(paths, transform, size, random=random, plain=plain,
+                        progress=f"loading {split} images" if progress else None)
     return SplitData(inputs, frame, class_index(classes, frame["label"]))
 
 

@@ -103,9 +103,10 @@ def relative_difficulty(loss_b: torch.Tensor, loss_d: torch.Tensor) -> torch.Ten
 
 
 def spectral_decoupling(logits: torch.Tensor, y: torch.Tensor, coefficient: float) -> torch.Tensor:
-    """CE + coefficient / 2 * ||z||^2, the squared logit norm averaged over the batch (Pezeshki et al. 2021, eq. 9)."""
+    """CE + coefficient * z_y^2, the true class's logit squared, averaged over the batch: the penalty of the
+    reference implementation (VB-Mitigator's SD; Pezeshki et al. 2021 penalise each class's logit around a target)."""
     logits = logits.float()
-    return F.cross_entropy(logits, y) + 0.5 * coefficient * (logits**2).sum(dim=1).mean()
+    return F.cross_entropy(logits, y) + coefficient * (logits.gather(1, y[:, None]) ** 2).mean()
 
 
 def _pairwise_similarity(features: torch.Tensor, d: float) -> torch.Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -13,7 +14,7 @@ from torch import nn
 
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData
-from mavias.core.train.inference import predict_logits
+from mavias.core.train.inference import predict_logits, to_model_input
 from mavias.core.train.losses import (
     debian_losses,
     ema_update,
@@ -27,6 +28,8 @@ from mavias.core.train.losses import (
     spectral_decoupling,
 )
 from mavias.core.train.model import MainModel, build_projection
+from mavias.core.train.optim import make_optimizer
+from mavias.errors import UserError
 
 Stats = dict[str, float]
 log = logging.getLogger(__name__)
@@ -161,8 +164,9 @@ class GroupDRO(Method):
 class JTT(Method):
     """Just Train Twice (Liu et al. 2021): upweight the training errors of a briefly trained ERM model.
 
-    Upweighting is done by sampling (weight ``upweight`` for errors, 1 otherwise) with the epoch length kept at N,
-    so every method gets the same compute per epoch.
+    The errors are those of the un-augmented training images. Upweighting is done by sampling (weight ``upweight``
+    for errors, 1 otherwise) with the epoch length kept at N: at an equal number of steps this draws every batch from
+    the authors' upsampled set (N + (u - 1)|E| samples an epoch), which only counts its steps in longer epochs.
     """
 
     name = "jtt"
@@ -176,7 +180,7 @@ class JTT(Method):
             return
         identifier = copy.deepcopy(self.model)  # the same initial (e.g. pretrained) weights as the main model
         fit(identifier, self.cfg.jtt.id_epochs)
-        logits = predict_logits(identifier, self.train, batch_size=256)
+        logits = predict_logits(identifier, self.train.unaugmented(), batch_size=256)  # the images, not a random crop
         self.errors = logits.argmax(1) != self.train.labels
 
     def sampling_weights(self) -> torch.Tensor:
@@ -247,74 +251,93 @@ class SD(Method):
 
 class FLAC(Method):
     """FLAC-B (Sarridis et al. 2023) without bias labels: CE + alpha * the FLAC divergence between the main model's
-    features and those of a frozen bias-capturing classifier. That classifier is a copy of the initial model trained
-    with plain CE on the target labels for ``flac.bias_epochs`` epochs before the main training: a briefly trained
-    vanilla model leans on the shortcut, as JTT's identification model does. Inference uses the main model only."""
+    features and those of a frozen bias-capturing classifier: the trained ERM reference, as the reference
+    implementation loads a fully trained vanilla model. Inference uses the main model only."""
 
     name = "flac"
 
-    def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData):
+    def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData, reference: Path | None = None):
         super().__init__(cfg, model, train)
-        self.bias_model = copy.deepcopy(model)  # the same initial (e.g. pretrained) weights as the main model
-        self.bias_trained = False
+        if reference is None:
+            raise UserError("FLAC-B takes a trained vanilla model as its bias-capturing classifier",
+                            hint="pass --reference ERM_RUN (a `mavias train --set method=erm` run of this data)")
+        self.bias_model = copy.deepcopy(model)
+        self.bias_model.load_state_dict(torch.load(reference, map_location="cpu", weights_only=True)["model"])
+        self.bias_model.eval().requires_grad_(False)
 
     def modules(self) -> dict[str, nn.Module]:
         return {"model": self.model, "bias_model": self.bias_model}
 
-    def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
-        if not self.bias_trained:
-            fit(self.bias_model, self.cfg.flac.bias_epochs)
-            self.bias_trained = True
-        self.bias_model.eval().requires_grad_(False)
-
     def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
         features = self.model.features(x)
         with torch.no_grad():
-            bias_features = self.bias_model.features(x)
+            bias_features = self.bias_model.eval().features(x)
         ce = F.cross_entropy(self.model.head(features).float(), y)
         divergence = flac_divergence(bias_features, features, y, self.cfg.flac.d)
         loss = ce + self.cfg.flac.alpha * divergence
         return loss, {"loss": loss.item(), "loss_cls": ce.item(), "loss_flac": divergence.item()}
 
-    def state_dict(self) -> dict:
-        return {"bias_trained": self.bias_trained}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.bias_trained = state["bias_trained"]
-
 
 class DebiAN(Method):
-    """DebiAN (Li et al. 2022): a discoverer (a copy of the initial model, one sigmoid output per class) splits each
-    class into the two groups between which the classifier's accuracy differs most, and the classifier is trained
-    with CE weighted by 1 + the probability of belonging to the group where it is less accurate. Both learn from one
-    loss on one batch whose two parts reach disjoint parameters (each sees the other's outputs detached); the authors
-    alternate the two steps on two differently shuffled batches. Inference uses the main model only."""
+    """DebiAN (Li et al. 2022), as its authors train it: two networks stepping in turn on two differently shuffled
+    batches. The classifier's step: CE weighted by 1 + the probability of belonging to the discovered group of its
+    class where it is less accurate (the discoverer in eval mode, no gradient). The discoverer's step (a copy of the
+    initial model, one sigmoid output per class, its own optimizer of the same settings, the classifier in eval
+    mode): maximise the classifier's equal-opportunity gap between the two groups it discovers per class. Inference
+    uses the main model only."""
 
     name = "debian"
 
     def __init__(self, cfg: TrainConfig, model: MainModel, train: SplitData):
         super().__init__(cfg, model, train)
         self.discoverer = copy.deepcopy(model)
+        self.discoverer_optimizer = make_optimizer(cfg.optim, [{"params": list(self.discoverer.parameters())}])
+        self.generator = torch.Generator().manual_seed(cfg.seed + 1)  # the discoverer's own shuffle
 
     def modules(self) -> dict[str, nn.Module]:
         return {"model": self.model, "discoverer": self.discoverer}
 
-    def param_groups(self) -> list[dict]:
-        return [{"params": list(self.model.parameters()) + list(self.discoverer.parameters()), "lr": self.cfg.optim.lr}]
+    def _discoverer_step(self, batch_size: int, device: torch.device) -> float:
+        idx = torch.randint(len(self.train), (batch_size,), generator=self.generator)
+        x = to_model_input(torch.stack([self.train.inputs[int(i)] for i in idx]), device)
+        y = self.train.labels[idx].to(device)
+        self.model.eval()
+        with torch.no_grad():
+            p_correct = F.softmax(self.model(x).float(), dim=1).gather(1, y[:, None]).squeeze(1)
+        self.model.train()
+        self.discoverer.train()
+        p_group = torch.sigmoid(self.discoverer(x).float()).gather(1, y[:, None]).squeeze(1)
+        loss = debian_losses(p_correct, p_group, y).discoverer
+        self.discoverer_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.discoverer_optimizer.step()
+        return loss.item()
 
     def loss(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, Stats]:
+        self.discoverer.eval()
+        with torch.no_grad():
+            p_group = torch.sigmoid(self.discoverer(x).float()).gather(1, y[:, None]).squeeze(1)
         logits = self.model(x).float()
         p_correct = F.softmax(logits, dim=1).gather(1, y[:, None]).squeeze(1).detach()
-        p_group = torch.sigmoid(self.discoverer(x).float()).gather(1, y[:, None]).squeeze(1)
-        parts = debian_losses(p_correct, p_group, y)
-        classification = (F.cross_entropy(logits, y, reduction="none") * parts.weights).mean()
-        loss = classification + parts.discoverer
-        return loss, {"loss": loss.item(), "loss_cls": classification.item(),
-                      "loss_discoverer": parts.discoverer.item(), "mean_weight": parts.weights.mean().item()}
+        weights = debian_losses(p_correct, p_group, y).weights
+        classification = (F.cross_entropy(logits, y, reduction="none") * weights).mean()
+        discoverer = self._discoverer_step(len(y), x.device)
+        return classification, {"loss": classification.item(), "loss_discoverer": discoverer,
+                                "mean_weight": weights.mean().item()}
+
+    def state_dict(self) -> dict:
+        return {"discoverer_optimizer": self.discoverer_optimizer.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.discoverer_optimizer.load_state_dict(state["discoverer_optimizer"])
+        self.generator.set_state(state["generator"])
 
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (Method, Mavias, GroupDRO, JTT, LfF, SD, FLAC, DebiAN)}
 
 
-def build_method(cfg: TrainConfig, model: MainModel, train: SplitData) -> Method:
+def build_method(cfg: TrainConfig, model: MainModel, train: SplitData, reference: Path | None = None) -> Method:
+    """The method ``cfg`` names; ``reference``: the checkpoint of the ERM reference (FLAC-B's bias classifier)."""
+    if cfg.method == "flac":
+        return FLAC(cfg, model, train, reference)
     return METHODS[cfg.method](cfg, model, train)

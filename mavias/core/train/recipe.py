@@ -56,6 +56,7 @@ PRETRAINED_SIZE = 224
 RANGE_TEST_STEPS = 100
 RANGE_TEST_VERSION = 1  # of the range test itself: a change to it must not reuse older results
 LENGTH_FACTORS = {"mavias": 3}  # of the recipe's steps, per method
+METHOD_WEIGHT_DECAY = {"sd": 0.0}  # spectral decoupling is its own penalty: its reference implementation trains without
 RECIPE_FILE = "recipe.json"
 _TRANSFORMERS = ("vit", "deit", "swin", "beit", "eva", "dinov2")
 
@@ -198,7 +199,10 @@ def choose_training_settings(cfg: TrainConfig, train: SplitData, n_classes: int,
     if optim.name is None:
         optim = optim.model_copy(update={"name": recipe.optimizer})
         notes["optim.name"] = f"the {recipe.family} recipe's"
-    if optim.weight_decay is None:
+    if optim.weight_decay is None and cfg.method in METHOD_WEIGHT_DECAY:
+        optim = optim.model_copy(update={"weight_decay": METHOD_WEIGHT_DECAY[cfg.method]})
+        notes["optim.weight_decay"] = f"{cfg.method}'s own: its penalty replaces weight decay"
+    elif optim.weight_decay is None:
         optim = optim.model_copy(update={"weight_decay": recipe.weight_decay})
         notes["optim.weight_decay"] = f"the {recipe.family} recipe's"
     if optim.schedule is None:

@@ -68,6 +68,7 @@ class Trainer:
         val_groups: pd.Series | None = None,
         progress: bool = True,
         keep_epochs: bool = False,
+        reference: Path | None = None,
     ):
         self.train_split = train
         self.val_split = val
@@ -88,7 +89,7 @@ class Trainer:
             self.model.to(memory_format=torch.channels_last)
         if cfg.compile:
             self.model.backbone.compile()
-        self.method: Method = build_method(cfg, self.model, train)
+        self.method: Method = build_method(cfg, self.model, train, reference)
         for module in self.method.modules().values():
             module.to(self.device)
         self.optimizer = self._build_optimizer()
@@ -236,8 +237,9 @@ class Trainer:
                    "val_balanced": float(pd.Series(correct).groupby(self.val_split.labels.numpy()).mean().mean()),
                    "val_robust": robust_selection_score(correct, self.val_split.labels.numpy(), self.val_groups)}
         if self.val_groups is not None:
-            accs = pd.Series(correct).groupby(self.val_groups).mean()
-            metrics["val_tag_wg"] = float(accs.min())
+            metrics["val_tag_wg"] = float(pd.Series(correct).groupby(self.val_groups).mean().min())
+        if self.val_split.groups is not None:  # the true groups: the oracle's criterion, recorded for every run
+            metrics["val_true_wg"] = float(pd.Series(correct).groupby(self.val_split.groups.numpy()).mean().min())
         return metrics
 
     def _fall_back_where_uninformative(self) -> None:

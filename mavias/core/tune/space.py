@@ -36,7 +36,8 @@ METHOD_PARAMS: dict[str, list[Param]] = {
     "erm": [],
     "mavias": [Param("mavias.alpha", 1e-3, 1.0, log=True), Param("mavias.lam", 0.2, 0.9),
                Param("mavias.projection_lr_mult", 0.3, 30.0, log=True)],
-    "groupdro": [Param("groupdro.eta", 1e-3, 0.1, log=True)],
+    # GroupDRO's paper trains with a strong L2 penalty (its own setting per dataset): searched here
+    "groupdro": [Param("groupdro.eta", 1e-3, 0.1, log=True), Param("optim.weight_decay", 1e-4, 1.0, log=True)],
     "jtt": [Param("jtt.upweight", 5.0, 100.0, log=True)],
     "lff": [Param("lff.q", 0.3, 1.0), Param("lff.ema", 0.5, 0.99)],
     "sd": [Param("sd.coefficient", 1e-3, 1.0, log=True)],
@@ -66,14 +67,12 @@ def known_space(base: TrainConfig) -> list[Param]:
         common.append(Param("epochs", low, max(low, round(EPOCH_FACTORS[1] * base.epochs)), integer=True))
         if base.method == "jtt":  # the identification model trains for part of the run
             common.append(Param("jtt.id_epochs", 1, max(1, base.epochs // 3), integer=True))
-        if base.method == "flac":
-            common.append(Param("flac.bias_epochs", 1, max(1, base.epochs // 3), integer=True))
     return common + list(METHOD_PARAMS[base.method])
 
 
 def searched_keys(method: str) -> list[str]:
     """Every setting a search of ``method`` varies, whatever the base."""
-    own = {"jtt": ["jtt.id_epochs"], "flac": ["flac.bias_epochs"]}.get(method, [])
+    own = {"jtt": ["jtt.id_epochs"]}.get(method, [])
     return ["optim.lr", "epochs", *own, *(param.key for param in METHOD_PARAMS[method])]
 
 

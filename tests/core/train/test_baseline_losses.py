@@ -45,16 +45,16 @@ def test_relative_difficulty_weights_the_biased_models_failures():
     assert w.tolist() == pytest.approx([0.75, 0.25, 0.0])
 
 
-def test_spectral_decoupling_is_ce_plus_half_lambda_squared_logit_norm():
-    logits = torch.tensor([[1.0, 2.0], [0.0, 0.0]], requires_grad=True)
+def test_spectral_decoupling_is_ce_plus_lambda_times_the_true_class_logit_squared():
+    logits = torch.tensor([[1.0, 2.0], [3.0, 0.5]], requires_grad=True)
     y = torch.tensor([1, 0])
-    ce = ((-2 + math.log(math.exp(1) + math.exp(2))) + math.log(2)) / 2
-    penalty = 0.5 * 0.1 * ((1 + 4) + 0) / 2
+    ce = ((-2 + math.log(math.exp(1) + math.exp(2))) + (-3 + math.log(math.exp(3) + math.exp(0.5)))) / 2
+    penalty = 0.1 * (2.0**2 + 3.0**2) / 2  # z_y^2 of each sample, averaged over the batch
     loss = spectral_decoupling(logits, y, 0.1)
     assert loss.item() == pytest.approx(ce + penalty, rel=1e-6)
     loss.backward()
-    softmax = torch.softmax(logits.detach(), 1)
-    expected = (softmax - torch.tensor([[0.0, 1.0], [1.0, 0.0]])) / 2 + 0.1 * logits.detach() / 2
+    one_hot = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    expected = (torch.softmax(logits.detach(), 1) - one_hot) / 2 + 0.1 * 2 * logits.detach() * one_hot / 2
     assert torch.allclose(logits.grad, expected, atol=1e-6)
 
 

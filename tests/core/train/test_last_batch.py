@@ -18,7 +18,7 @@ from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData, attach_groups, class_index
 from mavias.core.train.failures import TrainingFailed
 from mavias.errors import ExplainedFailure
-from tests.support.training import make_trainer
+from tests.support.training import erm_checkpoint, make_trainer
 
 CLASSES = ["a", "b"]
 BATCH = 4
@@ -41,14 +41,16 @@ def _config(method: str) -> TrainConfig:
         "method": method, "backbone": {"name": "resnet18"}, "image_size": 28, "batch_size": BATCH, "epochs": 1,
         "optim": {"name": "sgd", "lr": 0.01, "weight_decay": 0.0, "schedule": "none"},
         "preprocessing": {"augment": False, "flip": False}, "selection": "val_acc", "device": "cpu",
-        "jtt": {"id_epochs": 1}, "flac": {"bias_epochs": 1},
+        "jtt": {"id_epochs": 1},
     })
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_k_batches_plus_one_sample_trains_every_method_on_resnet18_at_28_px(method, tmp_path):
     train, val = _split(2 * BATCH + 1, 0), _split(6, 1)
-    result = make_trainer(_config(method), train, val, CLASSES, tmp_path, progress=False).fit()
+    reference = erm_checkpoint(train, val, CLASSES, tmp_path / "erm", _config("erm")) if method == "flac" else None
+    result = make_trainer(_config(method), train, val, CLASSES, tmp_path / "run", progress=False,
+                          reference=reference).fit()
     assert result.completed and len(result.history) == 1
 
 
