@@ -16,9 +16,12 @@ demo: install
 
 # The import-linter contracts of pyproject.toml first (the layers, no cycles, a model server without torch), then
 # the tests. plugins/ goes on the path for the Airflow plugin; the DAG folder is found from the repository root.
+# The tests run on TEST_WORKERS processes (pytest-xdist), one test file per worker at a time so that a file's
+# services and fixtures start once; every worker has its own cache folder and one torch thread.
+TEST_WORKERS ?= 2
 test: install $(VENV)/.installed-test
 	PYTHONPATH=plugins $(VENV)/bin/lint-imports
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # WordNet 3.0 for the offline relevance judge (no PyPI package ships its data); PostgreSQL 15 and Redis 7 for the
 # CeleryExecutor stack (`mavias airflow up --executor celery`, started by its test on 127.0.0.1).

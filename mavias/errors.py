@@ -38,14 +38,20 @@ class ExplainedFailure(Exception):
     """A failure that is not the user's mistake, explained in one line: what failed, where, and what to do."""
 
 
-def describe_validation_error(error: ValidationError, *, what: str, model: type[BaseModel] | None = None) -> str:
+def describe_validation_error(error: ValidationError, *, what: str, model: type[BaseModel] | None = None,
+                              show_input: bool = True) -> str:
     """Pydantic's errors as one line per field: ``mavias.lam: Input should be a valid number (got 'x')``; with the
-    ``model`` validated, an unknown key also names the closest known one (``did you mean method?``)."""
+    ``model`` validated, an unknown key also names the closest known one (``did you mean method?``) and a bad value
+    what the setting accepts."""
     problems = []
-    for item in error.errors():
+    for item in error.errors(include_url=False):
         key = ".".join(str(part) for part in item["loc"])
-        hint = did_you_mean(key, model) if model is not None and item["type"] == "extra_forbidden" else ""
-        problems.append(f"{key or '(top level)'}: {item['msg']} (got {item.get('input')!r}){hint}")
+        problem = f"{key or '(top level)'}: {item['msg']}" + (f" (got {item.get('input')!r})" if show_input else "")
+        if model is not None and item["type"] == "extra_forbidden":
+            problem += did_you_mean(key, model)
+        elif model is not None and (accepts := setting_description(model, item["loc"])):
+            problem += f"; it takes {accepts}"
+        problems.append(problem)
     return f"invalid {what}: " + "; ".join(problems)
 
 
@@ -59,6 +65,21 @@ def setting_names(model: type[BaseModel], prefix: str = "") -> list[str]:
         else:
             names.append(prefix + name)
     return names
+
+
+def setting_description(model: type[BaseModel], loc: tuple) -> str:
+    """What the setting at ``loc`` accepts, as its model documents it (``"int >= 1: epochs between ..."``), or ``""``."""
+    field = None
+    for part in loc:
+        fields = model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) else {}
+        if part not in fields:
+            return ""
+        field = fields[part]
+        model = field.annotation
+    if field is None:
+        return ""
+    kind = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
+    return f"{kind}: {field.description}" if field.description else kind
 
 
 def did_you_mean(key: str, model: type[BaseModel]) -> str:

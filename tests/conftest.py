@@ -5,14 +5,21 @@ import os
 import tempfile
 
 import pytest
+import torch
 
 from mavias.core.encode import SentenceTransformerEncoder
 from mavias.core.judging.offline import OfflineJudge
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # one folder per test session, inherited by the processes the tests start (CLI, Airflow tasks, training ranks)
-    os.environ.setdefault("MAVIAS_CACHE_DIR", tempfile.mkdtemp(prefix="mavias-test-cache-"))
+    # one folder per test session (per worker of a parallel one), inherited by the processes the tests start (CLI,
+    # Airflow tasks, training ranks)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker or "MAVIAS_CACHE_DIR" not in os.environ:
+        os.environ["MAVIAS_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"mavias-test-cache-{worker or 'main'}-")
+    if worker:  # the workers share the cores: one thread each, not one per core each
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

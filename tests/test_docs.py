@@ -73,3 +73,21 @@ def test_the_documents_name_code():
 @pytest.mark.parametrize(("document", "dotted"), documented_names())
 def test_a_documented_name_imports(document, dotted):
     resolve(dotted)
+
+
+FIGURE = re.compile(r"<!-- figure:([\w-]+) -->(.*?)<!-- /figure -->")
+FIGURE_ROW = re.compile(r"^\| `([\w-]+)` \| [^|]+ \| ([^|]+?) \|", re.MULTILINE)
+
+
+def current_figures() -> dict[str, str]:
+    """The "Current figures" table of BENCHMARKS.md: one row per figure the README quotes, by its id."""
+    text = (REPO / "BENCHMARKS.md").read_text()
+    section = text.split("## Current figures", 1)[1].split("\n## ", 1)[0]
+    return dict(FIGURE_ROW.findall(section))
+
+
+def test_the_readme_quotes_each_figure_as_benchmarks_states_it():
+    quoted = FIGURE.findall((REPO / "README.md").read_text())
+    figures = current_figures()
+    assert quoted and figures
+    assert [(name, value) for name, value in quoted if figures.get(name) != value] == []

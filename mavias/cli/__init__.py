@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from typing import Annotated, Any, NamedTuple
 
@@ -20,6 +21,9 @@ import typer
 from typer.core import TyperGroup
 
 from mavias.cli.errors import user_errors_exit
+
+if not sys.stdout.isatty() and not {"TERMINAL_WIDTH", "COLUMNS"} & set(os.environ):
+    os.environ["TERMINAL_WIDTH"] = "160"  # piped help (| less, > file) keeps its option names and defaults whole
 
 DEBUG_ENV = "MAVIAS_DEBUG"
 

@@ -63,7 +63,7 @@ def core(
     trials: Annotated[int, typer.Option(help="`mavias tune` trials per method and benchmark (on seed 0)", min=2)] = 6,
     benchmark: Benchmarks = None,
     method: Annotated[list[str] | None, typer.Option("--method", help="tune only these (repeatable: ERM, JTT, LfF, SD, "
-                                                     "FLAC-B, DebiAN, MAVias, GroupDRO); default all")] = None,
+                                                     "FLAC-B, DebiAN, MAVias, MAVias-PoE, GroupDRO); default all")] = None,
     workers: Annotated[int, typer.Option(help="trainings run side by side (processes)", min=1)] = 2,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings); resumes")] = Path("runs/bench-core"),
@@ -72,15 +72,19 @@ def core(
     relevance: RelevanceOption = None,
     leak: LeakOption = 0,
     tagger_quality: TaggerQualityOption = "default",
+    compute: Annotated[float | None, typer.Option(
+        help="every tuned method's length as this multiple of the recipe's steps (equal compute); default: each "
+             "method's own (MAVias 3x)", min=0.1)] = None,
 ) -> None:
-    """Every method (ERM, JTT, LfF, SD, FLAC-B, DebiAN, MAVias, GroupDRO oracle) tuned with the same budget on every
-    built-in benchmark, then its choice trained on every seed; tags from the benchmarks' taggers and relevance from
-    the offline judge unless --tags / --relevance say otherwise."""
+    """Every method (ERM, JTT, LfF, SD, FLAC-B, DebiAN, MAVias as published, MAVias-PoE, GroupDRO oracle) tuned with
+    the same budget on every built-in benchmark, then its choice trained on every seed; tags from the benchmarks'
+    taggers and relevance from the offline judge unless --tags / --relevance say otherwise."""
     from mavias.tools.bench.core import run_core_bench
 
     sources = discovery_sources(tags=tags, relevance=relevance, leak=leak, tagger_quality=tagger_quality)
     report = run_core_bench(work, seeds=seeds, trials=trials, benchmarks=benchmark, methods=method,
-                            json_path=json_out, workers=workers, progress=True, moons=moons, sources=sources)
+                            json_path=json_out, workers=workers, progress=True, moons=moons, sources=sources,
+                            compute=compute)
     for name, result in report["benchmarks"].items():
         label = "held out" if result["held_out"] else "seen while choosing defaults"
         print_core_table(f"{name} ({label}; test, %)", result["summary"], IMAGE_COLUMNS)

@@ -33,17 +33,14 @@ from mavias.cli.options import (
     counts_table,
     warn,
 )
-from mavias.core.discovery import Workspace, discover_partition, manifest_file, partition_name
-from mavias.core.encode import make_encoder
 from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.core.encode.factory import MINILM
 from mavias.core.judging.factory import DEFAULT_BASE_URL, DEFAULT_LLM_MODEL, JudgeSettings, make_judge
 from mavias.core.judging.review import load_review
 from mavias.core.manifest import load_manifest
 from mavias.core.tagging.base import read_tags, tagging_warnings
-from mavias.core.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
+from mavias.core.tagging.defaults import DEFAULT_NUM_SHARDS, TAG_THRESHOLD, TAG_TOP_K
 from mavias.core.tagging.factory import TaggerSettings, make_tagger
-from mavias.core.tagging.run import DEFAULT_NUM_SHARDS
 
 app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)
 
@@ -79,6 +76,9 @@ def discover(
 ) -> None:
     """Run tag -> judge -> encode on a partition and print what it cost (zero on a second run), where its tags and
     relevance decisions are, and the training command that uses them."""
+    from mavias.core.discovery import Workspace, discover_partition, manifest_file, partition_name
+    from mavias.core.encode import make_encoder
+
     manifest_path = manifest_file(partition)
     manifest = load_manifest(manifest_path, check_files=False)
     tagger_obj = make_tagger(TaggerSettings(kind=tagger, model=tagger_model, pretrained=pretrained,

@@ -10,7 +10,6 @@ import typer
 
 from mavias.cli.options import run_checkpoint
 from mavias.errors import UserError
-from mavias.ops.export.version import export_checkpoint
 from mavias.ops.registry.model_card import CARD_NAME
 
 
@@ -25,6 +24,8 @@ def export_command(
     version: Annotated[str | None, typer.Option(help="version in the card; default: the checkpoint's folder")] = None,
 ) -> None:
     """Export the main model (backbone + head, never the bias projection) as ONNX, verified against PyTorch."""
+    from mavias.ops.export.version import export_checkpoint
+
     if (run is None) == (checkpoint is None):
         raise UserError("pass exactly one of --run DIR or --checkpoint PATH")
     if checkpoint is None:

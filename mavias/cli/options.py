@@ -140,16 +140,15 @@ def run_checkpoint(run: Path, criterion: str | None) -> Path:
 def prepare_data(manifest: Path, relevance: Path, tags: Path | None, workspace: Path, cfg: TrainConfig,
                  group_attrs: str, out: Path) -> PreparedData:
     """The images decoded, with their bias embeddings from the workspace's store (encoded there once)."""
-    import pandas as pd
-
     from mavias.core.discovery import Workspace as DiscoveryWorkspace
     from mavias.core.encode import make_encoder
     from mavias.core.relevance import load_relevance
+    from mavias.core.tagging.base import read_tags
     from mavias.core.train.prepare import prepare_image_data
 
     encoder = make_encoder(cfg.encoder)
     return prepare_image_data(
-        manifest, relevance=load_relevance(relevance), tags_table=None if tags is None else pd.read_parquet(tags),
+        manifest, relevance=load_relevance(relevance), tags_table=None if tags is None else read_tags(tags),
         encoder=encoder, store_dir=DiscoveryWorkspace(workspace).embeddings(encoder.encoder_id), config=cfg,
         group_attrs=[a for a in group_attrs.split(",") if a], quarantine_csv=out / "quarantine.csv",
     )

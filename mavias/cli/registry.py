@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from botocore.exceptions import BotoCoreError, ClientError
 
 from mavias.errors import UserError
 from mavias.ops.registry import ModelRegistry, PointerRecord, PromotionConflict, RegistryError
@@ -24,7 +25,7 @@ from mavias.ops.registry.kubernetes import (
     InferenceServiceRef,
     point_inference_service,
 )
-from mavias.storage.s3 import load_settings, make_s3_client
+from mavias.storage.s3 import load_settings, make_s3_client, storage_user_error
 
 app = typer.Typer(help="Model registry: immutable versions, atomic production pointer, history, rollback.")
 
@@ -55,6 +56,11 @@ def _exit_on_registry_error() -> Iterator[None]:
     except RegistryError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
+    except (BotoCoreError, ClientError) as err:
+        mistake = storage_user_error(err)
+        if mistake is None:
+            raise
+        raise mistake from err
 
 
 def _describe(record: PointerRecord) -> str:

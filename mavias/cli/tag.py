@@ -28,16 +28,8 @@ from mavias.cli.options import (
 from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.core.manifest import load_manifest
 from mavias.core.tagging.base import tagging_warnings
-from mavias.core.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
+from mavias.core.tagging.defaults import DEFAULT_NUM_SHARDS, TAG_THRESHOLD, TAG_TOP_K
 from mavias.core.tagging.factory import TaggerSettings, make_tagger
-from mavias.core.tagging.run import (
-    DEFAULT_NUM_SHARDS,
-    TagsStore,
-    collect_partition,
-    missing_shards,
-    parse_shard,
-    tag_partition,
-)
 
 app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)
 
@@ -63,6 +55,8 @@ def tag(
     allow_download: AllowDownload = False,
 ) -> None:
     """Tag a manifest's images; committed shards are skipped, so a killed run resumes where it stopped."""
+    from mavias.core.tagging.run import TagsStore, collect_partition, missing_shards, parse_shard, tag_partition
+
     shard_spec = parse_shard(shard) if shard else None
     n = shard_spec[1] if shard_spec else num_shards
     df = load_manifest(manifest, check_files=False)  # missing files are quarantined, not fatal

@@ -29,8 +29,6 @@ from mavias.core.evaluate.explain import small_group_caveats
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
 from mavias.core.train.config import load_config
-from mavias.core.train.distributed import check_supported
-from mavias.core.train.model import weights_file
 
 
 def train(
@@ -51,6 +49,8 @@ def train(
     """Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes checkpoints,
     metrics.csv and TensorBoard logs."""
     from mavias.core.protocol import BIASED_TAGS_FILE, empty_reason, load_reference, reference_checkpoint, train_method
+    from mavias.core.train.distributed import check_supported
+    from mavias.core.train.model import weights_file
 
     cfg = load_config(config, preset=preset, overrides=parse_overrides(set_))
     check_supported(cfg, nproc)

@@ -29,9 +29,15 @@ import boto3
 import yaml
 from botocore.client import BaseClient
 from botocore.config import Config
-from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import (
+    ClientError,
+    EndpointConnectionError,
+    HTTPClientError,
+    IncompleteReadError,
+    NoCredentialsError,
+)
 from botocore.exceptions import ConnectionError as BotoConnectionError
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from tenacity import (
     Retrying,
     before_sleep_log,
@@ -80,21 +86,21 @@ class S3Settings(BaseModel):
     # Errors must not echo inputs: a misspelt key may hold a credential.
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
-    bucket: str
-    endpoint_url: str | None = None
-    region: str = "us-east-1"
-    incoming_prefix: str = "incoming/"
-    models_prefix: str = "models/"
-    state_prefix: str = "state/"
-    quarantine_prefix: str = "quarantine/"
-    access_key_id: SecretStr | None = None
-    secret_access_key: SecretStr | None = None
-    session_token: SecretStr | None = None
-    retry_mode: Literal["standard", "adaptive"] = "standard"
-    max_attempts: int = Field(default=5, ge=1)  # per request, the first attempt included
-    max_workers: int = Field(default=4, ge=1)
-    connect_timeout_s: float = Field(default=10.0, gt=0)
-    read_timeout_s: float = Field(default=60.0, gt=0)
+    bucket: str = Field(description="the bucket of incoming data, models, state and quarantine")
+    endpoint_url: str | None = Field(None, description="an S3-compatible endpoint (MinIO, Ceph); null: AWS S3")
+    region: str = Field("us-east-1", description="the bucket's region")
+    incoming_prefix: str = Field("incoming/", description="folder of new data partitions, one subfolder each")
+    models_prefix: str = Field("models/", description="folder of the model registry (versions, production pointer)")
+    state_prefix: str = Field("state/", description="folder of the pipeline's state (processed partitions)")
+    quarantine_prefix: str = Field("quarantine/", description="folder of refused images, each with its reason")
+    access_key_id: SecretStr | None = Field(None, description="from the environment only (MAVIAS_S3_ACCESS_KEY_ID)")
+    secret_access_key: SecretStr | None = Field(None, description="from the environment only")
+    session_token: SecretStr | None = Field(None, description="from the environment only (temporary credentials)")
+    retry_mode: Literal["standard", "adaptive"] = Field("standard", description="botocore's retry mode")
+    max_attempts: int = Field(default=5, ge=1, description="attempts per request, the first included")
+    max_workers: int = Field(default=4, ge=1, description="parallel transfers")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="per connection attempt")
+    read_timeout_s: float = Field(default=60.0, gt=0, description="per read of a response")
     outage_retry_s: float = Field(default=120.0, ge=0, description="how long a step retries an unreachable store")
     step_deadline_s: float = Field(default=900.0, gt=0, description="the most one nightly step waits on the store in "
                                    "all, every request and retry together; then it stops with a clear message")
@@ -115,7 +121,38 @@ def load_settings(config: str | Path | None = None, environ: Mapping[str, str] =
     for field in S3Settings.model_fields:
         if f"{ENV_PREFIX}{field.upper()}" in environ:
             values[field] = environ[f"{ENV_PREFIX}{field.upper()}"]
-    return S3Settings.model_validate(values)
+    try:
+        return S3Settings.model_validate(values)
+    except ValidationError as error:  # the inputs stay out of the message: a misspelt key may hold a credential
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in error.errors())
+        where = f"the s3: section of {config}" if config is not None else "a --config YAML file's s3: section"
+        raise UserError(f"invalid S3 settings: {problems}",
+                        hint=f"set them in {where} or as {ENV_PREFIX}<SETTING> variables (e.g. {ENV_PREFIX}BUCKET)"
+                        ) from None
+
+
+CREDENTIAL_CODES = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+                              "InvalidToken", "403"})
+
+
+def storage_user_error(error: BaseException) -> UserError | None:
+    """The user mistake behind an object-store error (no or refused credentials, no such bucket, no endpoint
+    there), or None."""
+    if isinstance(error, NoCredentialsError):
+        return UserError("no credentials for the object store",
+                         hint=f"set {ENV_PREFIX}ACCESS_KEY_ID and {ENV_PREFIX}SECRET_ACCESS_KEY, or the standard AWS "
+                              "variables or profile")
+    if isinstance(error, EndpointConnectionError):
+        return UserError(f"cannot reach the object store at {error.kwargs.get('endpoint_url')}",
+                         hint=f"check s3.endpoint_url ({ENV_PREFIX}ENDPOINT_URL) and that the store is running")
+    if isinstance(error, ClientError):
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        if code in CREDENTIAL_CODES:
+            return UserError(f"the object store refused the credentials ({code})",
+                             hint="check the access key, the secret and the key's permissions on the bucket")
+        if code == "NoSuchBucket":
+            return UserError("the bucket does not exist", hint=f"create it, or fix s3.bucket ({ENV_PREFIX}BUCKET)")
+    return None
 
 
 def _reveal(secret: SecretStr | None) -> str | None:

@@ -15,6 +15,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.discover import missing_model_weights
 
 log = logging.getLogger(__name__)
 
@@ -68,5 +69,6 @@ def preflight_problems(cfg: NightlyConfig) -> list[str]:
                         f"add it (`airflow connections add {cfg.airflow.smtp_conn_id} --conn-type smtp ...`)")
     if not _connection_exists(cfg.airflow.aws_conn_id):
         log.info("no %r connection: S3 credentials come from the AWS environment", cfg.airflow.aws_conn_id)
+    problems += missing_model_weights(cfg)
     problem = pool_problem(cfg.airflow.gpu_pool, cfg.airflow.api_conn_id)
     return problems + ([problem] if problem else [])

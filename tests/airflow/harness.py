@@ -38,7 +38,7 @@ NIGHT_TIMEOUT_S = 480
 GATES = Path(__file__).with_name("gates_test.yaml")
 CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}
 # Every setting pinned (none left to the recipe): the tests exercise the nightly flow on a tiny model, not the recipe
-# Small fixed settings without augmentation, so MAVias keeps the paper's joint bias path: the separate one needs
+# Small fixed settings without augmentation, so MAVias keeps the paper's joint bias path: the experts one needs
 # augmentation (BENCHMARKS.md, "Why MAVias trailed JTT").
 TEST_TRAINING = {"image_size": 32, "epochs": 8, "batch_size": 32, "backbone.width": 16, "optim.name": "adam",
                  "optim.lr": 0.005, "optim.weight_decay": 1e-4, "optim.schedule": "none",

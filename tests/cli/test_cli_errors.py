@@ -1,5 +1,7 @@
 """Every user mistake on the command line ends in one readable red line and exit status 2, never a traceback."""
 
+import os
+
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -176,7 +178,7 @@ def test_training_without_tags_says_where_they_come_from(photos):
 
 def files_truth(tmp_path):
     path = tmp_path / "truth.csv"
-    path.write_text("class,tag,relevant,source\ncat,grass,false,gt\n")
+    path.write_text("class,tag,relevant,source\ncat,grass,false,gt\ndog,grass,false,gt\n")
     return path
 
 
@@ -196,3 +198,44 @@ def test_discover_without_cached_weights_names_every_way_forward(photos):
                            "--weights-dir", tmp_path / "no-weights", expect="are not in the local cache")
     for fix in ("--allow-download", "--pretrained /path/to/checkpoint", "--tags tags.csv", "--pretrained none"):
         assert fix in " ".join(result.output.split())
+
+
+def test_the_registry_without_s3_settings_names_where_to_set_them(monkeypatch):
+    for name in [n for n in os.environ if n.startswith("MAVIAS_S3_")]:
+        monkeypatch.delenv(name)
+    result = fails_cleanly("registry", "list", "--name", "m", expect="invalid S3 settings: bucket: Field required")
+    assert "MAVIAS_S3_BUCKET" in result.output and "--set" not in result.output
+
+
+def test_the_registry_without_credentials_says_which_variables_give_them(monkeypatch, tmp_path):
+    for name in [n for n in os.environ if n.startswith(("AWS_", "MAVIAS_S3_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("MAVIAS_S3_BUCKET", "models")
+    monkeypatch.setenv("MAVIAS_S3_ENDPOINT_URL", "http://127.0.0.1:9")
+    result = fails_cleanly("registry", "list", "--name", "m", expect="no credentials for the object store")
+    assert "MAVIAS_S3_ACCESS_KEY_ID" in result.output
+
+
+@pytest.mark.parametrize(("folders", "expect"), [({"cat": 6}, "only class 'cat' in the training split; a classifier "
+                                                   "needs at least 2 classes"),
+                                                  ({"cat": 1, "dog": 1}, "has no validation image")])
+def test_a_folder_too_small_to_train_on_says_what_to_add(tmp_path, folders, expect):
+    root = write_imagefolder(tmp_path / "photos", folders)
+    imported = runner.invoke(app, ["data", "import", "imagefolder", str(root), "--out", str(tmp_path / "ds")],
+                             env={"COLUMNS": "300"})
+    assert imported.exit_code == 0, imported.output
+    assert len(folders) > 1 or "only 1 class ('cat'): a classifier needs at least 2" in imported.output
+    manifest = pd.read_parquet(tmp_path / "ds" / "manifest.parquet")
+    pd.DataFrame({"sample_id": manifest["sample_id"], "tag": "grass", "score": 1.0}).to_parquet(tmp_path / "tags.pq")
+    fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),
+                  "--tags", tmp_path / "tags.pq", "--out", tmp_path / "run", expect=expect)
+
+
+def test_a_file_that_is_not_a_tags_table(photos):
+    tmp_path, _ = photos
+    fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),
+                  "--tags", tmp_path / "ds" / "manifest.parquet", "--out", tmp_path / "run",
+                  expect="is not a tags table: it lacks the column(s) tag, score")

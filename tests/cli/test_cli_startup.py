@@ -4,7 +4,6 @@ command's own help."""
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -30,18 +29,13 @@ def test_help_imports_nothing_heavy():
     assert all(name in result.stdout for name in COMMANDS)
 
 
-def test_help_takes_under_a_second_warm():
-    """Measured as the command's CPU time, which a busy machine does not inflate as it does the wall time."""
-    command = [sys.executable, "-m", "mavias.cli", "--help"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    subprocess.run(command, capture_output=True, env=env, check=True)  # warm: files cached, bytecode compiled
-    best = float("inf")
-    for _ in range(3):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(command, capture_output=True, env=env, check=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        best = min(best, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    assert best < 1.0, f"mavias --help took {best:.2f} s of CPU"
+def test_no_command_s_help_imports_torch():
+    """A command's help answers without the seconds torch takes to import: its heavy imports are in its body."""
+    result = _run("import sys\nfrom mavias.cli import COMMANDS, app\nfor name in COMMANDS:\n    try:\n"
+                  "        app([name, '--help'])\n    except SystemExit:\n        pass\n"
+                  "print(sorted(m for m in ('torch', 'open_clip', 'airflow') if m in sys.modules))")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

@@ -66,15 +66,17 @@ def require_path(path: Path, what: str) -> Path:
 
 
 def stratified_split(labels: pd.Series, *, seed: int, val: float, test: float) -> pd.Series:
-    """Seeded per-class split into train/val/test; every class keeps at least one training image."""
+    """Seeded per-class split into train/val/test; every class keeps at least one training image, and a class of at
+    least 2 images (3 with a test split) holds at least one back for validation (and one for the test) however
+    small its share rounds."""
     if val < 0 or test < 0 or val + test >= 1:
         raise UserError(f"--val ({val}) and --test ({test}) must be fractions with val + test < 1")
     rng = np.random.default_rng(seed)
     split = pd.Series("train", index=labels.index, dtype=object)
     for _, index in labels.groupby(labels, sort=True).groups.items():
         order = rng.permutation(np.asarray(sorted(index)))
-        n_test = min(int(round(len(order) * test)), len(order) - 1)
-        n_val = min(int(round(len(order) * val)), len(order) - 1 - n_test)
+        n_test = min(max(int(round(len(order) * test)), int(test > 0 and len(order) >= 3)), len(order) - 1)
+        n_val = min(max(int(round(len(order) * val)), int(val > 0)), len(order) - 1 - n_test)
         split.loc[order[:n_test]] = "test"
         split.loc[order[n_test : n_test + n_val]] = "val"
     return split

@@ -100,6 +100,16 @@ def _download(model: str, pretrained: str, cfg: dict, weights_dir: str | None) -
                                    f"Check the connection, or {_other_ways(model, cfg)}") from err
 
 
+def missing_weights(model: str, pretrained: str | None, weights_dir: str | None) -> str | None:
+    """Why ``model``/``pretrained`` cannot load offline from ``weights_dir`` (or the default caches), or None when
+    it can (a preflight check: nothing is loaded or downloaded)."""
+    try:
+        _locate_weights(model, pretrained, weights_dir, allow_download=False, seed=0)
+    except WeightsNotFoundError as err:
+        return " ".join(str(err).split())
+    return None
+
+
 @dataclass(frozen=True)
 class _Weights:
     checkpoint: str | None  # local file; None = random init

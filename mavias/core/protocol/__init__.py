@@ -28,7 +28,7 @@ from mavias.core.protocol.reference import (
     reference_checkpoint,
     tag_groups,
 )
-from mavias.core.protocol.runs import erm_baseline, resolve_run, train_method, train_reference
+from mavias.core.protocol.runs import resolve_run, train_method, train_reference
 
 __all__ = [
     "BG_ALIGNED",
@@ -42,7 +42,6 @@ __all__ = [
     "aligned_values",
     "compute_biased_tags",
     "empty_reason",
-    "erm_baseline",
     "evaluate_checkpoint",
     "load_reference",
     "reference_checkpoint",

@@ -32,7 +32,7 @@ def resolve_run(data: PreparedData, cfg: TrainConfig, out_dir: str | Path) -> Re
 
 def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *, tag_min_support: int = MIN_SUPPORT,
                     rule: str = SHORTCUT, progress: bool = True, keep_epochs: bool = False, nproc: int = 1) -> Reference:
-    """The ERM reference; with ``keep_epochs`` its training also serves as the ERM baseline (`erm_baseline`)."""
+    """The ERM reference; with ``keep_epochs`` it keeps every epoch's model (for the benches' analyses)."""
     recipe = resolve_run(data, cfg.model_copy(update={"method": "erm", "selection": "val_acc"}), out_dir)
     if nproc > 1:
         run = fit_distributed(data, recipe, out_dir, nproc, keep_epochs=keep_epochs)
@@ -57,12 +57,3 @@ def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, refe
     trainer = Trainer(recipe, data["train"], data["val"], data.classes, out_dir, val_groups=val_groups,
                       progress=progress, reference=None if reference is None else Path(reference.checkpoint))
     return trainer.fit(stop_after=stop_after)
-
-
-def erm_baseline(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference) -> TrainResult:
-    """The ERM baseline, selected under the reference's tag groups. The reference trains ERM with the same settings
-    and seed, so where it kept its epochs they are selected again instead of repeating the training."""
-    trainer = Trainer(resolve_run(data, cfg, out_dir), data["train"], data["val"], data.classes, out_dir,
-                      val_groups=reference.val_groups, progress=False)
-    source = reference.kept_epochs(trainer.cfg.epochs)
-    return trainer.reselect(source) if source is not None else trainer.fit()

@@ -9,14 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
-import torch
+import pyarrow.parquet as pq
 from PIL import Image
 
+from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
+
+if TYPE_CHECKING:
+    import torch
 
 TAGS_COLUMNS = ["sample_id", "tag", "score"]
 CLASS_TAG_COUNT_COLUMNS = ["class", "tag", "count"]
@@ -65,6 +69,12 @@ def write_tags(df: pd.DataFrame, path: str | Path) -> Path:
 
 
 def read_tags(path: str | Path) -> pd.DataFrame:
+    """A tags table (``mavias tag`` / ``mavias discover`` output); a file of another kind is a readable error."""
+    names = pq.read_schema(path).names
+    if missing := [column for column in TAGS_COLUMNS if column not in names]:
+        raise UserError(f"{path} is not a tags table: it lacks the column(s) {', '.join(missing)} (it has: "
+                        f"{', '.join(names)})", hint="pass the tags.parquet that `mavias tag` or `mavias discover` "
+                                                     "wrote")
     return pd.read_parquet(path, columns=TAGS_COLUMNS)
 
 

@@ -3,3 +3,4 @@
 
 TAG_THRESHOLD = 10.0  # x the uniform probability 1/|vocabulary|; untuned: no real weights are reachable here
 TAG_TOP_K = 20
+DEFAULT_NUM_SHARDS = 8  # of a partition, each committed atomically

@@ -34,10 +34,10 @@ from mavias.core.tagging.base import (
     tags_table,
     write_tags,
 )
+from mavias.core.tagging.defaults import DEFAULT_NUM_SHARDS
 from mavias.utils.atomic import atomic_path
 from mavias.utils.progress import progress_bar
 
-DEFAULT_NUM_SHARDS = 8
 TAGS_NAME = "tags.parquet"
 CLASS_TAG_COUNTS_NAME = "class_tag_counts.parquet"
 QUARANTINE_NAME = "quarantine.csv"

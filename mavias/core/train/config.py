@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mavias.core.encode.factory import MINILM, SPEC_FORMS, parse_encoder_spec
 from mavias.errors import UserError, describe_validation_error
@@ -71,11 +71,25 @@ class MaviasConfig(_Strict):
         description="per_sample: the paper's eq.; batch: Frobenius norms over the batch with z_tag detached (public code)",
     )
     projection_lr_mult: float = Field(1.0, gt=0, description="learning-rate multiplier of the projection layer g")
-    bias_path: Literal["separate", "joint"] = Field(
-        "separate",
-        description="separate (default): g starts fitted to the labels and learns on its own CE(z_tag), the main "
-                    "model sees z_tag detached; joint (paper): g learns through CE(z_main + z_tag) only",
+    bias_path: Literal["experts", "joint"] = Field(
+        "experts",
+        description="experts (default; MAVias-PoE, a product of experts): g starts fitted to the labels and learns "
+                    "on its own CE(z_tag), the main model sees z_tag detached; joint (MAVias as published): g learns "
+                    "through CE(z_main + z_tag) only",
     )
+
+    @field_validator("bias_path", mode="before")
+    @classmethod
+    def _earlier_name(cls, value: object) -> object:
+        return "experts" if value == "separate" else value  # what configs written before the rename call it
+
+
+BIAS_PATH_NAMES = {"joint": "MAVias", "experts": "MAVias-PoE"}  # joint: as published; experts: a product of experts
+
+
+def method_name(cfg: TrainConfig) -> str:
+    """The method as the benches, the report and the model card name it (MAVias's bias path included)."""
+    return BIAS_PATH_NAMES[cfg.mavias.bias_path] if cfg.method == "mavias" else cfg.method
 
 
 class GroupDROConfig(_Strict):
@@ -120,6 +134,14 @@ class TrainConfig(_Strict):
     sd: SDConfig = SDConfig()
     flac: FLACConfig = FLACConfig()
     epochs: int | None = Field(None, ge=1, description="unset: scaled to the training set size (recipe)")
+    length_factor: float | None = Field(None, gt=0, description="with epochs unset: the run's length as a multiple "
+                                        "of the recipe's steps; unset: the method's own (3 for MAVias, 1 otherwise)")
+    validate_every: int | None = Field(None, ge=1, description="epochs between validations (and always after the last "
+                                       "epoch); unset: the recipe's, about every VALIDATION_STEPS steps, or every "
+                                       "epoch for a config trained as written")
+    patience: int | None = Field(None, ge=0, description="stop after this many validations without a better "
+                                 "selection score (once half the epochs are done); 0: never stop early; unset: the "
+                                 "recipe's")
     batch_size: int = Field(64, ge=1)
     image_size: int | None = Field(None, ge=8, description="unset: the training images' median shorter side, at most 224")
     encoder: str = Field(MINILM, description=f"text encoder of the bias embeddings: {SPEC_FORMS}")

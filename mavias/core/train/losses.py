@@ -29,7 +29,7 @@ def mavias_loss(
 
     With the per-sample form's gradient into g, g can meet the norm target with a class-independent offset
     (softmax-invariant, so CE never stops it) and carry no bias at all (BENCHMARKS.md, "Why MAVias trailed JTT"):
-    the default separate bias path passes z_tag here detached.
+    the default experts bias path passes z_tag here detached.
     """
     z_main = z_main.float()
     z_tag = z_tag.float()
@@ -45,7 +45,7 @@ def mavias_loss(
 
 
 def frozen_head_logits(features: torch.Tensor, head: torch.nn.Linear) -> torch.Tensor:
-    """``head(features)`` with no gradient into the head: the separate bias path learns g only."""
+    """``head(features)`` with no gradient into the head: the experts bias path learns g only."""
     return F.linear(features, head.weight.detach(), head.bias.detach())
 
 

@@ -84,10 +84,10 @@ class Mavias(Method):
         return {"model": self.model, "projection": self.projection}
 
     def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
-        """separate: g starts fitted to the labels (head frozen), so the bias logits are informed from the first step."""
-        if self.cfg.mavias.bias_path == "separate" and not self.bias_fitted:
+        """experts (product of experts): g starts fitted to the labels (head frozen), so the bias logits are informed from the first step."""
+        if self.cfg.mavias.bias_path == "experts" and not self.bias_fitted:
             if self.model.image_input and not self.cfg.preprocessing.augment:
-                log.warning("mavias.bias_path separate without augmentation: the main model may only memorise the "
+                log.warning("mavias.bias_path experts without augmentation: the main model may only memorise the "
                             "few images the bias path gets wrong; set preprocessing.augment true, or "
                             "mavias.bias_path joint")
             fit_bias_path(self.projection, self.model.head, self.train.embeddings, self.train.labels)

@@ -11,6 +11,7 @@ import torch
 from mavias.core.encode import EmbeddingStore, TextEncoder, bias_embeddings
 from mavias.core.evaluate.metrics import group_key
 from mavias.core.manifest import load_manifest, quarantine_undecodable
+from mavias.core.manifest.checks import require_trainable
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData, attach_groups, image_split
@@ -90,9 +91,7 @@ def prepare_image_data(
         embedded = bias_embeddings(manifest["label"], manifest["sample_tags"], relevance, encoder,
                                    EmbeddingStore(store_dir))
         manifest["irrelevant_tags"] = embedded.irrelevant_tags
-    classes = sorted(manifest.loc[manifest["split"] == "train", "label"].unique())
-    if not classes:
-        raise ValueError(f"{manifest_path}: no usable training images")
+    classes = require_trainable(manifest, manifest_path)
     frames = dict(tuple(manifest.groupby("split", sort=True)))
     splits = {
         name: image_split(frame, manifest_path.parent, classes,

@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from mavias.core.devices import choose_device
 from mavias.core.manifest import resolve_uri
-from mavias.core.train.config import BackboneConfig, TrainConfig, save_config
+from mavias.core.train.config import BackboneConfig, OptimConfig, TrainConfig, save_config
 from mavias.core.train.data import FeatureSplit, IndexedInputs, SplitData
 from mavias.core.train.lr_range import RangeTest, range_test
 from mavias.core.train.model import build_main_model
@@ -54,6 +54,8 @@ SIZE_SAMPLE = 256  # training images whose size is read (headers only) to choose
 MAX_IMAGE_SIZE = 224
 PRETRAINED_SIZE = 224
 RANGE_TEST_STEPS = 100
+VALIDATION_STEPS = 50  # training steps between validations, at least: a small epoch is not validated every time
+PATIENCE_SHARE = 0.3  # of a run's validations without a better selection score before it stops
 RANGE_TEST_VERSION = 1  # of the range test itself: a change to it must not reuse older results
 LENGTH_FACTORS = {"mavias": 3}  # of the recipe's steps, per method
 METHOD_WEIGHT_DECAY = {"sd": 0.0}  # spectral decoupling is its own penalty: its reference implementation trains without
@@ -161,7 +163,8 @@ class ResolvedRecipe:
 
 
 def as_recipe(settings: ResolvedRecipe | TrainConfig) -> ResolvedRecipe:
-    """A complete config as a resolution with nothing chosen; an incomplete one must be resolved first."""
+    """A complete config as a resolution with nothing chosen (trained as written: without a cadence or patience of
+    its own, validated every epoch and never stopped early); an incomplete one must be resolved first."""
     if isinstance(settings, ResolvedRecipe):
         return settings
     if not settings.is_complete:
@@ -175,7 +178,7 @@ def resolve_recipe(cfg: TrainConfig, train: SplitData, n_classes: int, *, run_di
     """``cfg`` with every unset setting chosen by its backbone family's recipe for this training split; a
     ``run_dir`` that resolved the same request before keeps its choices."""
     requested = cfg.model_dump(mode="json")
-    if cfg.is_complete:
+    if cfg.is_complete and None not in (cfg.validate_every, cfg.patience):
         return ResolvedRecipe(cfg, {}, None, requested)
     previous = None if run_dir is None else ResolvedRecipe.read(run_dir, requested)
     if previous is not None:
@@ -193,9 +196,25 @@ def resolve_recipe(cfg: TrainConfig, train: SplitData, n_classes: int, *, run_di
 
 def choose_training_settings(cfg: TrainConfig, train: SplitData, n_classes: int,
                              device: torch.device) -> ResolvedRecipe:
-    """Fill the optimiser, schedule, epochs, batch size and learning rate of the backbone's recipe."""
-    recipe, notes = recipe_for(cfg.backbone), {}
-    optim, update = cfg.optim, {}
+    """Fill the optimiser, schedule, length, validation cadence, patience and learning rate of the recipe."""
+    recipe = recipe_for(cfg.backbone)
+    optim, notes = _optimiser(cfg, recipe)
+    update, length_notes = _length(cfg, recipe, len(train))
+    notes |= length_notes
+    tested = None
+    if optim.lr is None:
+        lr, reason, tested = _find_lr(cfg.model_copy(update={**update, "optim": optim}), recipe, train, n_classes,
+                                      device)
+        optim = optim.model_copy(update={"lr": lr})
+        notes["optim.lr"] = reason
+    resolved = cfg.model_copy(update={**update, "optim": optim})
+    for key, why in notes.items():
+        log.info("recipe: %s = %s (%s)", key, _value(resolved, key), why)
+    return ResolvedRecipe(resolved, notes, tested)
+
+
+def _optimiser(cfg: TrainConfig, recipe: Recipe) -> tuple[OptimConfig, dict[str, str]]:
+    optim, notes = cfg.optim, {}
     if optim.name is None:
         optim = optim.model_copy(update={"name": recipe.optimizer})
         notes["optim.name"] = f"the {recipe.family} recipe's"
@@ -208,29 +227,35 @@ def choose_training_settings(cfg: TrainConfig, train: SplitData, n_classes: int,
     if optim.schedule is None:
         optim = optim.model_copy(update={"schedule": "cosine"})
         notes["optim.schedule"] = f"the {recipe.family} recipe's: linear warm-up, then cosine to 0"
-    if cfg.batch_size > len(train) // 2:
-        update["batch_size"] = max(2, len(train) // 2)
-        notes["batch_size"] = (f"{cfg.batch_size} is more than half the {len(train)} training samples; "
+    return optim, notes
+
+
+def _length(cfg: TrainConfig, recipe: Recipe, n_train: int) -> tuple[dict, dict[str, str]]:
+    """The batch size, the epochs, the validation cadence and the patience of a training split of ``n_train``."""
+    update, notes = {}, {}
+    if cfg.batch_size > n_train // 2:
+        update["batch_size"] = max(2, n_train // 2)
+        notes["batch_size"] = (f"{cfg.batch_size} is more than half the {n_train} training samples; "
                                f"{update['batch_size']} gives at least two steps an epoch")
     batch_size = update.get("batch_size", cfg.batch_size)
+    steps_per_epoch = max(1, n_train // batch_size)
     if cfg.epochs is None:
-        steps_per_epoch = max(1, len(train) // batch_size)
         low, high = recipe.epoch_bounds
-        factor = LENGTH_FACTORS.get(cfg.method, 1)
+        factor = cfg.length_factor or LENGTH_FACTORS.get(cfg.method, 1)
         update["epochs"] = int(min(max(math.ceil(factor * recipe.target_steps / steps_per_epoch), low), high))
-        notes["epochs"] = (f"about {factor * recipe.target_steps} steps of {batch_size} samples over {len(train)} "
+        notes["epochs"] = (f"about {factor * recipe.target_steps} steps of {batch_size} samples over {n_train} "
                            f"training samples, within [{low}, {high}] epochs"
                            + (f" ({factor} x the {recipe.family} recipe's for {cfg.method})" if factor != 1 else ""))
-    tested = None
-    if optim.lr is None:
-        lr, reason, tested = _find_lr(cfg.model_copy(update={"batch_size": batch_size, "optim": optim}), recipe,
-                                      train, n_classes, device)
-        optim = optim.model_copy(update={"lr": lr})
-        notes["optim.lr"] = reason
-    resolved = cfg.model_copy(update={**update, "optim": optim})
-    for key, why in notes.items():
-        log.info("recipe: %s = %s (%s)", key, _value(resolved, key), why)
-    return ResolvedRecipe(resolved, notes, tested)
+    epochs, validate_every = update.get("epochs", cfg.epochs), cfg.validate_every
+    if validate_every is None:
+        validate_every = update["validate_every"] = max(1, math.ceil(VALIDATION_STEPS / steps_per_epoch))
+        notes["validate_every"] = f"about every {VALIDATION_STEPS} steps: epochs of {steps_per_epoch} steps"
+    if cfg.patience is None:
+        validations = math.ceil(epochs / validate_every)
+        update["patience"] = max(3, math.ceil(PATIENCE_SHARE * validations))
+        notes["patience"] = (f"{PATIENCE_SHARE:.0%} of the run's {validations} validations without a better selection "
+                             "score stops it (never in its first half)")
+    return update, notes
 
 
 def range_test_cache() -> Path:

@@ -76,7 +76,7 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.val_groups = None if val_groups is None else np.asarray(val_groups)
         self.progress = progress
-        self.keep_epochs = keep_epochs  # keep every epoch's main model, so another criterion can reselect later
+        self.keep_epochs = keep_epochs  # keep every epoch's main model, for the analyses of other criteria
         self.primary = True  # the one process that writes the run folder (rank 0 of a distributed run)
         self.recipe = as_recipe(settings)
         self.cfg = cfg = self.recipe.config
@@ -248,7 +248,7 @@ class Trainer:
             best = self.best.get(criterion)
             if criterion == FALLBACK_CRITERION or best is None or "fallback" in best:
                 continue
-            if is_uninformative([row[criterion] for row in self.history]):
+            if is_uninformative([row[criterion] for row in self.history if criterion in row]):
                 if self.primary:
                     with atomic_path(self.checkpoint_path(criterion)) as tmp:
                         shutil.copyfile(self.checkpoint_path(FALLBACK_CRITERION), tmp)
@@ -272,54 +272,51 @@ class Trainer:
         self.method.prepare(self._fit_plain)
         writer = SummaryWriter(str(self.out_dir / "tensorboard")) if self.primary else None
         run_epochs = 0
-        if self.progress and self.epoch < self.cfg.epochs:
+        if self.progress and not self.finished:
             progress_line(self._plan_line())
-        while self.epoch < self.cfg.epochs and (stop_after is None or run_epochs < stop_after):
+        while not self.finished and (stop_after is None or run_epochs < stop_after):
             self.epoch += 1
             start = time.perf_counter()
             row = self._run_epoch(self.method, self.epoch, self.optimizer,
                                   f"{self.cfg.method} epoch {self.epoch}/{self.cfg.epochs}", self.scheduler)
             seconds = time.perf_counter() - start
-            row.update(self._validate())
+            if self.epoch % (self.cfg.validate_every or 1) == 0 or self.epoch == self.cfg.epochs:
+                row.update(self._validate())
             row.update({"epoch": self.epoch, "seconds": seconds, "lr": self.optimizer.param_groups[0]["lr"]})
             if self.keep_epochs:
-                self._save_model(epoch_path(self.out_dir, self.epoch), row["val_acc"])
+                self._save_model(epoch_path(self.out_dir, self.epoch), row.get("val_acc", float("nan")))
             if self.epoch == early_epoch(self.cfg.epochs):
-                self._save_model(self.out_dir / EARLY_CHECKPOINT, row["val_acc"])
+                self._save_model(self.out_dir / EARLY_CHECKPOINT, row.get("val_acc", float("nan")))
             self._record(row, writer)
             if self.progress:
                 progress_line(epoch_line(self.cfg.method, self.cfg.epochs, row))
             run_epochs += 1
         if writer is not None:
             writer.close()
+        if self.progress and self.finished and self.epoch < self.cfg.epochs:
+            progress_line(f"{self.cfg.method}: stopped after epoch {self.epoch} of {self.cfg.epochs}: no better "
+                          f"{self.cfg.selection} in its last {self.cfg.patience} validations")
         return self._finish()
+
+    @property
+    def finished(self) -> bool:
+        """Trained to its last epoch, or stopped early: ``patience`` validations in a row (in the second half of the
+        run) found no better selection score than an earlier one. Decided from the history alone, so a resumed run
+        stops where an uninterrupted one did."""
+        if self.epoch >= self.cfg.epochs:
+            return True
+        scores = [_selection_key(row[self.cfg.selection], row["val_acc"]) for row in self.history
+                  if self.cfg.selection in row]
+        if not self.cfg.patience or 2 * self.epoch < self.cfg.epochs or not scores:
+            return False
+        best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the first of the best
+        return len(scores) - 1 - best >= self.cfg.patience
 
     def _plan_line(self) -> str:
         steps = batches_per_epoch(len(self.train_split), self.cfg.batch_size)
         start = f", resuming after epoch {self.epoch}" if self.epoch else ""
         return (f"{self.cfg.method}: {self.cfg.epochs} epochs of {steps} batches of {self.cfg.batch_size}, "
                 f"lr {self.cfg.optim.lr:.3g} ({self.recipe.notes.get('optim.lr', 'as configured')}){start}")
-
-    def reselect(self, source: str | Path) -> TrainResult:
-        """Select this run's checkpoints from the kept epochs of ``source``, a finished run of the same training
-        settings (``keep_epochs``), under this trainer's validation groups: what training again would select."""
-        source = Path(source)
-        state = torch.load(source / "last.pt", map_location=self.device, weights_only=True)
-        if _training_settings(state["config"]) != _training_settings(self.cfg.model_dump(mode="json")):
-            raise ValueError(f"{source} was trained with other settings than this run; train this run instead")
-        if state["epoch"] < self.cfg.epochs or not epoch_path(source, state["epoch"]).exists():
-            raise ValueError(f"{source} is unfinished or kept no epochs (Trainer keep_epochs=True); train this run instead")
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.recipe.write(self.out_dir)
-        self.history, self.best = [], {}
-        writer = SummaryWriter(str(self.out_dir / "tensorboard"))
-        for trained in state["history"]:
-            self.epoch = trained["epoch"]
-            kept = torch.load(epoch_path(source, self.epoch), map_location=self.device, weights_only=True)
-            self.model.load_state_dict(kept["model"])
-            self._record({**trained, **self._validate()}, writer)
-        writer.close()
-        return self._finish()
 
     def _record(self, row: dict, writer: SummaryWriter) -> None:
         self.history.append(row)
@@ -331,17 +328,19 @@ class Trainer:
 
     def _finish(self) -> TrainResult:
         warnings: list[str] = []
-        if self.epoch >= self.cfg.epochs:
+        completed = self.finished
+        if completed:
             self._fall_back_where_uninformative()
             self.save_checkpoint()
-            best = max(self.history, key=lambda row: row["val_acc"])
+            best = max((row for row in self.history if "val_acc" in row), key=lambda row: row["val_acc"])
             warnings = chance_warnings(best["val_acc"], best["val_balanced"], len(self.classes), self.val_split.frame)
-        result = TrainResult(self.out_dir, pd.DataFrame(self.history), dict(self.best), self.epoch >= self.cfg.epochs,
-                             warnings)
+        result = TrainResult(self.out_dir, pd.DataFrame(self.history), dict(self.best), completed, warnings)
         fallbacks = {c: b["fallback"] for c, b in self.best.items() if "fallback" in b}
+        stopped = self.epoch if completed and self.epoch < self.cfg.epochs else None
         if self.primary:
-            write_json(self.out_dir / "train_summary.json", {"best": self.best, "completed": result.completed,
-                                                             "epochs": self.epoch, "classes": self.classes,
+            write_json(self.out_dir / "train_summary.json", {"best": self.best, "completed": completed,
+                                                             "epochs": self.epoch, "stopped_early_at": stopped,
+                                                             "classes": self.classes,
                                                              "selection_fallbacks": fallbacks, "warnings": warnings})
         return result
 
@@ -362,11 +361,6 @@ def epoch_line(method: str, epochs: int, row: dict) -> str:
     """One epoch as one line of a log: its losses, validation scores, learning rate and time."""
     scores = ", ".join(f"{key} {row[key]:.4f}" for key in EPOCH_LINE_KEYS if key in row)
     return f"{method} epoch {row['epoch']}/{epochs}: {scores}, lr {row['lr']:.3g}, {row['seconds']:.1f} s"
-
-
-def _training_settings(config: dict) -> dict:
-    """A dumped config without ``selection``, the only setting that does not change the training."""
-    return {key: value for key, value in config.items() if key != "selection"}
 
 
 def _selection_key(score: float, val_acc: float) -> tuple[float, float]:

@@ -90,8 +90,10 @@ def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference | No
             trial.set_user_attr("diverged", what)
             log.warning("trial %d stopped: %s", trial.number, what)
             raise optuna.TrialPruned() from diverged
-        score = result.best[cfg.selection]["score"]
         trial.set_user_attr("epochs_trained", len(result.history))
+        if cfg.selection not in result.best:  # not validated yet (a small epoch is validated every few)
+            continue
+        score = result.best[cfg.selection]["score"]
         trial.report(score, step=len(result.history))
         if result.completed:
             return score

@@ -77,14 +77,16 @@ def searched_keys(method: str) -> list[str]:
 
 
 def current_values(cfg: TrainConfig, space: list[Param]) -> dict[str, float | int]:
-    """``cfg``'s values of the searched settings (the first trial of a search, or a warm start)."""
+    """``cfg``'s values of the searched settings (the first trial of a search, or a warm start); a setting ``cfg``
+    leaves unset (resolved per run, e.g. the weight decay) is left to the sampler."""
     dumped = cfg.model_dump()
     values = {}
     for param in space:
         node = dumped
         for part in param.key.split("."):
             node = node[part]
-        values[param.key] = _clip(param, node)
+        if node is not None:
+            values[param.key] = _clip(param, node)
     return values
 
 

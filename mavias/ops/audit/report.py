@@ -14,6 +14,7 @@ from mavias.core.judging.factory import describe_judge
 from mavias.core.manifest import load_manifest
 from mavias.core.tagging.base import RANDOM_WEIGHTS_WARNING
 from mavias.core.train.checkpoints import load_main_model
+from mavias.core.train.config import method_name
 from mavias.core.train.inference import predict
 from mavias.ops.audit.steps import Audit, biased_tags_reason, prepare
 from mavias.ops.export.parity import VerificationResult
@@ -99,7 +100,8 @@ def report_context(audit: Audit, name: str, version: str, notes: list[str]) -> R
         discovery=DiscoveryCounts(images_tagged=counts.images_tagged, llm_requests=counts.llm_requests,
                                   encodings=counts.prompts_encoded),
         verification=VerificationResult.from_dict(audit.card["verification"]), onnx_sha256=audit.card["onnx"]["sha256"],
-        min_support=audit.options.min_support, trust=trust(audit), audit=True)
+        min_support=audit.options.min_support, trust=trust(audit),
+        candidate_method=method_name(audit.config.model_copy(update={"method": "mavias"})), audit=True)
 
 
 def write_outputs(audit: Audit, name: str, version: str) -> Path:

@@ -16,6 +16,7 @@ from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
 from mavias.core.encode import make_encoder
 from mavias.core.judging.factory import make_judge
 from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
+from mavias.core.manifest.checks import require_trainable
 from mavias.core.protocol import (
     Reference,
     empty_reason,
@@ -92,6 +93,7 @@ def import_data(audit: Audit) -> Path:
             result, warnings = attach_tags(result, audit.options.tags, base)
         write_import(result, paths.data)
         manifest = load_manifest(paths.manifest, check_files=False)
+        require_trainable(manifest, audit.options.path)  # before the tagging and the trainings, not after
         validation = validate_manifest_file(paths.manifest, known_classes=set(manifest["label"]))
         write_json(paths.validation, validation.to_dict())
         audit.state.finish("import", {"warnings": warnings + small_class_warnings(manifest)})

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from mavias.core.train.checkpoints import load_main_model
-from mavias.core.train.config import TrainConfig
+from mavias.core.train.config import TrainConfig, method_name
 from mavias.core.train.transforms import describe_eval_preprocessing
 from mavias.errors import UserError
 from mavias.ops.export.exporter import ExportError, describe_onnx, export_onnx
@@ -76,7 +76,7 @@ def build_model_card(
         "verification": verification.to_dict(),
         "metrics": evaluation_summary(evaluation),
         "gates": gates.to_dict(),
-        "training": train_config.model_dump(mode="json"),
+        "training": train_config.model_dump(mode="json") | {"method_name": method_name(train_config)},
         "data_lineage": lineage.model_dump(mode="json"),
     }
 

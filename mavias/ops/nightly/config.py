@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from mavias.core.train.config import TrainConfig, load_config
-from mavias.errors import UserError
+from mavias.errors import UserError, describe_validation_error
 from mavias.ops.gates import DEFAULT_GATES_PATH
 from mavias.ops.registry.kubernetes import InferenceServiceRef
 from mavias.ops.validation import ValidationSettings
@@ -69,9 +69,13 @@ class DiscoverySection(_Section):
         "manifest",
         description="manifest (the manifest's own tags), openclip, or 'package.module:factory' returning a Tagger",
     )
-    judge: Literal["offline"] = "offline"
+    judge: Literal["offline"] = Field("offline", description="the relevance judge: offline (WordNet and MiniLM)")
     num_shards: int = Field(4, ge=1, description="tagging shards per partition, one mapped task each")
-    batch_size: int = Field(32, ge=1)
+    batch_size: int = Field(32, ge=1, description="images per tagging batch")
+    weights_dir: Path | None = Field(None, description="folder of the OpenCLIP weights (Hugging Face cache layout or "
+                                     "~/.cache/clip files) that every worker mounts, for the openclip tagger and an "
+                                     "openclip: encoder; null: the default caches. Nothing is downloaded; the "
+                                     "preflight checks they are there")
     review: Path | None = Field(
         None, description="reviewed decisions (YAML, `mavias judge export-review`) that override the judge's"
     )
@@ -121,16 +125,16 @@ class ServingSection(_Section):
 class AirflowSection(_Section):
     """Read by the DAG and the plugin only; the library never imports Airflow."""
 
-    schedule: str | None = "@daily"
-    start_date: date = date(2025, 1, 1)
-    retries: int = Field(2, ge=0)
-    retry_delay_s: float = Field(60.0, ge=0)
-    max_retry_delay_s: float = Field(900.0, ge=0)
-    gpu_pool: str = "gpu"
-    gpu_queue: str = "gpu"
+    schedule: str | None = Field("@daily", description="the DAG's schedule (cron or preset); null: triggered only")
+    start_date: date = Field(date(2025, 1, 1), description="the first night the schedule covers")
+    retries: int = Field(2, ge=0, description="retries of a failed task")
+    retry_delay_s: float = Field(60.0, ge=0, description="the first retry's delay, doubled each time")
+    max_retry_delay_s: float = Field(900.0, ge=0, description="the longest delay between retries")
+    gpu_pool: str = Field("gpu", description="Airflow pool that bounds concurrent GPU tasks")
+    gpu_queue: str = Field("gpu", description="Celery queue of the GPU workers")
     gpus_per_task: int = Field(1, ge=1, description="nvidia.com/gpu limit of a GPU task's pod (KubernetesExecutor)")
-    aws_conn_id: str = "aws_default"
-    smtp_conn_id: str = "smtp_default"
+    aws_conn_id: str = Field("aws_default", description="Airflow connection of the S3 credentials")
+    smtp_conn_id: str = Field("smtp_default", description="Airflow connection of the report's SMTP server")
     api_conn_id: str = Field("airflow_api", description="Airflow's REST API, for the preflight pool check")
     dagrun_timeout_h: float = Field(20.0, gt=0, description="a night still running after this fails")
     task_timeout_min: float = Field(60.0, gt=0, description="execution_timeout of every task but the GPU ones")
@@ -138,7 +142,7 @@ class AirflowSection(_Section):
 
 
 class NightlyConfig(_Section):
-    model_name: str
+    model_name: str = Field(description="the model's name in the registry (models/<name>/...)")
     s3: S3Settings
     workspace: Path = Field(description="local (or shared-volume) folder of every heavy artifact")
     classes: list[str] | None = Field(None, description="known classes; default: the evaluation set's labels")
@@ -146,7 +150,7 @@ class NightlyConfig(_Section):
     discovery: DiscoverySection = DiscoverySection()
     evaluation: EvaluationSection = EvaluationSection()
     validation: ValidationSettings = ValidationSettings()
-    gates: Path = DEFAULT_GATES_PATH
+    gates: Path = Field(DEFAULT_GATES_PATH, description="the quality gates' YAML (worst-group floors, regressions)")
     report: ReportSection = ReportSection()
     serving: ServingSection = ServingSection()
     airflow: AirflowSection = AirflowSection()
@@ -221,6 +225,11 @@ def load_nightly_config(path: str | Path | None = None, environ: Mapping[str, st
     data = _absolute_paths(_apply_environment(data, environ), source.parent)
     try:
         config = NightlyConfig.model_validate(data)
-    except (ValidationError, ValueError, FileNotFoundError) as err:
-        raise NightlyConfigError(f"invalid nightly config {source}:\n{err}") from None
+    except ValidationError as err:
+        raise NightlyConfigError(describe_validation_error(err, what=f"nightly config {source}", model=NightlyConfig,
+                                                           show_input=False),
+                                 hint=f"fix it in {source} (or the environment variable that overrides it); "
+                                      "docs/nightly-config.md lists every setting") from None
+    except (ValueError, FileNotFoundError) as err:
+        raise NightlyConfigError(f"invalid nightly config {source}: {err}") from None
     return config

@@ -18,6 +18,7 @@ from mavias.core.evaluate.shortcuts import SHORTCUT_COLUMNS
 from mavias.core.judging.factory import JudgeSettings, describe_judge
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.tagging.base import tag_lists
+from mavias.core.train.config import method_name
 from mavias.ops.export.parity import VerificationResult
 from mavias.ops.gates import GateReport, load_gate_config
 from mavias.ops.nightly.artifacts import NightResults
@@ -178,6 +179,7 @@ def build_report_context(
         tuning=(results.get("candidate") or {}).get("tuning"),
         relevance_changes=_relevance_changes(results),
         trust=_trust(cfg, results),
+        candidate_method=method_name(cfg.training.model_copy(update={"method": "mavias"})),
         **tables,
     )
     return context, _history_entry(results, context) if has_candidate else None

@@ -12,6 +12,7 @@ resumable (run folders and studies are kept).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -24,6 +25,7 @@ import torch
 
 from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, train_method, train_reference
 from mavias.core.synthetic import Sources
+from mavias.core.train.config import BIAS_PATH_NAMES, TrainConfig
 from mavias.core.train.prepare import PreparedData
 from mavias.core.tune.search import BASE_DIR, tune
 from mavias.core.tune.space import apply
@@ -35,10 +37,18 @@ from mavias.utils.progress import StepProgress
 
 ORACLE = "GroupDRO (oracle)"
 DEFAULTS = "ERM (CLI defaults)"
-METHODS = {"ERM": "erm", "JTT": "jtt", "LfF": "lff", "SD": "sd", "FLAC-B": "flac", "DebiAN": "debian",
-           "MAVias": "mavias", ORACLE: "groupdro"}
+# The methods by name, with what they change of the CLI defaults; both MAVias bias paths run under their own name,
+# and the oracle selects on the true groups as GroupDRO's paper does.
+METHODS: dict[str, dict] = {
+    "ERM": {"method": "erm"}, "JTT": {"method": "jtt"}, "LfF": {"method": "lff"}, "SD": {"method": "sd"},
+    "FLAC-B": {"method": "flac"}, "DebiAN": {"method": "debian"},
+    "MAVias": {"method": "mavias", "mavias": {"bias_path": "joint"}},
+    "MAVias-PoE": {"method": "mavias", "mavias": {"bias_path": "experts"}},
+    ORACLE: {"method": "groupdro", "selection": "val_true_wg"},
+}
 BIAS_UNAWARE_PEERS = ("ERM", "JTT", "LfF", "SD", "FLAC-B", "DebiAN")
 CRITERIA = ("val_robust", "val_acc")
+DEFAULT_MAVIAS = BIAS_PATH_NAMES[TrainConfig().mavias.bias_path]  # the floors are the product default's
 TUNE_TRIALS = 6
 
 
@@ -84,25 +94,34 @@ def reference_job(work: Path, bench_name: str, seed: int, threads: int, sources:
 
 
 def method_job(work: Path, bench_name: str, method: str, seeds: int, trials: int, threads: int,
-               sources: Sources) -> dict:
+               sources: Sources, compute: float | None = None) -> dict:
     """Tune one method on seed 0, train its choice on the other seeds; every seed's test metrics."""
     torch.set_num_threads(threads)
     bench = choose([bench_name])[0]
     data, _ = prepare(work, bench, sources)
     references = {seed: load_reference(_reference_dir(work, bench, seed, sources), data) for seed in range(seeds)}
-    root = _root(work, bench, sources) / METHODS[method]
-    tuned = tune(data, references[0], default_config(METHODS[method], 0), root / "tune", trials=trials)
+    settings = METHODS[method]
+    root = _root(work, bench, sources) / (method.lower().replace(" ", "-").replace("(", "").replace(")", "")
+                                          + (f"-x{compute:g}" if compute else ""))
+    base = default_config(settings["method"], 0, **settings, length_factor=compute)
+    tuned = tune(data, references[0], base, root / "tune",
+                 trials=trials, seed=_sampler_seed(bench.name, method))
     outcomes = []
     for seed in range(seeds):
         cfg = apply(tuned.base.model_copy(update={"seed": seed}), tuned.best_params)
         run_dir = tuned.best_dir if seed == 0 else root / f"seed{seed}"
         run = train_method(data, cfg, run_dir, references[seed], progress=False)
-        for criterion in CRITERIA:
+        for criterion in CRITERIA if method != ORACLE else (cfg.selection,):
             outcomes.append(asdict(Outcome(bench.name, method, seed, criterion, run.best[criterion]["epoch"],
                                            _metrics(data, bench, run.checkpoint(criterion), references[seed]))))
     return {"method": method, "benchmark": bench.name, "outcomes": outcomes, "best_params": tuned.best_params,
             "best_value": tuned.best_value, "cost_ratio": tuned.cost_ratio,
             "base": {"lr": tuned.base.optim.lr, "epochs": tuned.base.epochs}, "base_dir": str(root / "tune" / BASE_DIR)}
+
+
+def _sampler_seed(benchmark: str, method: str) -> int:
+    """A search's sampler seed of its own per (benchmark, method), so no two searches draw the same settings."""
+    return int(hashlib.sha256(f"{benchmark}/{method}".encode()).hexdigest()[:8], 16)
 
 
 def summarise(outcomes: list[dict]) -> list[dict]:
@@ -132,9 +151,9 @@ def benchmark_floors(summary: list[dict], n_classes: int) -> dict:
     floors: dict = {"chance": chance, "met": {"ERM (CLI defaults) balanced acc >= 2 x chance":
                                               avg[(DEFAULTS, "val_acc")] >= 2 * chance,
                                               "every method above chance": all(a > chance for a in avg.values())}}
-    if ("MAVias", "val_robust") not in avg:
+    if (DEFAULT_MAVIAS, "val_robust") not in avg:
         return floors
-    mavias = _wg(summary, "MAVias")
+    mavias = _wg(summary, DEFAULT_MAVIAS)
     floors["mavias_minus_defaults_wg"] = round(mavias - _wg(summary, DEFAULTS, "val_acc"), 9)
     floors["met"]["tuned MAVias WG >= ERM (CLI defaults) WG + 10"] = floors["mavias_minus_defaults_wg"] >= 0.10
     floors["mavias_minus_peer_wg"] = {peer: round(mavias - _wg(summary, peer), 9) for peer in BIAS_UNAWARE_PEERS
@@ -166,7 +185,8 @@ def choose_methods(names: list[str] | None) -> list[str]:
     """The methods to tune (all by default), in the bench's order; an unknown name says which exist."""
     if not names:
         return list(METHODS)
-    by_key = {key.lower(): key for key in METHODS} | {code: key for key, code in METHODS.items()}
+    by_code = {settings["method"]: key for key, settings in METHODS.items() if settings["method"] != "mavias"}
+    by_key = by_code | {key.lower(): key for key in METHODS}
     unknown = [name for name in names if name.lower() not in by_key]
     if unknown:
         raise UserError(f"unknown method {', '.join(map(repr, unknown))}; use --method {' or '.join(METHODS)}")
@@ -176,12 +196,16 @@ def choose_methods(names: list[str] | None) -> list[str]:
 
 def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, benchmarks: list[str] | None = None,
                    methods: list[str] | None = None, json_path: Path | None = None, workers: int = 2,
-                   progress: bool = False, moons: bool = True, sources: Sources = Sources()) -> dict:
+                   progress: bool = False, moons: bool = True, sources: Sources = Sources(),
+                   compute: float | None = None) -> dict:
+    """The bench; ``compute`` gives every tuned method the same length (a multiple of the recipe's steps), else
+    each trains its own default length."""
     start = time.perf_counter()
     chosen, tuned_methods = choose(benchmarks), choose_methods(methods)
     threads = max(1, (torch.get_num_threads() or 1) // workers)
     steps = StepProgress(len(chosen) * (seeds + len(tuned_methods)), desc="bench core", unit="job", enabled=progress)
-    report: dict = {"seeds": seeds, "tune_trials": trials, "workers": workers, "benchmarks": {}}
+    report: dict = {"seeds": seeds, "tune_trials": trials, "workers": workers, "benchmarks": {},
+                    "compute": f"{compute:g} x the recipe's steps, every method" if compute else "each method's own"}
     for bench in chosen:  # prepared once here, so the workers only read the generated images and embeddings
         prepare(work, bench, sources)
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
@@ -189,7 +213,7 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
                                        (work, b.name, s, threads, sources))
                                       for b in chosen for s in range(seeds)], steps)
         methods = _run_jobs(pool, [(f"{b.name}: {m} (tune {trials}, {seeds} seeds)", method_job,
-                                    (work, b.name, m, seeds, trials, threads, sources))
+                                    (work, b.name, m, seeds, trials, threads, sources, compute))
                                    for b in chosen for m in tuned_methods], steps)
     steps.close()
     for bench in chosen:

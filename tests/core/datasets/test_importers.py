@@ -20,6 +20,7 @@ from mavias.core.datasets import (
     import_waterbirds,
     write_import,
 )
+from mavias.core.datasets.base import stratified_split
 from mavias.core.datasets.celeba import biased_subset
 from mavias.core.datasets.generate import write_imagefolder, write_waterbirds
 from mavias.core.datasets.imagenet9 import VARIANTS
@@ -193,3 +194,13 @@ def test_cli_imports_and_refuses_out_inside_the_data(tmp_path):
     bad = runner.invoke(app, ["data", "import", "imagefolder", str(root), "--out", str(root / "manifest")])
     assert bad.exit_code == 2 and "inside the data folder" in bad.output, bad.output
     assert not (root / "manifest").exists()
+
+
+@pytest.mark.parametrize(("size", "expected"), [(1, {"train": 1}), (2, {"train": 1, "val": 1}),
+                                                (3, {"train": 1, "val": 1, "test": 1}),
+                                                (4, {"train": 2, "val": 1, "test": 1})])
+def test_a_small_class_holds_one_image_back_for_validation_and_one_for_the_test(size, expected):
+    labels = pd.Series(["cat"] * size + ["dog"] * 30)
+    split = stratified_split(labels, seed=0, val=0.1, test=0.1)
+    assert split[labels == "cat"].value_counts().to_dict() == expected
+    assert split[labels == "dog"].value_counts().to_dict() == {"train": 24, "val": 3, "test": 3}  # as before

@@ -4,9 +4,19 @@ import pandas as pd
 import pytest
 
 from mavias.core.manifest import load_manifest
-from mavias.core.tagging import ManifestTagger, TagCounts, TagsStore, collect_partition, read_tags, tag_partition
+from mavias.core.tagging import ManifestTagger, read_tags
 from mavias.core.tagging.openclip import OpenClipTagger
-from mavias.core.tagging.run import QUARANTINED, REUSED, TAGGED, shard_of, shard_paths
+from mavias.core.tagging.run import (
+    QUARANTINED,
+    REUSED,
+    TAGGED,
+    TagCounts,
+    TagsStore,
+    collect_partition,
+    shard_of,
+    shard_paths,
+    tag_partition,
+)
 
 
 def _manifest(path):

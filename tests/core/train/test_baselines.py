@@ -95,7 +95,7 @@ def test_debian_steps_the_discoverer_with_its_own_optimizer_the_classifier_in_ev
     assert all(torch.equal(a, p.grad) for a, p in zip(own, debian.discoverer.parameters()))  # untouched by the loss
 
 
-@pytest.mark.parametrize("path", ["joint", "separate"])
+@pytest.mark.parametrize("path", ["joint", "experts"])
 def test_mavias_routes_the_bias_logits_gradient_by_its_bias_path(path):
     from mavias.core.train.data import feature_split
     from tests.core.train.test_trainer import _frame

@@ -14,8 +14,10 @@ from mavias.core.train.data import feature_split
 from mavias.core.train.lr_range import steepest, suggest
 from mavias.core.train.optim import batches_per_epoch, drop_last, schedule_factor
 from mavias.core.train.recipe import (
+    PATIENCE_SHARE,
     RECIPES,
     TARGET_STEPS,
+    VALIDATION_STEPS,
     choose_image_settings,
     choose_training_settings,
     median_shorter_side,
@@ -97,10 +99,14 @@ def test_mavias_gets_three_times_the_recipes_steps():
     assert lengths["erm"].config.epochs == -(-TARGET_STEPS // steps)
     assert lengths["mavias"].config.epochs == -(-3 * TARGET_STEPS // steps)
     assert "3 x the from scratch recipe's for mavias" in lengths["mavias"].notes["epochs"]
+    matched = choose_training_settings(_mlp(method="mavias", length_factor=1, optim={"lr": 0.01}), train, 2,
+                                       torch.device("cpu"))
+    assert matched.config.epochs == lengths["erm"].config.epochs  # equal compute, as `bench core --compute 1` asks
 
 
 def test_what_the_user_sets_wins_and_no_range_test_runs(tmp_path):
-    cfg = _mlp(epochs=3, optim={"lr": 0.02, "name": "adam", "weight_decay": 0.0, "schedule": "none"})
+    cfg = _mlp(epochs=3, validate_every=1, patience=0,
+               optim={"lr": 0.02, "name": "adam", "weight_decay": 0.0, "schedule": "none"})
     trainer = _trainer(cfg, _splits(), _splits(seed=1), tmp_path)
     assert trainer.cfg == cfg and trainer.recipe.range_test is None and trainer.recipe.notes == {}
 
@@ -164,3 +170,33 @@ def test_a_model_no_better_than_a_trivial_rule_is_flagged():
     warnings = chance_warnings(0.9, 0.5, 2, val)
     assert any("chance" in w for w in warnings) and any("majority class" in w for w in warnings)
     assert chance_warnings(0.99, 0.97, 2, val) == []
+
+
+def test_the_recipe_validates_about_every_fifty_steps_and_stops_after_a_share_of_its_validations():
+    small = choose_training_settings(_mlp(), _splits(200), len(CLASSES), torch.device("cpu"))
+    steps = 200 // 16  # 12 full steps an epoch
+    assert small.config.validate_every == -(-VALIDATION_STEPS // steps)
+    validations = -(-small.config.epochs // small.config.validate_every)
+    assert small.config.patience == max(3, -(-int(PATIENCE_SHARE * 100) * validations // 100))
+    assert "validate_every" in small.notes and "patience" in small.notes
+    large = choose_training_settings(_mlp(batch_size=8), _splits(1000), len(CLASSES), torch.device("cpu"))
+    assert large.config.validate_every == 1  # an epoch of 125 steps is validated every time
+
+
+def test_a_run_that_stops_learning_stops_early_and_a_resumed_run_stops_at_the_same_epoch(tmp_path):
+    cfg = _mlp(epochs=40, validate_every=1, patience=3,
+               optim={"lr": 1e-6, "name": "sgd", "weight_decay": 0.0, "schedule": "none"})  # learns nothing
+    train, val = _splits(), _splits(seed=1)
+    result = _trainer(cfg, train, val, tmp_path / "once").fit()
+    summary = json.loads((tmp_path / "once" / "train_summary.json").read_text())
+    assert result.completed and 20 <= summary["stopped_early_at"] < 40 and len(result.history) == summary["epochs"]
+    interrupted = _trainer(cfg, train, val, tmp_path / "twice")
+    interrupted.fit(stop_after=7)
+    resumed = _trainer(cfg, train, val, tmp_path / "twice").fit(resume=True)
+    assert len(resumed.history) == summary["epochs"]
+
+
+def test_a_config_trained_as_written_is_validated_every_epoch_and_never_stopped(tmp_path):
+    cfg = _mlp(epochs=4, optim={"lr": 1e-6, "name": "sgd", "weight_decay": 0.0, "schedule": "none"})
+    result = Trainer(cfg, _splits(), _splits(seed=1), CLASSES, tmp_path, progress=False).fit()
+    assert len(result.history) == 4 and result.history["val_acc"].notna().all()

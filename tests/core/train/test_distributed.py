@@ -38,7 +38,8 @@ def _cfg(**extra) -> TrainConfig:
     return TrainConfig.model_validate({"method": "mavias", "backbone": {"name": "mlp", "width": 16}, "epochs": 4,
                                        "batch_size": 32, "optim": {"name": "sgd", "lr": 0.05, "schedule": "cosine",
                                                                    "weight_decay": 5e-4},
-                                       "selection": "val_acc", "device": "cpu", **extra})
+                                       "selection": "val_acc", "device": "cpu", "validate_every": 1, "patience": 0,
+                                       **extra})
 
 
 def _modules(path) -> dict[str, dict[str, torch.Tensor]]:

@@ -2,7 +2,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mavias.core.train.losses import group_dro_step, mavias_loss
 

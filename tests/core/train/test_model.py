@@ -114,11 +114,11 @@ def _mavias_trainer(tmp_path, train, bias_path: str) -> Trainer:
     return make_trainer(cfg, train, train, ["x", "y"], tmp_path, progress=False)
 
 
-def test_a_separate_bias_path_starts_fitted_and_keeps_the_main_loss_out_of_g(tmp_path):
-    """separate: g is fitted to the labels before the first step (head untouched), the main model's CE and the
+def test_an_experts_bias_path_starts_fitted_and_keeps_the_main_loss_out_of_g(tmp_path):
+    """experts: g is fitted to the labels before the first step (head untouched), the main model's CE and the
     alignment never reach g, and g's own CE never reaches the main model."""
     train = _shortcut_features()
-    trainer = _mavias_trainer(tmp_path, train, "separate")
+    trainer = _mavias_trainer(tmp_path, train, "experts")
     method, head = trainer.method, trainer.model.head
     head_before = head.weight.detach().clone()
     method.prepare(trainer._fit_plain)
@@ -142,11 +142,11 @@ def test_a_separate_bias_path_starts_fitted_and_keeps_the_main_loss_out_of_g(tmp
 
 def test_the_fitted_bias_path_is_not_fitted_again_on_resume(tmp_path):
     train = _shortcut_features()
-    trainer = _mavias_trainer(tmp_path, train, "separate")
+    trainer = _mavias_trainer(tmp_path, train, "experts")
     trainer.fit()
     state = trainer.method.state_dict()
     assert state == {"bias_fitted": True}
-    resumed = _mavias_trainer(tmp_path / "again", train, "separate")
+    resumed = _mavias_trainer(tmp_path / "again", train, "experts")
     resumed.method.load_state_dict(state)
     before = resumed.method.projection.weight.detach().clone()
     resumed.method.prepare(resumed._fit_plain)
@@ -166,7 +166,7 @@ def test_joint_bias_path_is_the_papers_single_loss(tmp_path):
     assert loss.item() == pytest.approx(expected.total.item(), rel=1e-6)
 
 
-def test_a_separate_bias_path_without_augmentation_is_warned_about(tmp_path, caplog):
+def test_an_experts_bias_path_without_augmentation_is_warned_about(tmp_path, caplog):
     frame = pd.DataFrame({"sample_id": ["a", "b"], "label": ["x", "y"], "x0": [0.0, 1.0], "x1": [1.0, 0.0]})
     train = feature_split(frame, ["x", "y"])
     train.embeddings = torch.rand(2, 8)
@@ -178,4 +178,8 @@ def test_a_separate_bias_path_without_augmentation_is_warned_about(tmp_path, cap
     trainer.model.image_input = True
     trainer.method.bias_fitted = False
     trainer.method.prepare(trainer._fit_plain)
-    assert "separate without augmentation" in caplog.text
+    assert "experts without augmentation" in caplog.text
+
+
+def test_a_config_written_with_the_earlier_name_of_the_experts_path_still_loads():
+    assert TrainConfig.model_validate({"mavias": {"bias_path": "separate"}}).mavias.bias_path == "experts"

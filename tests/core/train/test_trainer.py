@@ -32,7 +32,8 @@ def splits():
 
 def _cfg(method: str, **extra) -> TrainConfig:
     return TrainConfig.model_validate({"method": method, "backbone": {"name": "mlp", "width": 8}, "epochs": 4,
-                                       "batch_size": 32, "optim": {"lr": 0.05}, "selection": "val_acc", **extra})
+                                       "batch_size": 32, "optim": {"lr": 0.05}, "selection": "val_acc",
+                                       "validate_every": 1, "patience": 0, **extra})
 
 
 def _weights(path) -> dict[str, torch.Tensor]:
@@ -110,30 +111,3 @@ def test_worst_group_ties_are_broken_by_validation_accuracy(splits, tmp_path):
     assert result.best["val_tag_wg"]["fallback"] == "val_acc"  # constant over epochs: reported, val_acc used
     assert "fallback" not in result.best["val_robust"] and result.history["val_robust"].nunique() > 1
     assert result.best["val_acc"]["epoch"] == int(result.history["val_acc"].idxmax()) + 1 > 1
-
-
-def test_reselecting_kept_epochs_equals_training_again_with_the_groups(splits, tmp_path):
-    train, val = splits
-    groups = val.frame["label"] + "|" + (val.frame["x3"] > 1).astype(str)
-    source = make_trainer(_cfg("erm"), train, val, CLASSES, tmp_path / "source", progress=False, keep_epochs=True).fit()
-    assert "val_tag_wg" not in source.history  # trained without groups
-    cfg = _cfg("erm", selection="val_robust")
-    trained = make_trainer(cfg, train, val, CLASSES, tmp_path / "trained", val_groups=groups, progress=False).fit()
-    reselected = make_trainer(cfg, train, val, CLASSES, tmp_path / "reselected", val_groups=groups,
-                         progress=False).reselect(tmp_path / "source")
-    assert reselected.best == trained.best
-    pd.testing.assert_frame_equal(reselected.history.drop(columns="seconds"), trained.history.drop(columns="seconds"),
-                                  check_like=True)
-    for criterion in ("val_acc", "val_tag_wg", "val_robust"):
-        a = torch.load(reselected.checkpoint(criterion), weights_only=True)["model"]
-        b = torch.load(trained.checkpoint(criterion), weights_only=True)["model"]
-        assert all(torch.equal(a[name], b[name]) for name in a)
-
-
-def test_reselect_refuses_a_source_of_other_settings_or_without_kept_epochs(splits, tmp_path):
-    train, val = splits
-    make_trainer(_cfg("erm"), train, val, CLASSES, tmp_path / "plain", progress=False).fit()
-    with pytest.raises(ValueError, match="kept no epochs"):
-        make_trainer(_cfg("erm"), train, val, CLASSES, tmp_path / "a", progress=False).reselect(tmp_path / "plain")
-    with pytest.raises(ValueError, match="other settings"):
-        make_trainer(_cfg("erm", seed=1), train, val, CLASSES, tmp_path / "b", progress=False).reselect(tmp_path / "plain")

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mavias.cli import app
-from mavias.core.datasets.generate import write_shortcut_imagefolder
+from mavias.core.datasets.generate import write_imagefolder, write_shortcut_imagefolder
 
 runner = CliRunner()
 
@@ -75,3 +75,9 @@ def test_other_inputs_start_again_while_only_the_import_is_done(shapes, tmp_path
                             expect="are not in the local cache")
     assert "--tags tags.csv" in message
     assert json.loads((tmp_path / "audit" / "audit.json").read_text())["inputs"]["path"] == str(root.resolve())
+
+
+def test_a_folder_of_one_class_is_refused_before_any_tagging_or_training(tmp_path):
+    root = write_imagefolder(tmp_path / "photos", {"cat": 8})
+    fails_cleanly(root, "--out", tmp_path / "audit",
+                  expect="only class 'cat' in the training split; a classifier needs at least 2 classes")

@@ -3,7 +3,15 @@
 import pytest
 
 from mavias.errors import UserError
-from mavias.tools.bench.core import DEFAULTS, ORACLE, benchmark_floors, choose_methods, peer_floor, summarise
+from mavias.tools.bench.core import (
+    DEFAULT_MAVIAS,
+    DEFAULTS,
+    ORACLE,
+    benchmark_floors,
+    choose_methods,
+    peer_floor,
+    summarise,
+)
 
 
 def _outcome(method: str, seed: int, wg: float, avg: float, criterion: str = "val_robust") -> dict:
@@ -14,14 +22,15 @@ def _outcome(method: str, seed: int, wg: float, avg: float, criterion: str = "va
 def _outcomes(mavias_wg: float, lff_wg: float = 0.41) -> list[dict]:
     rows = [_outcome(DEFAULTS, s, 0.20, 0.70, "val_acc") for s in (0, 1)]
     for method, wg in (("ERM", 0.30), ("JTT", 0.35), ("LfF", lff_wg), ("SD", 0.20), ("FLAC-B", 0.25),
-                       ("DebiAN", 0.33), (ORACLE, 0.50), ("MAVias", mavias_wg)):
+                       ("DebiAN", 0.33), (ORACLE, 0.50), (DEFAULT_MAVIAS, mavias_wg),
+                       ("MAVias" if DEFAULT_MAVIAS != "MAVias" else "MAVias-PoE", 0.0)):  # the other path: not judged
         rows += [_outcome(method, s, wg + 0.02 * (2 * s - 1), 0.80) for s in (0, 1)]  # seeds spread +-2 points
     return rows
 
 
 def test_the_summary_is_the_mean_and_sd_over_seeds():
     summary = summarise(_outcomes(0.42))
-    mavias = next(r for r in summary if r["method"] == "MAVias")
+    mavias = next(r for r in summary if r["method"] == DEFAULT_MAVIAS)
     assert mavias["seeds"] == 2 and mavias["wg_acc"] == pytest.approx({"mean": 0.42, "std": 0.02})
 
 
@@ -48,17 +57,19 @@ def test_mavias_must_lead_on_two_thirds_of_the_benchmarks_and_stay_within_3_poin
 
 
 def test_a_run_of_some_methods_judges_only_what_ran():
-    only_mavias = [o for o in _outcomes(0.42) if o["method"] in (DEFAULTS, "MAVias", "JTT")]
+    only_mavias = [o for o in _outcomes(0.42) if o["method"] in (DEFAULTS, DEFAULT_MAVIAS, "JTT")]
     floors = benchmark_floors(summarise(only_mavias), n_classes=3)
     assert floors["mavias_minus_peer_wg"] == {"JTT": pytest.approx(0.07)}
     assert floors["met"]["tuned MAVias WG >= ERM (CLI defaults) WG + 10"]
-    without_mavias = benchmark_floors(summarise([o for o in only_mavias if o["method"] != "MAVias"]), n_classes=3)
+    without_mavias = benchmark_floors(summarise([o for o in only_mavias if o["method"] != DEFAULT_MAVIAS]),
+                                      n_classes=3)
     assert "mavias_minus_peer_wg" not in without_mavias
     assert not peer_floor({"b": {"floors": without_mavias}})["met"]  # nothing compared is not a met floor
 
 
 def test_methods_are_chosen_by_name_or_code_in_the_bench_order():
-    assert choose_methods(["mavias", "JTT", "flac"]) == ["JTT", "FLAC-B", "MAVias"]
+    assert choose_methods(["mavias-poe", "JTT", "flac", "mavias"]) == ["JTT", "FLAC-B", "MAVias", "MAVias-PoE"]
+    assert choose_methods(["groupdro"]) == [ORACLE]
     assert choose_methods(None)[0] == "ERM"
     with pytest.raises(UserError, match="unknown method 'MAVia'; use --method ERM or"):
         choose_methods(["MAVia"])

@@ -1,0 +1,68 @@
+"""The nightly config reference, generated from the models so that it cannot drift from them:
+``python -m mavias.ops.nightly.reference > docs/nightly-config.md`` (a test checks the page is current)."""
+
+from __future__ import annotations
+
+import re
+import types
+from typing import Any, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from mavias.ops.nightly.config import NightlyConfig
+
+INTRO = """# Nightly config reference
+
+Every setting of the nightly pipeline's YAML file (`$MAVIAS_NIGHTLY_CONFIG`; start from
+`infra/nightly.example.yaml`). Any setting can be overridden by `MAVIAS_NIGHTLY__<SECTION>__<KEY>=<YAML value>`
+and the `s3` section by `MAVIAS_S3_<KEY>`; credentials never belong in the file. The training section's
+`overrides` take the dotted keys of a training config (`mavias train --help`). Generated from
+`mavias/ops/nightly/config.py`: `python -m mavias.ops.nightly.reference > docs/nightly-config.md`.
+"""
+
+
+def _type_name(annotation: Any) -> str:
+    if get_origin(annotation) in (Union, types.UnionType):
+        return " | ".join(_type_name(arg) for arg in get_args(annotation))
+    if get_origin(annotation) is not None and getattr(get_origin(annotation), "__name__", "") == "Literal":
+        return " | ".join(repr(arg) for arg in get_args(annotation))
+    if get_origin(annotation) is not None:
+        return f"{get_origin(annotation).__name__}[{', '.join(_type_name(a) for a in get_args(annotation))}]"
+    return "null" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))
+
+
+def _default(field: Any) -> str:
+    if field.default_factory is not None:
+        value = field.default_factory()
+    elif field.default is PydanticUndefined:
+        return "**required**"
+    else:
+        value = field.default
+    if isinstance(value, BaseModel):
+        return ""
+    text = "null" if value is None else str(value)
+    return f"`{re.sub(r'^.*/mavias/', 'mavias/', text)}`"  # a packaged file by its path in the repository
+
+
+def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
+    rows = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            rows += _rows(annotation, f"{prefix}{name}.")
+            continue
+        description = (field.description or "").replace("|", "\\|").replace("\n", " ")
+        rows.append(f"| `{prefix}{name}` | {_type_name(annotation).replace('|', '&#124;')} | {_default(field)} "
+                    f"| {description} |")
+    return rows
+
+
+def reference_markdown() -> str:
+    """The reference page: one table row per setting, nested sections by their dotted names."""
+    header = ["| setting | type | default | what it does |", "|---|---|---|---|"]
+    return INTRO + "\n" + "\n".join(header + _rows(NightlyConfig)) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference_markdown(), end="")
