@@ -11,7 +11,6 @@ import torch
 from mavias.core.encode import EmbeddingStore, TextEncoder, bias_embeddings
 from mavias.core.evaluate.metrics import group_key
 from mavias.core.manifest import load_manifest, quarantine_undecodable
-from mavias.core.manifest.checks import require_trainable
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData, attach_groups, image_split
@@ -91,7 +90,9 @@ def prepare_image_data(
         embedded = bias_embeddings(manifest["label"], manifest["sample_tags"], relevance, encoder,
                                    EmbeddingStore(store_dir))
         manifest["irrelevant_tags"] = embedded.irrelevant_tags
-    classes = require_trainable(manifest, manifest_path)
+    classes = sorted(manifest.loc[manifest["split"] == "train", "label"].unique())
+    if not classes:
+        raise UserError(f"{manifest_path}: no usable training images")
     frames = dict(tuple(manifest.groupby("split", sort=True)))
     splits = {
         name: image_split(frame, manifest_path.parent, classes,

@@ -4,6 +4,7 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from mavias.cli import discover as discover_cli
+from mavias.core import encode
 from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
 from mavias.core.encode import EmbeddingStore, bias_prompt
 from mavias.core.manifest import save_manifest
@@ -53,7 +54,7 @@ def test_a_partition_costs_only_what_is_new_and_a_rerun_costs_nothing(scenes, of
 def test_cli_prints_the_counts_of_a_rerun(scenes, offline_judge, minilm_encoder, tmp_path, monkeypatch):
     _partition(scenes.iloc[:6], tmp_path / "night")
     monkeypatch.setattr(discover_cli, "make_judge", lambda kind, **_: offline_judge)
-    monkeypatch.setattr(discover_cli, "make_encoder", lambda kind, **_: minilm_encoder)
+    monkeypatch.setattr(encode, "make_encoder", lambda kind, **_: minilm_encoder)  # imported by the command's body
     args = ["--partition", str(tmp_path / "night"), "--workspace", str(tmp_path / "ws"), "--num-shards", "2"]
 
     outputs = [CliRunner().invoke(discover_cli.app, args) for _ in range(2)]
