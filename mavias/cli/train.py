@@ -25,7 +25,6 @@ from mavias.cli.options import (
     run_checkpoint,
     warn,
 )
-from mavias.core.evaluate.explain import small_group_caveats
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
 from mavias.core.train.config import load_config
@@ -124,6 +123,8 @@ def evaluate(
 def summary_table(result: dict) -> tuple[Table, list[str]]:
     """The evaluation as a table, every figure from fewer than the minimum support flagged, and the caveats that say
     which and why."""
+    from mavias.core.evaluate.explain import small_group_caveats
+
     table = Table(title=f"{result['split']} ({result['n_samples']} samples)")
     for col in ("protocol", "WG acc [95% CI]", "worst group", "avg acc", "weighted avg"):
         table.add_column(col)

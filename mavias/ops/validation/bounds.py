@@ -15,7 +15,6 @@ from collections.abc import Mapping
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
-from scipy.stats import beta
 
 from mavias.ops.validation.checks import CheckResult
 
@@ -38,11 +37,15 @@ class ValidationSettings(BaseModel):
 
 def upper_bound(successes: int, n: int, confidence: float) -> float:
     """One-sided Clopper-Pearson upper bound of a binomial proportion."""
+    from scipy.stats import beta  # scipy only where a bound is computed (the nightly config imports this module)
+
     return 1.0 if successes >= n else float(beta.ppf(confidence, successes + 1, n - successes))
 
 
 def interval(successes: int, n: int, alpha: float) -> tuple[float, float]:
     """Two-sided Clopper-Pearson interval at level ``1 - alpha``."""
+    from scipy.stats import beta
+
     low = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, n - successes + 1))
     high = 1.0 if successes == n else float(beta.ppf(1 - alpha / 2, successes + 1, n - successes))
     return low, high
