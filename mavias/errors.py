@@ -10,9 +10,11 @@ decide how to show them.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterator
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 
 class UserError(Exception):
@@ -55,20 +57,23 @@ def describe_validation_error(error: ValidationError, *, what: str, model: type[
     return f"invalid {what}: " + "; ".join(problems)
 
 
-def setting_names(model: type[BaseModel], prefix: str = "") -> list[str]:
-    """Every dotted setting a model accepts, nested models' fields included (``mavias.lam``)."""
-    names = []
+def settings(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    """Every setting a model accepts as (dotted name, field), nested models' fields included (``mavias.lam``)."""
     for name, field in model.model_fields.items():
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            names += setting_names(annotation, f"{prefix}{name}.")
+            yield from settings(annotation, f"{prefix}{name}.")
         else:
-            names.append(prefix + name)
-    return names
+            yield prefix + name, field
+
+
+def setting_names(model: type[BaseModel]) -> list[str]:
+    """Every dotted setting a model accepts (``mavias.lam``)."""
+    return [name for name, _ in settings(model)]
 
 
 def setting_description(model: type[BaseModel], loc: tuple) -> str:
-    """What the setting at ``loc`` accepts, as its model documents it (``"int >= 1: epochs between ..."``), or ``""``."""
+    """What the setting at ``loc`` accepts, as its model documents it (``"int: epochs between ..."``), or ``""``."""
     field = None
     for part in loc:
         fields = model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) else {}

@@ -10,6 +10,7 @@ from typing import Any, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from mavias.errors import settings
 from mavias.ops.nightly.config import NightlyConfig
 
 INTRO = """# Nightly config reference
@@ -45,23 +46,15 @@ def _default(field: Any) -> str:
     return f"`{re.sub(r'^.*/mavias/', 'mavias/', text)}`"  # a packaged file by its path in the repository
 
 
-def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
-    rows = []
-    for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows += _rows(annotation, f"{prefix}{name}.")
-            continue
-        description = (field.description or "").replace("|", "\\|").replace("\n", " ")
-        rows.append(f"| `{prefix}{name}` | {_type_name(annotation).replace('|', '&#124;')} | {_default(field)} "
-                    f"| {description} |")
-    return rows
+def _row(name: str, field: Any) -> str:
+    description = (field.description or "").replace("|", "\\|").replace("\n", " ")
+    return f"| `{name}` | {_type_name(field.annotation).replace('|', '&#124;')} | {_default(field)} | {description} |"
 
 
 def reference_markdown() -> str:
     """The reference page: one table row per setting, nested sections by their dotted names."""
     header = ["| setting | type | default | what it does |", "|---|---|---|---|"]
-    return INTRO + "\n" + "\n".join(header + _rows(NightlyConfig)) + "\n"
+    return INTRO + "\n" + "\n".join(header + [_row(name, field) for name, field in settings(NightlyConfig)]) + "\n"
 
 
 if __name__ == "__main__":
