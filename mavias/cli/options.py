@@ -142,13 +142,10 @@ def prepare_data(manifest: Path, relevance: Path, tags: Path | None, workspace: 
     """The images decoded, with their bias embeddings from the workspace's store (encoded there once)."""
     from mavias.core.discovery import Workspace as DiscoveryWorkspace
     from mavias.core.encode import make_encoder
-    from mavias.core.manifest import load_manifest
-    from mavias.core.manifest.checks import require_trainable
     from mavias.core.relevance import load_relevance
     from mavias.core.tagging.base import read_tags
     from mavias.core.train.prepare import prepare_image_data
 
-    require_trainable(load_manifest(manifest, check_files=False), manifest)  # before any decoding or encoding
     encoder = make_encoder(cfg.encoder)
     return prepare_image_data(
         manifest, relevance=load_relevance(relevance), tags_table=None if tags is None else read_tags(tags),

@@ -27,6 +27,7 @@ from mavias.cli.options import (
 )
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
+from mavias.core.manifest.checks import require_trainable
 from mavias.core.train.config import load_config
 
 
@@ -56,7 +57,9 @@ def train(
     weights_file(cfg.backbone)  # a missing pretrained file fails now, not after the data is prepared
     if reference is not None:
         reference_checkpoint(reference)
-    warn(small_class_warnings(load_manifest(manifest, check_files=False)))
+    loaded = load_manifest(manifest, check_files=False)
+    require_trainable(loaded, manifest)  # before any decoding or encoding
+    warn(small_class_warnings(loaded))
     data = prepare_data(manifest, relevance, tags, workspace, cfg, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data, min_support=min_support)
     result = train_method(data, cfg, out, ref, nproc=nproc)  # its warnings are logged (shown by the root command)

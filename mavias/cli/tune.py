@@ -48,6 +48,8 @@ def tune_command(
     """Search the learning rate (two decades around the recipe's), the epochs and the method's own settings
     (`--set method=...`, default mavias) with Optuna TPE and median pruning, selecting by the bias-unaware validation
     criterion only."""
+    from mavias.core.manifest import load_manifest
+    from mavias.core.manifest.checks import require_trainable
     from mavias.core.protocol import load_reference, reference_checkpoint
     from mavias.core.tune.search import load_warm_start, tune
 
@@ -56,6 +58,7 @@ def tune_command(
         load_warm_start(warm_start, base)
     if reference is not None:
         reference_checkpoint(reference)
+    require_trainable(load_manifest(manifest, check_files=False), manifest)
     data = prepare_data(manifest, relevance, tags, workspace, base, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data, min_support=min_support)
     result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=warm_start, seed=seed, progress=True)
