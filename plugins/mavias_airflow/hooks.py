@@ -1,18 +1,25 @@
-"""Hooks: the nightly config with S3 credentials from an Airflow connection, its model registry, SMTP settings.
+"""Hooks: the nightly config with S3 credentials and the LLM judge from Airflow connections, its model registry,
+SMTP settings.
 
-Credentials come from the Airflow connection when it exists (an ``aws``-type connection: login = access key id,
+S3 credentials come from the Airflow connection when it exists (an ``aws``-type connection: login = access key id,
 password = secret access key, extra ``endpoint_url`` / ``region_name`` / ``aws_session_token``), otherwise from the
-standard AWS chain (environment, profile, instance role). They travel as ``SecretStr`` and are never logged.
+standard AWS chain (environment, profile, instance role). The LLM judge (``discovery.judge: llm``) comes from
+``airflow.llm_conn_id`` when it exists (host = base URL, password = key, extra ``model``, ``timeout``, ``samples``,
+``max_retries``, ``reasoning``, ``system_prompt_in_user``), otherwise from ``$MAVIAS_LLM_*``. Secrets travel as
+``SecretStr`` and are never logged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from airflow.sdk import BaseHook, Connection
 from airflow.sdk.exceptions import AirflowNotFoundException
 from pydantic import SecretStr
 
+from mavias.core.judging.factory import JudgeSettings
+from mavias.errors import UserError
 from mavias.ops.nightly.config import NightlyConfig, load_nightly_config
 from mavias.ops.registry import ModelRegistry
 from mavias.ops.reporting.mail import SmtpSettings
@@ -46,6 +53,37 @@ def s3_settings_from_connection(base: S3Settings, conn_id: str) -> S3Settings:
     return base.model_copy(update=update)
 
 
+LLM_EXTRAS = {"model": str, "timeout": float, "samples": int, "max_retries": int, "reasoning": bool,
+              "system_prompt_in_user": bool}
+
+
+def _base_url(conn: Connection) -> str | None:
+    """The host as the base URL ("https://api.openai.com/v1"); a bare host gets the schema (https) and port."""
+    if not conn.host or "://" in conn.host:
+        return conn.host or None
+    port = f":{conn.port}" if conn.port else ""
+    return f"{conn.schema or 'https'}://{conn.host}{port}/v1"
+
+
+def llm_settings_from_connection(base: JudgeSettings, conn_id: str) -> JudgeSettings:
+    """``base`` with the connection's base URL, key and extras; ``base`` alone when there is no such connection."""
+    conn = _optional_connection(conn_id)
+    if conn is None:
+        return base
+    extra: dict[str, Any] = conn.extra_dejson
+    unknown = sorted(set(extra) - set(LLM_EXTRAS))
+    if unknown:
+        raise UserError(f"connection {conn_id!r} has unknown extra field(s) {', '.join(unknown)}",
+                        hint=f"use {', '.join(LLM_EXTRAS)}")
+    try:
+        extras = {name: LLM_EXTRAS[name](value) for name, value in extra.items()}
+    except (TypeError, ValueError) as error:
+        raise UserError(f"connection {conn_id!r}: an extra field has the wrong type ({error})",
+                        hint="model is text, timeout a number, samples and max_retries whole numbers") from None
+    return dataclasses.replace(base, base_url=_base_url(conn) or base.base_url,
+                               api_key=_secret(conn.password) or base.api_key, **extras)
+
+
 class MaviasHook(BaseHook):
     """The nightly configuration (YAML + environment) with S3 credentials resolved from ``aws_conn_id``; its client
     (``get_conn``) is the model registry of the configured model."""
@@ -63,7 +101,10 @@ class MaviasHook(BaseHook):
     def get_config(self) -> NightlyConfig:
         cfg = load_nightly_config(self.config_path)
         conn_id = self.aws_conn_id or cfg.airflow.aws_conn_id
-        return cfg.model_copy(update={"s3": s3_settings_from_connection(cfg.s3, conn_id)})
+        cfg = cfg.model_copy(update={"s3": s3_settings_from_connection(cfg.s3, conn_id)})
+        if cfg.discovery.judge == "llm":
+            cfg = cfg.with_llm(llm_settings_from_connection(cfg.judge_settings(), cfg.airflow.llm_conn_id))
+        return cfg
 
     def get_conn(self) -> ModelRegistry:
         """The model registry (versions, the production pointer, history) of the configured model."""

@@ -9,11 +9,13 @@ connection (e.g. ``airflow dags test``) the pool is not checked, and the log say
 from __future__ import annotations
 
 import logging
+import os
 
 import httpx
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from mavias.core.judging.llm import API_KEY_ENV, key_may_travel
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.discover import missing_model_weights
 
@@ -61,6 +63,23 @@ def pool_problem(pool: str, api_conn_id: str) -> str | None:
     return None
 
 
+def llm_problems(cfg: NightlyConfig) -> list[str]:
+    """What keeps ``discovery.judge: llm`` from reaching its LLM (a night with one only falls back, quietly worse)."""
+    if cfg.discovery.judge != "llm":
+        return []
+    conn_id = cfg.airflow.llm_conn_id
+    if not _connection_exists(conn_id) and not os.environ.get("MAVIAS_LLM_BASE_URL"):
+        return [f"discovery.judge is llm but there is no connection {conn_id!r}: add it (`airflow connections add "
+                f"{conn_id} --conn-type http --conn-host https://api.openai.com/v1 --conn-password $KEY "
+                "--conn-extra '{\"model\": \"gpt-4o\"}'`, docs/llm-judge.md) or set MAVIAS_LLM_BASE_URL"]
+    settings = cfg.judge_settings()
+    has_key = settings.api_key is not None or any(os.environ.get(name) for name in API_KEY_ENV)
+    if has_key and not key_may_travel(settings.base_url):
+        return [f"the LLM key would travel in clear text to {settings.base_url}: use https or a server on this "
+                f"machine in connection {conn_id!r}"]
+    return []
+
+
 def preflight_problems(cfg: NightlyConfig) -> list[str]:
     """What is missing for tonight's run; an empty list when it can start."""
     problems = []
@@ -69,6 +88,6 @@ def preflight_problems(cfg: NightlyConfig) -> list[str]:
                         f"add it (`airflow connections add {cfg.airflow.smtp_conn_id} --conn-type smtp ...`)")
     if not _connection_exists(cfg.airflow.aws_conn_id):
         log.info("no %r connection: S3 credentials come from the AWS environment", cfg.airflow.aws_conn_id)
-    problems += missing_model_weights(cfg)
+    problems += missing_model_weights(cfg) + llm_problems(cfg)
     problem = pool_problem(cfg.airflow.gpu_pool, cfg.airflow.api_conn_id)
     return problems + ([problem] if problem else [])

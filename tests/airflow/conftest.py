@@ -12,6 +12,7 @@ from mavias.ops.nightly.config import DEFAULT_CONFIG_PATH
 from mavias.tools.demo.run import DemoData, make_demo_data
 from mavias.tools.demo.services import airflow_environment, run_airflow, smtp_server
 from tests.airflow.harness import Deployment, make_deployment
+from tests.support.llama import llama_server  # noqa: F401 - a fixture
 from tests.support.s3server import create_bucket, moto_endpoint  # noqa: F401 - a fixture
 
 

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from mavias.core.discovery.counting import CountingJudge
 from mavias.core.encode import EmbeddingStore, TextEncoder, bias_embeddings
 from mavias.core.judging.base import RelevanceJudge
-from mavias.core.judging.cache import DecisionCache, decide_all
+from mavias.core.judging.cache import DecisionCache, DecisionTally, decide_all
 from mavias.core.judging.review import ReviewedDecisions
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import save_relevance
@@ -49,11 +48,13 @@ class DiscoveryCounts:
     images_tagged: int = 0  # images the tagger looked at
     images_reused: int = 0  # tags copied from an earlier partition (same image content)
     images_quarantined: int = 0
-    llm_requests: int = 0  # judge calls
-    tags_judged: int = 0  # (class, tag) pairs sent to the judge
+    llm_requests: int = 0  # judge calls (batches sent to the configured judge)
+    tags_judged: int = 0  # (class, tag) pairs the configured judge decided
     prompts_encoded: int = 0  # tag sets sent to the text encoder
     distinct_prompts: int = 0
     llm_requests_per_class: dict[str, int] = field(default_factory=dict)
+    decisions_per_class: dict[str, dict[str, int]] = field(default_factory=dict)  # class -> source -> pairs
+    judge_failure: str | None = None  # why the offline judge stood in for the LLM judge (GuardedJudge.failure)
 
 
 @dataclass(frozen=True)
@@ -107,12 +108,13 @@ def _tag(
 
 
 def _judge(
-    labels: pd.Series, sample_tags: pd.Series, judge: CountingJudge, cache_path: Path, review: ReviewedDecisions | None
+    labels: pd.Series, sample_tags: pd.Series, judge: RelevanceJudge, cache_path: Path,
+    review: ReviewedDecisions | None, tally: DecisionTally,
 ) -> pd.DataFrame:
     """The relevance table of every (class, tag) pair of the partition; only undecided pairs reach the judge."""
     pairs = pd.DataFrame({"class": labels, "tag": sample_tags}).explode("tag").dropna()
     with DecisionCache(cache_path) as cache:
-        return decide_all(judge, pairs.groupby("class")["tag"].agg(set).to_dict(), cache, review)
+        return decide_all(judge, pairs.groupby("class")["tag"].agg(set).to_dict(), cache, review, tally=tally)
 
 
 def discover_partition(
@@ -143,8 +145,8 @@ def discover_partition(
         df, manifest_path.parent, tagger, ws.tags / name, TagsStore(ws.tags), num_shards,
         batch_size=batch_size, num_workers=num_workers, progress=progress,
     )  # fmt: skip
-    counting = CountingJudge(judge)
-    relevance = _judge(usable["label"], sample_tags, counting, ws.decisions, review)
+    tally = DecisionTally()
+    relevance = _judge(usable["label"], sample_tags, judge, ws.decisions, review, tally)
     save_relevance(relevance, ws.relevance(name))
     embedded = bias_embeddings(usable["label"], sample_tags, relevance, encoder,
                                EmbeddingStore(ws.embeddings(encoder.encoder_id)))
@@ -154,11 +156,13 @@ def discover_partition(
         images_tagged=tagged.images_tagged,
         images_reused=tagged.images_reused,
         images_quarantined=tagged.images_quarantined,
-        llm_requests=sum(counting.requests.values()),
-        tags_judged=sum(counting.tags_judged.values()),
+        llm_requests=sum(tally.calls.values()),
+        tags_judged=tally.total("judge"),
         prompts_encoded=embedded.encoded,
         distinct_prompts=embedded.distinct_prompts,
-        llm_requests_per_class=dict(sorted(counting.requests.items())),
+        llm_requests_per_class=dict(sorted(tally.calls.items())),
+        decisions_per_class=tally.by_class(),
+        judge_failure=getattr(judge, "failure", None),
     )
     write_json(out / "discovery.json", {"partition": str(manifest_path), "counts": asdict(counts)})
     return counts

@@ -9,6 +9,7 @@ from typing import Protocol, runtime_checkable
 from mavias.errors import UserError
 
 BATCH_SIZE = 100  # tags per judge call, as in the paper (supplement, "LLM prompt")
+OFFLINE_SOURCE = "offline:"  # how the offline judge's id (a relevance row's source) begins
 
 
 @dataclass
@@ -67,3 +68,7 @@ class JudgeUnavailableError(JudgeError):
 
 class JudgeResponseError(JudgeError):
     """The model's answers could not be read as a list of tags, even after retries."""
+
+
+class JudgeBudgetSpentError(JudgeError):
+    """The run's request budget or deadline is spent; the judge sends nothing more."""

@@ -6,15 +6,20 @@ unless the judge's prompt version changes. The store is one SQLite file in WAL m
 
 from __future__ import annotations
 
+import random
 import sqlite3
+import zlib
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
 from mavias.core.judging.base import BATCH_SIZE, RelevanceJudge, batches
+from mavias.core.judging.guarded import decide_batch
 from mavias.core.judging.review import REVIEW_SOURCE, ReviewedDecisions
 from mavias.core.relevance import RELEVANCE_COLUMNS, validate_relevance
 
@@ -86,6 +91,28 @@ class DecisionCache:
         self.close()
 
 
+@dataclass
+class DecisionTally:
+    """Per class, how many decisions each source made (:data:`~mavias.core.judging.guarded.SOURCES`) and how many
+    batches the configured judge answered."""
+
+    sources: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    calls: Counter[str] = field(default_factory=Counter)
+
+    def total(self, source: str) -> int:
+        return sum(counts[source] for counts in self.sources.values())
+
+    def by_class(self) -> dict[str, dict[str, int]]:
+        return {name: {source: n for source, n in sorted(counts.items()) if n} for name, counts in sorted(self.sources.items())}
+
+
+def _shuffled(tags: list[str], class_name: str) -> list[str]:
+    """``tags`` in an order fixed by the class, so batches mix the vocabulary and a rerun asks the same batches."""
+    order = list(tags)
+    random.Random(zlib.crc32(class_name.encode())).shuffle(order)
+    return order
+
+
 def decide(
     judge: RelevanceJudge,
     class_name: str,
@@ -95,27 +122,36 @@ def decide(
     *,
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[int], None] | None = None,
+    tally: DecisionTally | None = None,
 ) -> pd.DataFrame:
     """The relevance table of one class: reviewed verdicts, else cached decisions, else the judge's.
 
-    Only tags without a reviewed or cached decision reach the judge, sorted and in batches of ``batch_size``;
-    each batch is cached as soon as it is decided, so an interrupted run loses at most one batch.
-    ``on_batch`` is called with the size of every judged batch (for progress bars).
+    Only tags without a reviewed or cached decision reach the judge, in batches of ``batch_size`` (shuffled by a
+    seed of the class); each batch is cached under the judge that decided it as soon as it is decided, so an
+    interrupted run loses at most one batch. ``on_batch`` is called with the size of every judged batch (for
+    progress bars); ``tally`` counts who decided what.
     """
+    tally = tally if tally is not None else DecisionTally()
     unique = sorted({tag.strip() for tag in tags if tag and tag.strip()})
     reviewed = review.verdicts(class_name, unique) if review is not None else {}
     to_decide = [tag for tag in unique if tag not in reviewed]
     decided = cache.lookup(judge, class_name, to_decide) if cache is not None else {}
+    deciders = dict.fromkeys(decided, judge.judge_id)
     judge.stats.cache_hits += len(decided)
-    for batch in batches([tag for tag in to_decide if tag not in decided], batch_size):
-        relevant = judge.judge(class_name, batch)
-        verdicts = {tag: tag in relevant for tag in batch}
-        if cache is not None:
-            cache.store(judge, class_name, verdicts)
-        decided.update(verdicts)
+    tally.sources[class_name].update({"cache": len(decided), "review": len(reviewed)})
+    for batch in batches(_shuffled([tag for tag in to_decide if tag not in decided], class_name), batch_size):
+        parts = decide_batch(judge, class_name, batch)
+        tally.calls[class_name] += any(part.source == "judge" for part in parts)
+        for part in parts:
+            verdicts = {tag: tag in part.relevant for tag in part.tags}
+            if cache is not None and part.cache:
+                cache.store(part.judge, class_name, verdicts)
+            decided.update(verdicts)
+            deciders.update(dict.fromkeys(part.tags, part.judge.judge_id))
+            tally.sources[class_name][part.source] += len(part.tags)
         if on_batch:
             on_batch(len(batch))
-    rows = [(class_name, tag, decided[tag], judge.judge_id) for tag in to_decide]
+    rows = [(class_name, tag, decided[tag], deciders[tag]) for tag in to_decide]
     rows += [(class_name, tag, verdict, REVIEW_SOURCE) for tag, verdict in reviewed.items()]
     table = pd.DataFrame(rows, columns=RELEVANCE_COLUMNS).sort_values("tag", kind="stable")
     return validate_relevance(table)
@@ -129,10 +165,11 @@ def decide_all(
     *,
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[int], None] | None = None,
+    tally: DecisionTally | None = None,
 ) -> pd.DataFrame:
     """:func:`decide` for every class, in sorted class order, as one relevance table."""
     tables = [
-        decide(judge, name, tags_by_class[name], cache, review, batch_size=batch_size, on_batch=on_batch)
+        decide(judge, name, tags_by_class[name], cache, review, batch_size=batch_size, on_batch=on_batch, tally=tally)
         for name in sorted(tags_by_class)
     ]
     if not tables:

@@ -14,6 +14,7 @@ strict majority of the answers lists it (self-consistency); every request counts
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
@@ -33,6 +35,7 @@ from mavias.core.judging.base import (
     JudgeUnavailableError,
     batches,
 )
+from mavias.core.judging.guards import RequestBudget
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,7 @@ NO_KEY = "no-key"  # local servers need none, but the client insists on one
 STYLES = ("json_schema", "json_object", "plain")  # structured-output styles, most to least strict
 REASONING_TOKENS = 4096  # room for a reasoning model's hidden reasoning, on top of the answer's own tokens
 SAMPLING_TEMPERATURE = 0.7  # self-consistency needs different answers to vote on
+MAX_ANSWER_CHARS = 65_536  # an answer is read only this far: far beyond any batch's list, short of a flood
 
 SYSTEM_PROMPT = """\
 You sort image tags for an object class. You get the name of a class and a list of tags that an image tagger \
@@ -110,8 +114,9 @@ def _max_tokens(tags: list[str]) -> int:
 
 # --- reading the answer ----------------------------------------------------------------------------------------
 
-_KEY = re.compile(r'"relevant[_ ]tags"\s*:\s*\[(.*)', re.IGNORECASE | re.DOTALL)
-_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+_KEY = re.compile(r'"relevant[_ ]tags"\s*:', re.IGNORECASE)
 
 
 def _json_values(text: str):
@@ -126,18 +131,30 @@ def _json_values(text: str):
 
 
 def parse_relevant_tags(content: str) -> list[str]:
-    """The tag list of an answer: a JSON object (or a bare list), else the quoted strings of a cut-off list."""
-    for value in _json_values(content or ""):
+    """The tag list of an answer: a JSON object (or a bare list of strings) anywhere in it. Anything else is an
+    unreadable answer, retried and then left to the caller: no list, a list of more than strings, nesting too deep
+    to read, or a list cut off (e.g. by max_tokens), whose missing tags would silently count as irrelevant."""
+    content = (content or "")[:MAX_ANSWER_CHARS]
+    try:
+        return _relevant_tags(content)
+    except RecursionError:
+        raise _UnreadableAnswerError("the answer nests too deeply to read") from None
+
+
+def _relevant_tags(content: str) -> list[str]:
+    bare_lists = []
+    for value in _json_values(content):
         if isinstance(value, dict):
             found = next((v for k, v in value.items() if k.lower().replace(" ", "_") == "relevant_tags"), None)
             if isinstance(found, list):
-                return [str(tag) for tag in found]
+                if all(isinstance(tag, str) for tag in found):
+                    return found
+                raise _UnreadableAnswerError(f"relevant_tags holds more than strings: {content[:200]!r}")
         elif isinstance(value, list) and all(isinstance(tag, str) for tag in value):
-            return value
-    truncated = _KEY.search(content or "")  # e.g. an answer stopped by max_tokens in the middle of the list
-    if truncated:
-        return [json.loads(f'"{match}"') for match in _QUOTED.findall(truncated.group(1).split("]")[0])]
-    raise _UnreadableAnswerError(f"no relevant_tags list in the answer: {(content or '')[:200]!r}")
+            bare_lists.append(value)
+    if bare_lists and not _KEY.search(content):  # a list inside a broken {"relevant_tags": ...} is a fragment
+        return bare_lists[0]
+    raise _UnreadableAnswerError(f"no complete relevant_tags list of strings in the answer: {content[:200]!r}")
 
 
 # --- errors and retries ----------------------------------------------------------------------------------------
@@ -181,6 +198,20 @@ def majority(answers: list[set[str]]) -> set[str]:
     return {tag for tag, count in counts.items() if 2 * count > len(answers)}
 
 
+def key_may_travel(base_url: str) -> bool:
+    """A key goes only over https or to this machine (loopback), never in clear text across a network."""
+    parts = urlsplit(base_url)
+    if parts.scheme == "https":
+        return True
+    host = parts.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _config_error(error: openai.APIStatusError, base_url: str, model: str) -> JudgeConfigError | None:
     if error.status_code in (401, 403):
         return JudgeConfigError(
@@ -211,9 +242,14 @@ class LLMJudge:
         stats: JudgeStats | None = None,
         reasoning: bool = False,
         samples: int = 1,
+        budget: RequestBudget | None = None,
     ):
         if samples < 1:
             raise JudgeConfigError(f"samples must be at least 1, got {samples}")
+        key = api_key_from_environment(api_key)
+        if key != NO_KEY and not key_may_travel(base_url):
+            raise JudgeConfigError(f"refusing to send the LLM key in clear text to {base_url}",
+                                   hint="use an https:// endpoint, or a server on this machine (127.0.0.1)")
         self.base_url = base_url
         self.model = model
         self.prompt_version = prompt_version
@@ -223,11 +259,13 @@ class LLMJudge:
         self.style: str | None = None  # the structured-output style this endpoint accepted
         self.reasoning = reasoning  # max_completion_tokens and the default temperature (learnt from a 400 too)
         self.samples = samples
+        self.budget = budget  # every request is charged to it, retries included
+        self._timeout = timeout
         self._max_retries = max_retries
         self._backoff = backoff_seconds
         self._max_wait = max_wait_seconds
         self._client = openai.OpenAI(
-            base_url=base_url, api_key=api_key_from_environment(api_key), timeout=timeout, max_retries=0
+            base_url=base_url, api_key=key, timeout=timeout, max_retries=0
         )
 
     @property
@@ -279,9 +317,15 @@ class LLMJudge:
         response_format = _response_format(style, tags)
         if response_format is not None:
             request["response_format"] = response_format
+        client = self._client
+        if self.budget is not None:
+            self.budget.charge()
+            remaining = self.budget.remaining_seconds()
+            if remaining is not None and remaining < self._timeout:  # no request outlives the deadline
+                client = client.with_options(timeout=max(1.0, remaining))
         self.stats.requests += 1
         try:
-            completion = self._client.chat.completions.create(**request)
+            completion = client.chat.completions.create(**request)
         except openai.APIStatusError as error:
             if not self.reasoning and _refused_parameter(error):
                 log.info("%s refused %r: switching to reasoning-model parameters", self.base_url, _refused_parameter(error))

@@ -46,7 +46,7 @@ from nltk.corpus.reader.wordnet import ADJ, NOUN, VERB, Synset, WordNetCorpusRea
 
 from mavias.core.encode.base import TextEncoder
 from mavias.core.encode.sentence import DEFAULT_MODEL
-from mavias.core.judging.base import JudgeStats
+from mavias.core.judging.base import OFFLINE_SOURCE, JudgeStats
 from mavias.core.judging.concepts import (
     LIVING_LEXNAMES,
     PHYSICAL_LEXNAMES,
@@ -96,7 +96,7 @@ class OfflineJudge:
     @property
     def judge_id(self) -> str:
         encoder_id = self._encoder.encoder_id if self._encoder else f"sentence-transformers:{DEFAULT_MODEL}"
-        return f"offline:wordnet-3.0+{encoder_id}"
+        return f"{OFFLINE_SOURCE}wordnet-3.0+{encoder_id}"
 
     @property
     def prompt_version(self) -> str:

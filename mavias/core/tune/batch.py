@@ -39,7 +39,7 @@ def run_planned_trial(data: PreparedData, reference: Reference, base: TrainConfi
                       job: dict, *, nproc: int = 1) -> dict:
     """Train one planned trial to the end (resumable; over ``nproc`` processes) and return its criterion score."""
     cfg = suggest_config(optuna.trial.FixedTrial(job["params"]), base, search_space(base))
-    run = train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=False, nproc=nproc)
+    run = train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=True, nproc=nproc)
     best = run.best[cfg.selection]
     return {"number": job["number"], "value": best["score"]}
 

@@ -70,6 +70,9 @@ class Discovered(TypedDict):
     llm_requests: int
     tags_judged: int
     prompts_encoded: int
+    judge: str  # discovery.judge: offline or llm
+    judge_failure: str | None  # why the offline judge stood in for the LLM tonight
+    decisions: dict[str, dict[str, int]]  # class -> source (judge, cache, fallback, review) -> (class, tag) pairs
 
 
 class Dataset(TypedDict):

@@ -5,7 +5,10 @@ Sources, later ones win:
 1. ``nightly_default.yaml`` shipped with the package, or the file named by ``path`` / ``$MAVIAS_NIGHTLY_CONFIG``;
 2. ``MAVIAS_NIGHTLY__<SECTION>__<KEY>=<YAML value>`` for any field (e.g. ``MAVIAS_NIGHTLY__EVALUATION__VERSION=v2``,
    ``MAVIAS_NIGHTLY__REPORT__RECIPIENTS='[ops@example.com]'``);
-3. ``MAVIAS_S3_<FIELD>`` for the S3 settings (as in :func:`mavias.storage.s3.load_settings`).
+3. ``MAVIAS_S3_<FIELD>`` for the S3 settings (as in :func:`mavias.storage.s3.load_settings`);
+4. with ``discovery.judge: llm``, the LLM's endpoint, model and key from ``$MAVIAS_LLM_BASE_URL``,
+   ``$MAVIAS_LLM_MODEL`` and ``$MAVIAS_LLM_API_KEY``, or the Airflow connection ``airflow.llm_conn_id`` (never the
+   file; docs/llm-judge.md).
 
 Relative paths are relative to the YAML file's folder. Credentials never belong in the file (one that holds them
 is refused): they come from ``MAVIAS_S3_ACCESS_KEY_ID`` / ``MAVIAS_S3_SECRET_ACCESS_KEY``, the Airflow connection
@@ -24,6 +27,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from mavias.core.judging.factory import JudgeSettings
 from mavias.core.train.config import TrainConfig, load_config
 from mavias.errors import UserError, describe_validation_error
 from mavias.ops.gates import DEFAULT_GATES_PATH
@@ -69,7 +73,16 @@ class DiscoverySection(_Section):
         "manifest",
         description="manifest (the manifest's own tags), openclip, or 'package.module:factory' returning a Tagger",
     )
-    judge: Literal["offline"] = Field("offline", description="the relevance judge: offline (WordNet and MiniLM)")
+    judge: Literal["offline", "llm"] = Field(
+        "offline", description="the relevance judge: offline (WordNet and MiniLM) or llm (an OpenAI-compatible "
+        "endpoint from the Airflow connection airflow.llm_conn_id, else $MAVIAS_LLM_BASE_URL, $MAVIAS_LLM_MODEL, "
+        "$MAVIAS_LLM_API_KEY; docs/llm-judge.md). When the LLM fails or its budget is spent, the offline judge "
+        "decides the night's new pairs and the report says so",
+    )
+    llm_requests_per_night: int = Field(500, ge=1, description="the most LLM requests a night sends (retries "
+                                        "included); then the offline judge decides what is left")
+    llm_deadline_minutes: float = Field(30.0, gt=0, description="the LLM judge's time within a discover attempt; "
+                                        "then the offline judge decides what is left")
     num_shards: int = Field(4, ge=1, description="tagging shards per partition, one mapped task each")
     batch_size: int = Field(32, ge=1, description="images per tagging batch")
     weights_dir: Path | None = Field(None, description="folder of the OpenCLIP weights (Hugging Face cache layout or "
@@ -136,6 +149,8 @@ class AirflowSection(_Section):
     aws_conn_id: str = Field("aws_default", description="Airflow connection of the S3 credentials")
     smtp_conn_id: str = Field("smtp_default", description="Airflow connection of the report's SMTP server")
     api_conn_id: str = Field("airflow_api", description="Airflow's REST API, for the preflight pool check")
+    llm_conn_id: str = Field("mavias_llm", description="Airflow connection of the LLM judge (discovery.judge: llm): "
+                             "host = base URL, password = key, extra = model, timeout, samples (docs/llm-judge.md)")
     dagrun_timeout_h: float = Field(20.0, gt=0, description="a night still running after this fails")
     task_timeout_min: float = Field(60.0, gt=0, description="execution_timeout of every task but the GPU ones")
     gpu_task_timeout_min: float = Field(360.0, gt=0, description="execution_timeout of tagging and training")
@@ -156,9 +171,21 @@ class NightlyConfig(_Section):
     airflow: AirflowSection = AirflowSection()
 
     _training: TrainConfig = PrivateAttr()
+    _llm: JudgeSettings = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
         self._training = load_config(self.train.config, preset=self.train.preset, overrides=self.train.overrides)
+        self._llm = JudgeSettings.llm_from_environment()
+
+    def judge_settings(self) -> JudgeSettings:
+        """The relevance judge of ``discovery.judge``, with the LLM's endpoint and key where it is an LLM."""
+        return self._llm if self.discovery.judge == "llm" else JudgeSettings()
+
+    def with_llm(self, settings: JudgeSettings) -> NightlyConfig:
+        """This config with the LLM judge's endpoint, model and key (from the Airflow connection)."""
+        copy = self.model_copy()
+        copy._llm = settings
+        return copy
 
     @property
     def training(self) -> TrainConfig:

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 from botocore.client import BaseClient
 
+from mavias.core.judging.base import OFFLINE_SOURCE
 from mavias.core.judging.quality import decision_changes
 from mavias.core.judging.review import apply_review, load_review
 from mavias.core.manifest import load_manifest
@@ -45,10 +46,13 @@ VERSION_DATASET = "dataset.json"  # a version folder's record of its digest (wri
 
 
 def _discovered_tables(cfg: NightlyConfig, names: Iterable[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(tags, relevance) over the partitions, one decision per (class, tag), reviewed decisions winning."""
+    """(tags, relevance) over the partitions, one decision per (class, tag): a reviewed one, else (with an LLM judge)
+    the LLM's over the offline judge's that stood in for it, else the first partition's."""
     ws = layout(cfg).discovery
     tags = pd.concat([pd.read_parquet(ws.tags / name / TAGS_NAME) for name in names], ignore_index=True)
     relevance = pd.concat([pd.read_parquet(ws.partition(name) / RELEVANCE_NAME) for name in names])
+    stood_in = relevance["source"].str.startswith(OFFLINE_SOURCE) if cfg.discovery.judge == "llm" else False
+    relevance = relevance.assign(_stood_in=stood_in).sort_values("_stood_in", kind="stable")  # the LLM's wins
     relevance = relevance[RELEVANCE_COLUMNS].drop_duplicates(["class", "tag"]).reset_index(drop=True)
     if cfg.discovery.review is not None:
         relevance = apply_review(relevance, load_review(cfg.discovery.review))

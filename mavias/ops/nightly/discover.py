@@ -2,20 +2,26 @@
 (``discover``) the partitions not discovered yet, incrementally (:mod:`mavias.core.discovery`).
 
 Tonight's new partitions, once the evaluation set, and any processed partition a fresh workspace has not seen; a
-shard committed before (by a killed or earlier attempt) is never tagged again.
+shard committed before (by a killed or earlier attempt) is never tagged again. With ``discovery.judge: llm`` a
+partition where the offline judge stood in for the LLM is discovered again on a later night, so the LLM decides the
+pairs it missed (its earlier decisions come from the cache); the night's LLM requests are counted across attempts.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
 from mavias.core.discovery import discover_partition
 from mavias.core.encode import TextEncoder, make_encoder, parse_encoder_spec
-from mavias.core.judging.factory import JudgeSettings, make_judge
+from mavias.core.judging.base import RelevanceJudge
+from mavias.core.judging.factory import make_judge
+from mavias.core.judging.guards import RequestBudget
 from mavias.core.manifest import load_manifest
 from mavias.core.tagging import Tagger
 from mavias.core.tagging.factory import TaggerSettings
@@ -24,12 +30,22 @@ from mavias.core.tagging.run import TagsStore, missing_shards, tag_partition
 from mavias.ops.nightly.artifacts import Discovered, Tagged, TagJob, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_client
+from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)
 
+LLM_USAGE_NAME = "llm_requests.json"  # nights/<night>/: the LLM requests the night's discover attempts sent
+
 
 def _is_discovered(cfg: NightlyConfig, partition: str) -> bool:
-    return (layout(cfg).discovery.partition(partition) / "discovery.json").exists()
+    """Discovered, and (with an LLM judge) without decisions the offline judge made in the LLM's place."""
+    record = layout(cfg).discovery.partition(partition) / "discovery.json"
+    if not record.exists():
+        return False
+    if cfg.discovery.judge != "llm":
+        return True
+    decisions = json.loads(record.read_text())["counts"].get("decisions_per_class", {})
+    return not any(counts.get("fallback") for counts in decisions.values())
 
 
 def partitions_to_discover(cfg: NightlyConfig, validated: Validated) -> dict[str, str]:
@@ -104,19 +120,43 @@ def tag_shard(cfg: NightlyConfig, job: TagJob) -> Tagged:
     return {"partition": job["partition"], "shard": job["shard"], **asdict(counts)}
 
 
+def _night_judge(cfg: NightlyConfig, usage: Path) -> tuple[RelevanceJudge, RequestBudget | None]:
+    """The configured judge; an LLM one with tonight's remaining budget and the offline judge to fall back on."""
+    settings = cfg.judge_settings()
+    if settings.kind != "llm":
+        return make_judge(settings), None
+    spent = json.loads(usage.read_text())["requests"] if usage.exists() else 0
+    budget = RequestBudget.lasting(cfg.discovery.llm_requests_per_night, cfg.discovery.llm_deadline_minutes * 60, spent)
+    return make_judge(settings, budget=budget, fall_back=True), budget
+
+
 def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[Tagged] | None) -> Discovered:
-    """Judge and encode the partitions to discover (their shards are tagged by now); what tonight cost."""
+    """Judge and encode the partitions to discover (their shards are tagged by now); what tonight cost and who
+    decided each (class, tag) pair."""
     totals = {"images_tagged": sum(t["images_tagged"] for t in tagged or []), "llm_requests": 0, "tags_judged": 0,
               "prompts_encoded": 0}
+    decisions: dict[str, Counter[str]] = {}
+    failures: list[str] = []
     partitions = partitions_to_discover(cfg, validated)
     if partitions:
-        tagger, judge, encoder = make_tagger(cfg), make_judge(JudgeSettings(kind=cfg.discovery.judge)), make_text_encoder(cfg)
-        for name, manifest in partitions.items():
-            counts = discover_partition(
-                manifest, layout(cfg).discovery.root, tagger, judge, encoder, name=name,
-                num_shards=cfg.discovery.num_shards, batch_size=cfg.discovery.batch_size, progress=False,
-            )
-            for key in ("llm_requests", "tags_judged", "prompts_encoded"):
-                totals[key] += getattr(counts, key)
+        usage = layout(cfg).night(validated["night"]) / LLM_USAGE_NAME
+        tagger, encoder = make_tagger(cfg), make_text_encoder(cfg)
+        judge, budget = _night_judge(cfg, usage)
+        try:
+            for name, manifest in partitions.items():
+                counts = discover_partition(
+                    manifest, layout(cfg).discovery.root, tagger, judge, encoder, name=name,
+                    num_shards=cfg.discovery.num_shards, batch_size=cfg.discovery.batch_size, progress=False,
+                )
+                for key in ("llm_requests", "tags_judged", "prompts_encoded"):
+                    totals[key] += getattr(counts, key)
+                for class_name, by_source in counts.decisions_per_class.items():
+                    decisions.setdefault(class_name, Counter()).update(by_source)
+                failures += [counts.judge_failure] if counts.judge_failure else []
+        finally:
+            if budget is not None:
+                write_json(usage, {"requests": budget.spent})
     log.info("discovery of %s: %s", sorted(partitions) or "nothing new", totals)
-    return {"partitions": sorted(partitions), **totals}
+    return {"partitions": sorted(partitions), **totals, "judge": cfg.judge_settings().kind,
+            "judge_failure": failures[0] if failures else None,
+            "decisions": {name: dict(sorted(counts.items())) for name, counts in sorted(decisions.items())}}

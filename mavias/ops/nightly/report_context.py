@@ -15,7 +15,9 @@ import pandas as pd
 from mavias.core.evaluate.explain import trust_lines
 from mavias.core.evaluate.metrics import GROUP_TABLE_COLUMNS, MIN_SUPPORT
 from mavias.core.evaluate.shortcuts import SHORTCUT_COLUMNS
-from mavias.core.judging.factory import JudgeSettings, describe_judge
+from mavias.core.judging.base import OFFLINE_SOURCE
+from mavias.core.judging.factory import describe_judge
+from mavias.core.judging.review import REVIEW_SOURCE
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.tagging.base import tag_lists
 from mavias.core.train.config import method_name
@@ -29,6 +31,8 @@ from mavias.ops.nightly.release import serving_problem
 from mavias.ops.reporting.context import DiscoveryCounts, RelevanceChanges, ReportContext
 from mavias.ops.reporting.history import HistoryEntry, history_entry
 
+DECISION_SOURCE_COLUMNS = ["llm", "offline", "review", "tonight_judge", "tonight_cache", "tonight_fallback",
+                           "tonight_withheld"]
 CANDIDATE_STEPS = ("planned", "discovered", "dataset", "reference", "candidate", "evaluated", "gates", "packaged")
 PROTOCOLS = {"open_set": "open-set (label-free: the reference's B')", "closed_set": "closed-set (group attributes)"}
 
@@ -117,10 +121,44 @@ def _trust(cfg: NightlyConfig, results: NightResults) -> list[str]:
     irrelevant = irrelevant_tags(train["label"], tags, pd.read_parquet(folder / "relevance.parquet"))
     tagger = cfg.discovery.tagger
     tags_from = "the partitions' own tags" if tagger == "manifest" else f"the {tagger} tagger"
-    judged_by, judge_quality = describe_judge(JudgeSettings(kind=cfg.discovery.judge))
+    judged_by, judge_quality = describe_judge(cfg.judge_settings())
     return trust_lines(tags_from=tags_from, tags_quality=None, judged_by=judged_by, judge_quality=judge_quality,
                        train_irrelevant=irrelevant, evidence=_read_csv(Path(reference["dir"]) / "shortcut_evidence.csv"),
                        min_support=MIN_SUPPORT)
+
+
+def decision_sources(relevance: pd.DataFrame | None, tonight: Mapping[str, Mapping[str, int]]) -> pd.DataFrame:
+    """Per class, who made the decisions the night trained on (the LLM, the offline judge, a human review: the
+    relevance table's ``source``) and where tonight's discovery took its decisions from (:data:`SOURCES`)."""
+    rows: dict[str, dict[str, int]] = {}
+    if relevance is not None:
+        kind = relevance["source"].map(lambda s: "review" if s == REVIEW_SOURCE else
+                                       "offline" if str(s).startswith(OFFLINE_SOURCE) else "llm")
+        for (name, who), n in relevance.groupby(["class", kind]).size().items():
+            rows.setdefault(str(name), {})[who] = int(n)
+    for name, counts in tonight.items():
+        rows.setdefault(name, {}).update({f"tonight_{source}": n for source, n in counts.items()})
+    table = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=DECISION_SOURCE_COLUMNS).fillna(0)
+    return table.astype(int).rename_axis("class").reset_index().sort_values("class", ignore_index=True)
+
+
+def _decisions(results: NightResults) -> pd.DataFrame | None:
+    dataset, discovered = results.get("dataset"), results.get("discovered") or {}
+    path = Path(dataset["dir"]) / "dataset" / "relevance.parquet" if dataset else None
+    relevance = pd.read_parquet(path) if path and path.is_file() else None
+    if relevance is None and not discovered.get("decisions"):
+        return None
+    return decision_sources(relevance, discovered.get("decisions") or {})
+
+
+def _judge_note(cfg: NightlyConfig, results: NightResults) -> list[str]:
+    discovered = results.get("discovered") or {}
+    if not discovered.get("judge_failure"):
+        return []
+    stood_in = sum(counts.get("fallback", 0) for counts in discovered["decisions"].values())
+    return [f"The LLM judge failed tonight ({discovered['judge_failure']}): the offline judge decided {stood_in} new "
+            f"(class, tag) pair(s) in its place. The LLM is asked about them again on the next night it answers; "
+            f"check connection {cfg.airflow.llm_conn_id!r} and discovery.llm_requests_per_night."]
 
 
 def _relevance_changes(results: NightResults) -> RelevanceChanges | None:
@@ -166,7 +204,7 @@ def build_report_context(
         serving_updated=serving_problem(promoted) is None,
         production_version=production_version,
         model_uri=(results.get("published") or {}).get("uri"),
-        notes=[*_notes(results, trained, skip_promotion, states), *notes],
+        notes=[*_notes(results, trained, skip_promotion, states), *_judge_note(cfg, results), *notes],
         problem=problem,
         unsafe_folders=(results.get("sensed") or {}).get("unsafe", []),
         gates=gates,
@@ -179,6 +217,7 @@ def build_report_context(
         tuning=(results.get("candidate") or {}).get("tuning"),
         relevance_changes=_relevance_changes(results),
         trust=_trust(cfg, results),
+        decision_sources=_decisions(results),
         candidate_method=method_name(cfg.training.model_copy(update={"method": "mavias"})),
         **tables,
     )

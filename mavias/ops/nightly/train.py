@@ -36,7 +36,7 @@ def train_reference_model(cfg: NightlyConfig, dataset: Dataset) -> TrainedRefere
     planning task that follows trains nothing."""
     data = load_prepared(dataset)
     out = Path(dataset["dir"]) / "reference"
-    reference = train_reference(data, cfg.training, out, progress=False, nproc=cfg.train.nproc)
+    reference = train_reference(data, cfg.training, out, progress=True, nproc=cfg.train.nproc)  # epoch lines
     resolve_run(data, _candidate_base(cfg), _base_dir(dataset))
     return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {},
             "candidate_recipe": str(_base_dir(dataset))}

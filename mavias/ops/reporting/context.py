@@ -92,5 +92,6 @@ class ReportContext(BaseModel):
     relevance_changes: RelevanceChanges | None = None  # None: nothing was judged tonight
     min_support: int = MIN_SUPPORT  # groups under it are flagged small
     trust: list[str] = []  # how far the tags and decisions behind B' can be trusted (evaluate.explain.trust_lines)
+    decision_sources: pd.DataFrame | None = None  # per class: who decided relevance (nightly.report_context)
     candidate_method: str = "MAVias-PoE"  # the candidate's method by name (train.config.method_name)
     audit: bool = False  # a one-off audit of a data folder (`mavias audit`): nothing is promoted

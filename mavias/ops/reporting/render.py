@@ -302,10 +302,20 @@ def render_text(context: ReportContext) -> str:
         lines += ["", "Shortcuts found (B', per class):", *shortcut_lines(views)]
     if context.trust:
         lines += ["", "How far to trust the tags behind them:", *(f"  - {line}" for line in context.trust)]
+    lines += _decision_source_text(context.decision_sources)
     lines += _relevance_text(context.relevance_changes)
     if context.model_uri:
         lines += ["", f"Model and full report: {context.model_uri}"]
     return "\n".join(lines) + "\n"
+
+
+def _decision_source_text(table: pd.DataFrame | None) -> list[str]:
+    if table is None or table.empty:
+        return []
+    return ["", "Who decided relevance, per class (trained on: LLM / offline judge / human review; tonight: asked / "
+                "from the cache / offline stood in / withheld from the LLM):",
+            *(f"  {row['class']}: {row.llm} / {row.offline} / {row.review}; tonight {row.tonight_judge} / "
+              f"{row.tonight_cache} / {row.tonight_fallback} / {row.tonight_withheld}" for _, row in table.iterrows())]
 
 
 def _relevance_text(changes: RelevanceChanges | None) -> list[str]:

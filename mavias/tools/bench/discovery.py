@@ -22,11 +22,10 @@ import pandas as pd
 import torch
 from rich.console import Console
 
-from mavias.core.discovery.counting import CountingJudge
 from mavias.core.encode import MINILM, EmbeddingStore, TextEncoder, bias_embeddings, bias_prompt
 from mavias.core.encode.defaults import OPENCLIP_MODEL
 from mavias.core.judging.base import RelevanceJudge
-from mavias.core.judging.cache import DecisionCache, decide_all
+from mavias.core.judging.cache import DecisionCache, DecisionTally, decide_all
 from mavias.core.judging.quality import Evaluation, evaluate_relevance, evaluation_table
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import irrelevant_tags, load_relevance
@@ -93,21 +92,20 @@ def bench_encoding(labels: pd.Series, tags: pd.Series, relevance: pd.DataFrame, 
 
 
 def bench_judge(judge: RelevanceJudge, truth: pd.DataFrame) -> tuple[dict, Evaluation]:
-    counting = CountingJudge(judge)
+    first, rerun = DecisionTally(), DecisionTally()
     tags_by_class = truth.groupby("class")["tag"].agg(list).to_dict()
     with DecisionCache(None) as cache:
         start = time.perf_counter()
-        predicted = decide_all(counting, tags_by_class, cache)
+        predicted = decide_all(judge, tags_by_class, cache, tally=first)
         seconds = time.perf_counter() - start
-        first_requests = dict(counting.requests)
-        decide_all(counting, tags_by_class, cache)
+        decide_all(judge, tags_by_class, cache, tally=rerun)
     evaluation = evaluate_relevance(predicted, truth)
     report = {
         "judge": judge.judge_id,
         "seconds": seconds,
-        "requests_per_class": first_requests,
+        "requests_per_class": dict(first.calls),
         "tags_per_class": {cls: len(tags) for cls, tags in tags_by_class.items()},
-        "requests_on_rerun": sum(counting.requests.values()) - sum(first_requests.values()),
+        "requests_on_rerun": sum(rerun.calls.values()),
         "quality": {
             name: {"precision": s.precision, "recall": s.recall, "f1": s.f1, "tp": s.true_positives,
                    "fp": s.false_positives, "fn": s.false_negatives}

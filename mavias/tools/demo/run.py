@@ -17,6 +17,7 @@ import pandas as pd
 import yaml
 from pydantic import SecretStr
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mavias.ops.registry import ModelRegistry
@@ -214,9 +215,14 @@ def _run_night(console: Console, env: dict[str, str], workdir: Path, night: int,
     with console.status(f"night {night} ({logical_date}): starting airflow dags test ...") as status:
         def on_task(task_id: str, map_index: int) -> None:
             label = task_id if map_index < 0 else f"{task_id}[{map_index}]"
-            status.update(f"night {night} ({logical_date}): {label} [dim]({time.perf_counter() - start:.0f} s)[/dim]")
+            elapsed = f"[dim]({time.perf_counter() - start:.0f} s)[/dim]"
+            console.print(f"  night {night} · {label} {elapsed}")
+            status.update(f"night {night} ({logical_date}): {label} {elapsed}")
 
-        run_airflow(["dags", "test", DAG_ID, logical_date.isoformat()], env, log_path, on_task)
+        def on_epoch(line: str) -> None:
+            console.print(f"    [dim]{escape(line)}[/dim]")
+
+        run_airflow(["dags", "test", DAG_ID, logical_date.isoformat()], env, log_path, on_task, on_epoch)
     tasks, results = read_night(workdir / "airflow" / "airflow.db", logical_date)
     wall = time.perf_counter() - start
     console.print(f"[green]✓[/green] night {night} ({logical_date}) [dim]({wall:.0f} s, log {log_path})[/dim]")

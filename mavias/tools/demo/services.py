@@ -95,11 +95,14 @@ def airflow_environment(home: Path, config_path: Path, s3_endpoint: str, smtp_po
 
 
 TASK_LINE = re.compile(r"\[DAG TEST\] starting task_id=(\S+) map_index=(-?\d+)")
+EPOCH_LINE = re.compile(r"\b([\w-]+ epoch \d+/\d+: .*?s)\s*$|\b([\w-]+: stopped after epoch \d+ of \d+.*?)\s*$")
 
 
 def run_airflow(args: list[str], env: dict[str, str], log_path: Path,
-                on_task: Callable[[str, int], None] | None = None) -> None:
-    """``airflow <args>`` with its output in ``log_path``; ``on_task(task_id, map_index)`` as each task starts."""
+                on_task: Callable[[str, int], None] | None = None,
+                on_epoch: Callable[[str], None] | None = None) -> None:
+    """``airflow <args>`` with its output in ``log_path``; ``on_task(task_id, map_index)`` as each task starts,
+    ``on_epoch(line)`` for each epoch a training reports (and its early stop)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         process = subprocess.Popen([sys.executable, "-m", "airflow", *args], env=env, stdout=subprocess.PIPE,
@@ -110,6 +113,9 @@ def run_airflow(args: list[str], env: dict[str, str], log_path: Path,
             match = TASK_LINE.search(line)
             if match and on_task:
                 on_task(match.group(1), int(match.group(2)))
+            epoch = EPOCH_LINE.search(line) if on_epoch else None
+            if epoch:
+                on_epoch(epoch.group(1) or epoch.group(2))
         code = process.wait()
     if code != 0:
         raise ExplainedFailure(f"airflow {' '.join(args)} failed with exit code {code}: the failed task's error is in "

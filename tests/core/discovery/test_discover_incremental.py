@@ -1,4 +1,5 @@
 import re
+from collections import Counter
 
 import pandas as pd
 from typer.testing import CliRunner
@@ -19,6 +20,10 @@ def _partition(df: pd.DataFrame, folder) -> pd.DataFrame:
 
 def _pairs(df: pd.DataFrame) -> set[tuple[str, str]]:
     return {(label, tag) for label, tags in zip(df["label"], df["tags"]) for tag in tags}
+
+
+def _pairs_per_class(df: pd.DataFrame) -> dict[str, int]:
+    return dict(Counter(label for label, _ in _pairs(df)))
 
 
 def _prompts(df: pd.DataFrame, relevance: pd.DataFrame) -> set[str]:
@@ -46,7 +51,9 @@ def test_a_partition_costs_only_what_is_new_and_a_rerun_costs_nothing(scenes, of
     assert day2.tags_judged == len(new_pairs)
     assert day2.prompts_encoded == len(_prompts(second, relevance) - _prompts(first, relevance))
     assert day2.distinct_prompts == len(_prompts(second, relevance))
-    assert day2_again == DiscoveryCounts(images=26, images_reused=0, distinct_prompts=day2.distinct_prompts)
+    cached = {label: {"cache": n} for label, n in _pairs_per_class(second).items()}
+    assert day2_again == DiscoveryCounts(images=26, images_reused=0, distinct_prompts=day2.distinct_prompts,
+                                         decisions_per_class=cached)  # every decision from the cache, none asked
     store = EmbeddingStore(Workspace(ws).embeddings(minilm_encoder.encoder_id))  # what training will find there
     assert len(store) == len(_prompts(first, relevance) | _prompts(second, relevance))
 

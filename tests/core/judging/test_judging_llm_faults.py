@@ -74,7 +74,7 @@ def test_malformed_json_is_retried_then_reported_and_nothing_is_cached(fake_llm,
     fake_llm.default = lambda request: completion("I think the wing is relevant")
     judge = make_judge(fake_llm, max_retries=2)
     with DecisionCache(tmp_path / "cache.sqlite") as cache:
-        with pytest.raises(JudgeResponseError, match="no relevant_tags"):
+        with pytest.raises(JudgeResponseError, match="no complete relevant_tags"):
             decide(judge, "bird", TAGS, cache)
         assert len(cache) == 0
     assert len(fake_llm.requests) == 3 and judge.stats.retries == 2
@@ -86,7 +86,6 @@ def test_malformed_json_is_retried_then_reported_and_nothing_is_cached(fake_llm,
         ('{"relevant_tags": ["wing"]}', ["wing"]),
         ('Sure! {"Relevant Tags": ["beak"]} hope this helps', ["beak"]),
         ('["wing", "beak"]', ["wing", "beak"]),
-        ('{"relevant_tags": ["wing", "be', ["wing"]),  # cut off by max_tokens
     ],
 )
 def test_tolerant_parsing(content, expected):
@@ -139,7 +138,7 @@ def test_batches_of_at_most_100_tags_each_cached_once(fake_llm, tmp_path):
     with DecisionCache(tmp_path / "cache.sqlite") as cache:
         table = decide(judge, "thing", reversed(tags), cache)
         assert [len(batch_tags(r)) for r in fake_llm.requests] == [100, 100, 50]
-        assert batch_tags(fake_llm.requests[0]) == sorted(tags)[:100]
+        assert sorted(t for r in fake_llm.requests for t in batch_tags(r)) == sorted(tags)  # each tag asked once
         assert set(table.loc[table["relevant"], "tag"]) == {t for t in tags if t.startswith("w")}
         decide(judge, "thing", tags, cache)
     assert len(fake_llm.requests) == 3 and judge.stats.cache_hits == 250
