@@ -18,8 +18,9 @@ import json
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,13 +164,40 @@ class StorageDeadline(TimeoutError):
     """A step's deadline for the store passed: the endpoint stalled or was unreachable for that long. Not retried."""
 
 
-def _deadline_guard(settings: S3Settings, deadline_s: float, step: str) -> Callable[..., None]:
-    """A botocore ``before-send`` handler (called before every attempt of every request) that stops the step once
-    its deadline has passed."""
-    ends = time.monotonic() + deadline_s
+class _StoreClock:
+    """The time a client spends waiting on the store: wall time while at least one of its requests is in flight
+    (parallel transfers count once), never the step's own work between requests."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._since = 0.0
+        self._waited = 0.0
+
+    def started(self, **_: Any) -> None:
+        with self._lock:
+            if self._in_flight == 0:
+                self._since = time.monotonic()
+            self._in_flight += 1
+
+    def finished(self, **_: Any) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._waited += time.monotonic() - self._since
+
+    def waited(self) -> float:
+        with self._lock:
+            return self._waited + (time.monotonic() - self._since if self._in_flight else 0.0)
+
+
+def _register_deadline(client: BaseClient, settings: S3Settings, deadline_s: float, step: str) -> None:
+    """Before every attempt of every request (botocore's ``before-send``), stop the step once its requests have
+    waited on the store for ``deadline_s`` in all."""
+    clock = _StoreClock()
 
     def guard(event_name: str = "", **_: Any) -> None:
-        if time.monotonic() > ends:
+        if clock.waited() > deadline_s:
             where = settings.endpoint_url or f"S3 ({settings.region})"
             raise StorageDeadline(
                 f"the object store {where} did not answer within the {step} step's deadline of {deadline_s:g} s "
@@ -177,15 +205,19 @@ def _deadline_guard(settings: S3Settings, deadline_s: float, step: str) -> Calla
                 "check the endpoint, or raise s3.step_deadline_s if the step is slow but working"
             )
 
-    return guard
+    events = client.meta.events
+    events.register("before-call.s3", clock.started)
+    events.register("after-call.s3", clock.finished)
+    events.register("after-call-error.s3", clock.finished)
+    events.register("before-send.s3", guard)
 
 
 def make_s3_client(settings: S3Settings, *, deadline_s: float | None = None, step: str = "this") -> BaseClient:
     """A thread-safe S3 client whose every call is retried by botocore on throttling, 5xx and connection errors.
 
     With ``deadline_s`` every request of the client, its retries included, stops with :class:`StorageDeadline` once
-    that many seconds have passed since the client was made (one step's client; ``step`` names it in the message),
-    and no single attempt waits longer than the deadline.
+    the client's requests have waited on the store that many seconds in all (one step's client; ``step`` names it in
+    the message; the step's own work between requests does not count), and no single attempt waits longer.
     """
     session = boto3.session.Session(
         aws_access_key_id=_reveal(settings.access_key_id),
@@ -204,7 +236,7 @@ def make_s3_client(settings: S3Settings, *, deadline_s: float | None = None, ste
     log.debug("S3 client for bucket %s at %s", settings.bucket, settings.endpoint_url or "AWS")
     client = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
     if deadline_s is not None:
-        client.meta.events.register("before-send.s3", _deadline_guard(settings, deadline_s, step))
+        _register_deadline(client, settings, deadline_s, step)
     return client
 
 
@@ -330,16 +362,23 @@ def upload_file(
     return response["ETag"]
 
 
-def upload_dir(
-    client: BaseClient, settings: S3Settings, local_dir: str | Path, prefix: str, *, if_none_match: bool = False
-) -> list[str]:
-    """Upload every file under ``local_dir`` to ``prefix`` + its relative path; return the keys, sorted."""
+def local_files(local_dir: str | Path) -> dict[str, Path]:
+    """Every file under ``local_dir`` by its relative (POSIX) path, sorted."""
     local_dir = Path(local_dir)
-    files = sorted(p for p in local_dir.rglob("*") if p.is_file())
-    keys = {path: prefix + path.relative_to(local_dir).as_posix() for path in files}
+    return {p.relative_to(local_dir).as_posix(): p for p in sorted(local_dir.rglob("*")) if p.is_file()}
+
+
+def upload_dir(
+    client: BaseClient, settings: S3Settings, local_dir: str | Path, prefix: str, *, if_none_match: bool = False,
+    skip: Collection[str] = (),
+) -> list[str]:
+    """Upload every file under ``local_dir`` to ``prefix`` + its relative path, but those named in ``skip`` (relative
+    paths already there); return every file's key, sorted."""
+    files = local_files(local_dir)
+    keys = {path: prefix + name for name, path in files.items()}
     run_parallel(
         lambda path: upload_file(client, settings, path, keys[path], if_none_match=if_none_match),
-        files,
+        [path for name, path in files.items() if name not in skip],
         settings.max_workers,
         desc=f"upload {s3_uri(settings, prefix)}",
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pandas as pd
 import pytest
@@ -11,7 +12,7 @@ from pydantic import SecretStr, ValidationError
 
 from mavias.core.manifest import ManifestError
 from mavias.ops.nightly.incoming import ProcessedLedger, list_partitions, pull_partition
-from mavias.storage.s3 import S3Settings, load_settings, make_s3_client
+from mavias.storage.s3 import S3Settings, StorageDeadline, load_settings, make_s3_client
 from tests.support.s3server import (  # noqa: F401 - fixtures
     faulty_proxy,
     moto_endpoint,
@@ -94,6 +95,40 @@ def test_retries_are_bounded(s3_settings, faulty_proxy):
     with pytest.raises(ClientError, match="SlowDown"):
         list_partitions(make_s3_client(proxied), proxied)
     assert faulty_proxy.failures_served == 2
+
+
+def test_a_step_deadline_counts_only_the_time_spent_waiting_on_the_store(s3_client, s3_settings, faulty_proxy):
+    seed_partition(s3_client, s3_settings, "p1", ["cat", "dog"])
+    proxied = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url, "max_attempts": 3})
+    client = make_s3_client(proxied, deadline_s=1.0, step="evaluate")
+    assert list_partitions(client, proxied) == ["p1"]
+    time.sleep(1.5)  # the step's own work (scoring models, decoding images) between two requests
+    assert list_partitions(client, proxied) == ["p1"]  # still within the deadline: the store answered at once
+    faulty_proxy.stall_next(10, 5.0)
+    started = time.monotonic()
+    with pytest.raises(StorageDeadline, match="evaluate step's deadline of 1 s"):
+        list_partitions(client, proxied)
+    assert time.monotonic() - started < 4  # one read timeout (the deadline), then the next attempt is refused
+
+
+def test_a_pull_cut_off_part_way_resumes_with_the_files_it_lacks(s3_client, s3_settings, faulty_proxy, tmp_path):
+    manifest = seed_partition(s3_client, s3_settings, "big", ["cat", "dog"] * 5)
+    proxied = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url, "max_attempts": 1,
+                                             "read_timeout_s": 1.0, "max_workers": 1})
+    last = sorted(manifest["uri"])[-1]
+    faulty_proxy.stall_paths(last.rsplit("/", 1)[-1], 3.0)  # the store hangs on the last image
+    with pytest.raises(Exception):  # noqa: B017, PT011 - a read timeout, whatever botocore calls it
+        pull_partition(make_s3_client(proxied), proxied, "big", tmp_path)
+    landed = {p.name for p in tmp_path.rglob("*.png")}
+    assert len(landed) == len(manifest) - 1
+    faulty_proxy.stall_paths(None)
+    seen = faulty_proxy.requests_seen
+    pull_partition(make_s3_client(proxied), proxied, "big", tmp_path)
+    assert faulty_proxy.requests_seen - seen <= 3  # the listing and the one missing image, not all eleven files
+    assert len(list(tmp_path.rglob("*.png"))) == len(manifest)
+    seen = faulty_proxy.requests_seen
+    pull_partition(make_s3_client(proxied), proxied, "big", tmp_path)
+    assert faulty_proxy.requests_seen - seen == 1  # complete: only the listing
 
 
 def test_credentials_never_logged_or_shown(moto_endpoint, caplog):

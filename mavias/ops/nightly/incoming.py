@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST_NAMES = ("manifest.parquet", "manifest.csv")  # in order of preference
 PULLED_ETAGS = ".pulled-etags.json"  # in a pulled folder: the ETag of every file as it was downloaded
+PULL_JOURNAL = ".pulled-etags.jsonl"  # ... and of each file as it lands, until the pull completes
 
 
 class MissingManifest(ManifestError):
@@ -136,11 +138,40 @@ def _is_current(path: Path, obj: RemoteObject, pulled_etag: str | None) -> bool:
     return pulled_etag == obj.etag and path.is_file() and path.stat().st_size == obj.size
 
 
+class _PullJournal:
+    """What a pull has downloaded so far: the last complete pull's ETags plus a line per file landed since, so that
+    a pull cut off part-way (a deadline, a crash) resumes with the files it still lacks."""
+
+    def __init__(self, folder: Path):
+        self.done, self.journal = folder / PULLED_ETAGS, folder / PULL_JOURNAL
+        self._lock = threading.Lock()
+
+    def load(self) -> dict[str, str]:
+        pulled = json.loads(self.done.read_text()) if self.done.exists() else {}
+        lines = self.journal.read_text().splitlines() if self.journal.exists() else []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the line being written when the pull was cut off
+            pulled[entry["name"]] = entry["etag"]
+        return pulled
+
+    def record(self, name: str, etag: str) -> None:
+        with self._lock, self.journal.open("a") as journal:
+            journal.write(json.dumps({"name": name, "etag": etag}) + "\n")
+
+    def finish(self, etags: Mapping[str, str]) -> None:
+        write_json(self.done, dict(etags))
+        self.journal.unlink(missing_ok=True)
+
+
 def pull_partition(client: BaseClient, settings: S3Settings, partition: str, local_dir: str | Path) -> Path:
     """Download a partition's manifest and the images it references to ``local_dir``; return the manifest path.
 
-    Idempotent: a file pulled before whose size and ETag are unchanged is not transferred again. Referenced
-    files missing from the bucket are logged and left for validation to quarantine.
+    Idempotent and resumable: a file pulled before (by a complete pull or one cut off part-way) whose size and
+    ETag are unchanged is not transferred again. Referenced files missing from the bucket are logged and left for
+    validation to quarantine.
     """
     local_dir = Path(local_dir)
     prefix = partition_prefix(settings, partition)
@@ -148,14 +179,16 @@ def pull_partition(client: BaseClient, settings: S3Settings, partition: str, loc
     manifest_name = _manifest_name(set(remote))
     if manifest_name is None:
         raise MissingManifest(f"{s3_uri(settings, prefix)}: no manifest ({' or '.join(MANIFEST_NAMES)})")
-    etags_path = local_dir / PULLED_ETAGS
-    pulled = json.loads(etags_path.read_text()) if etags_path.exists() else {}
+    local_dir.mkdir(parents=True, exist_ok=True)
+    journal = _PullJournal(local_dir)
+    pulled = journal.load()
 
     def stale(name: str) -> bool:
         return not _is_current(local_dir / name, remote[name], pulled.get(name))
 
     def fetch(name: str) -> None:
         download_file(client, settings, remote[name].key, local_dir / name, etag=remote[name].etag)
+        journal.record(name, remote[name].etag)
 
     if stale(manifest_name):
         fetch(manifest_name)
@@ -166,6 +199,6 @@ def pull_partition(client: BaseClient, settings: S3Settings, partition: str, loc
     present = sorted(wanted & remote.keys())
     todo = [name for name in present if stale(name)]
     run_parallel(fetch, todo, settings.max_workers, desc=f"pull {partition}")
-    write_json(etags_path, {name: remote[name].etag for name in [manifest_name, *present]})
+    journal.finish({name: remote[name].etag for name in [manifest_name, *present]})
     log.info("partition %s: %d file(s) downloaded, %d up to date", partition, len(todo), len(present) - len(todo))
     return local_dir / manifest_name

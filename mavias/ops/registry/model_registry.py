@@ -19,6 +19,7 @@ get 412 PreconditionFailed (or 409 ConditionalRequestConflict) and lose. Nothing
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from mavias.storage.s3 import (
     get_json,
     is_condition_failure,
     list_objects,
+    local_files,
     put_json,
     s3_uri,
     upload_dir,
@@ -168,12 +170,18 @@ class ModelRegistry:
                                   f"(see `mavias registry list --name {self.name}`)")
 
     def publish_version(self, local_dir: str | Path, version: str) -> str:
-        """Upload every file of ``local_dir`` as ``version``; raise :class:`VersionExists` rather than overwrite."""
+        """Upload every file of ``local_dir`` as ``version``; raise :class:`VersionExists` rather than overwrite.
+
+        A publish cut off part-way (files there, no marker) is resumed: files already there with the same content
+        (ETag = MD5 of a single PUT) are kept, the rest uploaded, then the marker written."""
         version_prefix = f"{self.prefix}{_check_name('version', version)}/"
-        if next(list_objects(self.client, self.settings, version_prefix), None) is not None:
+        there = {obj.key[len(version_prefix):]: obj.etag.strip('"')
+                 for obj in list_objects(self.client, self.settings, version_prefix)}
+        if VERSION_MARKER in there:
             raise VersionExists(f"{self.version_uri(version)} already exists; versions are immutable")
+        self._check_resumable(local_dir, version, there)
         try:
-            keys = upload_dir(self.client, self.settings, local_dir, version_prefix, if_none_match=True)
+            keys = upload_dir(self.client, self.settings, local_dir, version_prefix, if_none_match=True, skip=there)
             if not keys:
                 raise RegistryError(f"{local_dir}: no files to publish")
             files = [key[len(version_prefix) :] for key in keys]
@@ -187,6 +195,20 @@ class ModelRegistry:
             raise VersionExists(f"{self.version_uri(version)} was published concurrently")
         log.info("model %s: published %s", self.name, self.version_uri(version))
         return self.version_uri(version)
+
+    def _check_resumable(self, local_dir: str | Path, version: str, there: dict[str, str]) -> None:
+        """Files a cut-off publish left must be this package's own, or the version is somebody else's."""
+        if not there:
+            return
+        local = local_files(local_dir)
+        foreign = sorted(name for name, etag in there.items()
+                         if name not in local or hashlib.md5(local[name].read_bytes()).hexdigest() != etag)  # noqa: S324
+        if foreign:
+            raise VersionExists(f"{self.version_uri(version)} holds files of an unfinished publish that differ from "
+                                f"this package ({', '.join(foreign[:3])}); publish under a new version name, or delete "
+                                "that folder if nothing uses it")
+        log.info("model %s: resuming the publish of %s (%d of %d files already there)", self.name, version,
+                 len(there), len(local))
 
     def pointer_state(self) -> PointerState:
         """The pointer as stored, validated; never raises on bad content (see ``problem``)."""

@@ -43,6 +43,22 @@ def _promote(registry: ModelRegistry, version: str) -> bool:
     return registry.promote(version, current.etag if current else None)
 
 
+def test_a_publish_cut_off_part_way_is_resumed_and_a_foreign_one_refused(registry, model_dir, s3_client, s3_settings):
+    bucket = s3_settings.bucket
+    s3_client.put_object(Bucket=bucket, Key="models/resnet/v1/model.onnx", Body=b"onnx bytes")  # cut off after one
+    before = s3_client.head_object(Bucket=bucket, Key="models/resnet/v1/model.onnx")["LastModified"]
+    assert registry.versions() == []  # no marker: not a version yet
+    assert registry.publish_version(model_dir, "v1").endswith("/v1/")
+    assert registry.versions() == ["v1"]
+    assert s3_client.head_object(Bucket=bucket, Key="models/resnet/v1/model.onnx")["LastModified"] == before  # kept
+    assert json.loads(s3_client.get_object(Bucket=bucket, Key="models/resnet/v1/_version.json")["Body"].read())[
+        "files"] == ["classes.json", "model.onnx"]
+    s3_client.put_object(Bucket=bucket, Key="models/resnet/v2/model.onnx", Body=b"another model")
+    with pytest.raises(VersionExists, match="differ from this package \\(model.onnx\\)"):
+        registry.publish_version(model_dir, "v2")
+    assert registry.versions() == ["v1"]
+
+
 def test_versions_are_immutable(registry, model_dir, s3_client, s3_settings):
     uri = registry.publish_version(model_dir, "v1")
     assert uri == f"s3://{s3_settings.bucket}/models/resnet/v1/"
