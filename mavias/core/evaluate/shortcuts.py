@@ -18,8 +18,11 @@ A tag t (irrelevant to class c) is a shortcut of c when two kinds of evidence, m
 Because the pairs are screened on training samples and confirmed on validation samples, the samples that choose a
 pair are not the samples that test it. A pair is in B' when its association q-value and its reliance q-value are both
 at most ``MAX_Q_VALUE``, the association is at least of medium size (the interval's lower bound of the odds ratio at
-least ``MIN_ODDS_RATIO``) and both effects point the same way; ``score`` = the reliance effect 2·AUC − 1 (averaged over
-the parts measured) ranks the tags of a class.
+least ``MIN_ODDS_RATIO``), both effects point the same way, and the reliance carries over to other classes: where at
+least ``MIN_CROSS_SUPPORT`` validation images of other classes carry the tag, the cross AUC is at least of medium size
+(``MIN_CROSS_AUC``). A cue the model uses as evidence for c raises c's probability on any image; a tag that only
+goes with clearer pictures of c (a part the tagger sees when the object is plain, which a judge mistook for context)
+does not. ``score`` = the reliance effect 2·AUC − 1 (averaged over the parts measured) ranks the tags of a class.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ MAX_Q_VALUE = 0.05
 # A shortcut is a strong cue, not any enrichment: Chen, Cohen & Chen (2010) put a medium effect at an odds ratio of
 # 3.47. A tag twice as common in a class (a colour left to the classes without one of their own) is not a shortcut.
 MIN_ODDS_RATIO = 3.47
+# The same medium effect as an AUC (Cohen's d 0.5 -> Phi(0.5 / sqrt 2)); fewer cross images than this cannot tell.
+MIN_CROSS_AUC = 0.64
+MIN_CROSS_SUPPORT = 10
 Z_95 = 1.959964
 SHORTCUT = "shortcut"
 SHORTCUT_COLUMNS = [
@@ -157,7 +163,7 @@ def find_shortcuts(
     pairs["reliance_q"] = np.nan
     if tested.any():
         pairs.loc[tested, "reliance_q"] = false_discovery_control(pairs.loc[tested, "reliance_p"].to_numpy())
-    pairs["biased"] = (pairs["reliance_q"] <= MAX_Q_VALUE) & (pairs["score"] > 0)
+    pairs["biased"] = (pairs["reliance_q"] <= MAX_Q_VALUE) & (pairs["score"] > 0) & carries_over(pairs)
     pairs["reason"] = [_reason(row) for row in pairs.itertuples()]
     pairs["class"] = [class_names[label] for label in pairs["label"]]
     pairs = pairs.sort_values(["label", "biased", "score", "log_odds", "tag"],
@@ -165,6 +171,12 @@ def find_shortcuts(
     pairs["rank"] = pairs.groupby("label").cumcount() + 1
     pairs["rule"] = SHORTCUT
     return pairs.reindex(columns=SHORTCUT_COLUMNS).reset_index(drop=True)
+
+
+def carries_over(evidence: pd.DataFrame) -> pd.Series:
+    """The pairs whose reliance is not confined to the class's own images (or that lack the images to tell)."""
+    few = pd.to_numeric(evidence["cross_n_with"], errors="coerce").fillna(0) < MIN_CROSS_SUPPORT
+    return few | (pd.to_numeric(evidence["cross_auc"], errors="coerce") >= MIN_CROSS_AUC)
 
 
 def is_associated(evidence: pd.DataFrame) -> pd.Series:
@@ -182,6 +194,10 @@ def _reason(row) -> str:
                 f"a shortcut needs {MIN_ODDS_RATIO})")
     if np.isnan(row.reliance_p):
         return "no validation sample to measure the reference's reliance (with and without the tag)"
+    if not row.biased and row.reliance_q <= MAX_Q_VALUE and row.score > 0:
+        return (f"relied on only within the class: other classes' images with it are not pulled towards it (cross "
+                f"AUC {row.cross_auc:.2f} on {row.cross_n_with:.0f} images, a shortcut needs {MIN_CROSS_AUC}); more "
+                "likely part of the object, which the judge may have called irrelevant")
     if not row.biased:
         return f"the reference does not lean on it (reliance q {row.reliance_q:.2g}, effect {row.score:+.2f})"
     return f"associated (log odds {row.log_odds:.1f}) and relied on (effect {row.score:+.2f}, q {row.reliance_q:.2g})"

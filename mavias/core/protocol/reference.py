@@ -15,7 +15,15 @@ import pandas as pd
 from mavias.core.evaluate.explain import explain_empty_biased_tags
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.evaluate.openset import PAPER, find_biased_tags, openset_groups
-from mavias.core.evaluate.shortcuts import MAX_Q_VALUE, MIN_ODDS_RATIO, SHORTCUT, SHORTCUT_COLUMNS, find_shortcuts
+from mavias.core.evaluate.shortcuts import (
+    MAX_Q_VALUE,
+    MIN_CROSS_AUC,
+    MIN_CROSS_SUPPORT,
+    MIN_ODDS_RATIO,
+    SHORTCUT,
+    SHORTCUT_COLUMNS,
+    find_shortcuts,
+)
 from mavias.core.train.checkpoints import EARLY_CHECKPOINT, best_checkpoint, epoch_path, load_main_model
 from mavias.core.train.config import load_config
 from mavias.core.train.data import SplitData
@@ -98,7 +106,8 @@ def load_reference(run_dir: str | Path, data: PreparedData, *, rule: str = SHORT
     run_dir = Path(run_dir)
     checkpoint = _reference_checkpoint(run_dir, data)
     early = run_dir / EARLY_CHECKPOINT
-    key = {"rule": rule, "min_support": min_support, "thresholds": [MAX_Q_VALUE, MIN_ODDS_RATIO],
+    thresholds = [MAX_Q_VALUE, MIN_ODDS_RATIO, MIN_CROSS_AUC, MIN_CROSS_SUPPORT]
+    key = {"rule": rule, "min_support": min_support, "thresholds": thresholds,
            "data": _fingerprint(data), "checkpoint": checkpoint.name,
            "checkpoint_mtime": checkpoint.stat().st_mtime_ns,
            "early_mtime": early.stat().st_mtime_ns if early.is_file() else None}

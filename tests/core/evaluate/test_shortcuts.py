@@ -120,3 +120,30 @@ def test_a_tag_only_twice_as_common_in_a_class_is_not_a_shortcut_even_when_the_m
     assert brown["association_q"] <= 0.05 and brown["log_odds_ci_low"] > 0  # a real, significant enrichment
     assert not found["biased"].any()
     assert "weakly" in brown["reason"]
+
+
+def test_a_tag_relied_on_only_within_its_class_is_a_part_not_a_shortcut():
+    """"rim" goes with clear pictures of cats (the tagger sees it when the object is plain): within the class the
+    model is surer where it is tagged, but other classes' images tagged "rim" are not pulled towards cat. "red" is a
+    shortcut: it raises cat wherever it appears."""
+    rng = np.random.default_rng(2)
+
+    def split(n):
+        labels = rng.integers(0, 3, n)
+        aligned = rng.random(n) < 0.9
+        red = np.where(labels == 0, aligned, ~aligned & (rng.random(n) < 0.1))
+        clarity = rng.normal(0, 1, n)
+        rim = np.where(labels == 0, clarity > -0.5, rng.random(n) < 0.15)  # tagged on clear cats, and elsewhere
+        tags = _series([[*(["red"] if r else []), *(["rim"] if m else [])] for r, m in zip(red, rim)])
+        own = 6.0 + 1.5 * clarity * (labels == 0)
+        logits = rng.normal(0, 0.5, (n, 3)) + own[:, None] * np.eye(3)[labels] + 2.5 * np.outer(red, [1, 0, 0])
+        return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+
+    labels, tags, _ = split(3000)
+    val_labels, val_tags, val_log_probs = split(900)
+    found = find_shortcuts(labels, tags, tags, val_labels, val_tags, val_log_probs, CLASSES, min_support=20)
+    biased = set(zip(found.loc[found["biased"], "class"], found.loc[found["biased"], "tag"]))
+    assert biased == {("cat", "red")}
+    rim = found[(found["class"] == "cat") & (found["tag"] == "rim")].iloc[0]
+    assert rim["within_auc"] > 0.7 and rim["reliance_q"] <= 0.05 and rim["cross_n_with"] >= 10  # relied on, within
+    assert rim["cross_auc"] < 0.64 and "relied on only within the class" in rim["reason"]
