@@ -217,3 +217,4 @@ class Reported(TypedDict):
 
 class Notified(TypedDict):
     sent: list[str]  # outbox names delivered
+    dead_letters: list[str]  # outbox names refused for good, moved to the outbox's dead/ folder

@@ -66,8 +66,10 @@ def night_id(when: datetime) -> str:
 
 
 def evaluation_partition(cfg: NightlyConfig) -> str:
-    """Discovery name of the evaluation set: it is tagged, judged and encoded like a partition, once per version."""
-    return f"evaluation-{cfg.evaluation.version}"
+    """Discovery name of the evaluation set: it is tagged, judged and encoded like a partition, once per version.
+    It starts with '_', which no incoming partition's name can (:func:`~mavias.storage.s3.check_name`), so a
+    partition named "evaluation-v1" never shares its folders."""
+    return f"_evaluation-{cfg.evaluation.version}"
 
 
 def s3_client(cfg: NightlyConfig, step: str, deadline_s: float | None = None) -> BaseClient:

@@ -138,14 +138,26 @@ class NotificationFailed(RuntimeError):
 
 
 def notify(cfg: NightlyConfig, smtp: SmtpSettings | None) -> Notified:
-    """Send the queued notifications; :class:`NotificationFailed` when any is still queued (nothing is lost)."""
+    """Send the queued notifications; :class:`NotificationFailed` when any is still queued (nothing is lost). One
+    the SMTP server refuses for good becomes a dead letter, named once in the next report, and blocks nothing."""
     delivery = deliver_notifications(cfg, smtp)
     if delivery.failed:
         raise NotificationFailed(
             f"{len(delivery.failed)} notification(s) not sent, kept in {layout(cfg).outbox.folder} for the next try "
             f"or night: {delivery.failed}"
         )
-    return {"sent": delivery.sent}
+    return {"sent": delivery.sent, "dead_letters": sorted(delivery.dead)}
+
+
+def _dead_letter_notes(cfg: NightlyConfig) -> list[str]:
+    outbox = layout(cfg).outbox
+    dead = outbox.unreported_dead()
+    if not dead:
+        return []
+    reasons = "; ".join(f"{name}: {reason}" for name, reason in dead.items())
+    return [f"{len(dead)} notification email(s) could not be delivered and were moved to {outbox.dead_folder} "
+            f"({reasons}). Check report.recipients and the SMTP connection; to send one again, move its .eml back "
+            f"into {outbox.folder}."]
 
 
 def report(
@@ -165,7 +177,7 @@ def report(
     ``failure`` is set when the night failed (``finish`` then fails the run)."""
     client = s3_client(cfg, "report", cfg.report.storage_deadline_s)
     night = results["sensed"]["night"]
-    notes: list[str] = []
+    notes: list[str] = _dead_letter_notes(cfg)
     attempt = _next_attempt(cfg, client, night, notes)
     production, pointer_problem = _production_version(cfg, client, notes)
     context, entry = build_report_context(cfg, results, trained=trained, decision=decision,

@@ -124,15 +124,29 @@ def email_message(content: EmailContent, recipients: Sequence[str], from_addr: s
 @dataclass
 class Delivery:
     sent: list[str] = field(default_factory=list)  # outbox names
-    failed: dict[str, str] = field(default_factory=dict)  # outbox name -> why
+    failed: dict[str, str] = field(default_factory=dict)  # outbox name -> why (kept for the next try)
+    dead: dict[str, str] = field(default_factory=dict)  # outbox name -> why (moved to the dead letters)
+
+
+MAX_DELIVERY_TRIES = 5  # deliveries (each with its own SMTP retries) before a message becomes a dead letter
+
+
+def is_permanent(error: BaseException) -> bool:
+    """An SMTP refusal no retry will change (a 5xx reply: unknown recipient, refused sender, message rejected)."""
+    if isinstance(error, smtplib.SMTPRecipientsRefused):
+        return all(code >= 500 for code, _ in error.recipients.values())
+    return isinstance(error, smtplib.SMTPResponseException) and error.smtp_code >= 500
 
 
 class Outbox:
     """Emails waiting to be sent, one ``<name>.eml`` file each: a notification that cannot be sent now is kept and
-    sent by a later :meth:`deliver` (the next try or the next night), never lost."""
+    sent by a later :meth:`deliver` (the next try or the next night). One refused for good (a 5xx reply) or that
+    failed ``MAX_DELIVERY_TRIES`` deliveries moves to ``dead/`` with its reason, so it cannot block later nights;
+    :meth:`unreported_dead` names each one once, for the next report."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
+        self.dead_folder = self.folder / "dead"
 
     def put(self, name: str, message: EmailMessage) -> Path:
         path = self.folder / f"{name}.eml"
@@ -144,7 +158,8 @@ class Outbox:
         return sorted(p.stem for p in self.folder.glob("*.eml"))
 
     def deliver(self, smtp: SmtpSettings) -> Delivery:
-        """Send every queued message (oldest name first); a sent one leaves the outbox, a failed one stays."""
+        """Send every queued message (oldest name first); a sent one leaves the outbox, a failed one stays or, when
+        refused for good or tried too often, becomes a dead letter."""
         delivery = Delivery()
         for name in self.pending():
             path = self.folder / f"{name}.eml"
@@ -153,9 +168,39 @@ class Outbox:
             try:
                 send_message(message, recipients, smtp)
             except (smtplib.SMTPException, OSError) as err:
-                log.warning("email %s not sent, kept in %s: %s", name, self.folder, err)
-                delivery.failed[name] = f"{type(err).__name__}: {err}"
+                reason = f"{type(err).__name__}: {err}"
+                if is_permanent(err) or self._count_try(name) >= MAX_DELIVERY_TRIES:
+                    self._bury(name, reason)
+                    delivery.dead[name] = reason
+                else:
+                    log.warning("email %s not sent, kept in %s: %s", name, self.folder, err)
+                    delivery.failed[name] = reason
                 continue
+            (self.folder / f"{name}.tries").unlink(missing_ok=True)
             path.unlink()
             delivery.sent.append(name)
         return delivery
+
+    def _count_try(self, name: str) -> int:
+        counter = self.folder / f"{name}.tries"
+        tries = (int(counter.read_text()) if counter.exists() else 0) + 1
+        counter.write_text(str(tries))
+        return tries
+
+    def _bury(self, name: str, reason: str) -> None:
+        self.dead_folder.mkdir(parents=True, exist_ok=True)
+        (self.dead_folder / f"{name}.reason.txt").write_text(reason + "\n")
+        (self.folder / f"{name}.eml").replace(self.dead_folder / f"{name}.eml")
+        (self.folder / f"{name}.tries").unlink(missing_ok=True)
+        log.error("email %s cannot be delivered (%s): moved to %s", name, reason, self.dead_folder)
+
+    def unreported_dead(self) -> dict[str, str]:
+        """Dead letters no report has named yet (name -> reason); each is marked as named."""
+        found = {}
+        for reason in sorted(self.dead_folder.glob("*.reason.txt")):
+            name = reason.name.removesuffix(".reason.txt")
+            marker = self.dead_folder / f"{name}.reported"
+            if not marker.exists():
+                found[name] = reason.read_text().strip()
+                marker.touch()
+        return found

@@ -82,3 +82,4 @@ def test_the_llms_decision_wins_over_the_offline_judges_that_stood_in_for_it(tmp
                                                     "source": "llm:m"}]
     _, offline = _discovered_tables(config(tmp_path, "offline"), ["night-1", "night-2"])
     assert offline["source"].tolist() == [OFFLINE]  # the offline judge's own night: the first partition's
+

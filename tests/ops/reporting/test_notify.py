@@ -13,7 +13,14 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from mavias.ops.reporting.mail import SmtpSettings, build_message, email_message, send_message
+from mavias.ops.reporting.mail import (
+    MAX_DELIVERY_TRIES,
+    Outbox,
+    SmtpSettings,
+    build_message,
+    email_message,
+    send_message,
+)
 from mavias.ops.reporting.render import EmailContent, render_email
 from mavias.utils.servers import free_port
 from tests.ops.reporting.test_report import fake_context
@@ -135,3 +142,25 @@ def test_unattached_images_and_empty_recipient_lists_are_refused():
         build_message("<p>hi</p>", {}, "s", [], "a@example.org", "text")
     with pytest.raises(ValueError, match="user and password"):
         settings(25, user="mavias")
+
+
+def test_an_email_refused_for_good_becomes_a_dead_letter_and_blocks_nothing(email, tmp_path):
+    outbox = Outbox(tmp_path / "outbox")
+    for name in ("20250101-report", "20250102-report"):
+        outbox.put(name, email_message(email, RECIPIENTS, "mavias@example.org"))
+    inbox = Inbox("554 5.6.0 Message rejected")  # the first message is refused for good, the second accepted
+    with smtp_server(inbox) as server:
+        delivery = outbox.deliver(settings(server.port))
+    assert delivery.sent == ["20250102-report"] and list(delivery.dead) == ["20250101-report"]
+    assert "554" in delivery.dead["20250101-report"] and not delivery.failed and outbox.pending() == []
+    assert (outbox.dead_folder / "20250101-report.eml").is_file()
+    assert list(outbox.unreported_dead()) == ["20250101-report"] and outbox.unreported_dead() == {}  # said once
+
+
+def test_an_email_that_keeps_failing_becomes_a_dead_letter_after_its_tries(email, tmp_path):
+    outbox = Outbox(tmp_path / "outbox")
+    outbox.put("20250101-report", email_message(email, RECIPIENTS, "mavias@example.org"))
+    unreachable = settings(free_port(), max_attempts=1, timeout=1)
+    for _ in range(MAX_DELIVERY_TRIES - 1):
+        assert list(outbox.deliver(unreachable).failed) == ["20250101-report"]  # kept for the next night
+    assert list(outbox.deliver(unreachable).dead) == ["20250101-report"] and outbox.pending() == []

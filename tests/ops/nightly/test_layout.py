@@ -1,0 +1,15 @@
+"""Where a night's files live: names that cannot collide."""
+
+import pytest
+
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.layout import evaluation_partition
+from mavias.storage.s3 import S3Settings, UnsafeName, check_name
+
+
+def test_no_incoming_partition_can_share_the_evaluation_sets_discovery_folders(tmp_path):
+    name = evaluation_partition(NightlyConfig(model_name="m", s3=S3Settings(bucket="b"), workspace=tmp_path))
+    assert name.endswith("evaluation-v1")
+    check_name("partition", name.removeprefix("_"))  # what a producer may call a partition ...
+    with pytest.raises(UnsafeName):
+        check_name("partition", name)  # ... is never the evaluation set's name
