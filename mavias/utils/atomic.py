@@ -1,9 +1,11 @@
-"""Atomic file writes: write to a temporary sibling, then rename, so readers never see half a file."""
+"""Atomic file writes: write to a temporary sibling, then rename, so readers never see half a file, and a crash
+right after the rename does not leave an empty one (the file and its folder are synced first)."""
 
 from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,12 +16,24 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it replaces ``path`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")  # unique across threads and hosts
     try:
         yield tmp
+        _sync(tmp)
         os.replace(tmp, path)
+        _sync(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _sync(path: Path) -> None:
+    if not path.exists():  # the writer wrote nothing there (e.g. a library that writes to a folder of its own)
+        return
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def write_json(path: str | Path, payload) -> Path:

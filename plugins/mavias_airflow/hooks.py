@@ -53,8 +53,15 @@ def s3_settings_from_connection(base: S3Settings, conn_id: str) -> S3Settings:
     return base.model_copy(update=update)
 
 
-LLM_EXTRAS = {"model": str, "timeout": float, "samples": int, "max_retries": int, "reasoning": bool,
-              "system_prompt_in_user": bool}
+def _flag(value: Any) -> bool:
+    """A boolean extra, also when a connection URI made it a string ("false" is false)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+LLM_EXTRAS = {"model": str, "timeout": float, "samples": int, "max_retries": int, "reasoning": _flag,
+              "system_prompt_in_user": _flag}
 
 
 def _base_url(conn: Connection) -> str | None:
@@ -119,7 +126,8 @@ def smtp_settings_from_connection(conn_id: str) -> SmtpSettings | None:
     if conn is None:
         return None
     extra = conn.extra_dejson
-    security = "ssl" if not extra.get("disable_ssl", False) else "none" if extra.get("disable_tls", False) else "starttls"
+    disable_ssl, disable_tls = _flag(extra.get("disable_ssl")), _flag(extra.get("disable_tls"))
+    security = "ssl" if not disable_ssl else "none" if disable_tls else "starttls"
     return SmtpSettings(
         host=conn.host,
         port=conn.port or (465 if security == "ssl" else 587),

@@ -46,6 +46,7 @@ if dag is not None:
     out["registry"] = {"name": registry.name, "prefix": registry.prefix,
                        "endpoint": registry.client.meta.endpoint_url}
     out["smtp"] = {"host": smtp.host, "port": smtp.port, "security": smtp.security, "from_addr": smtp.from_addr}
+    out["smtp_uri_security"] = smtp_settings_from_connection("smtp_uri").security
 
     import dataclasses
     from mavias.core.judging.factory import JudgeSettings
@@ -54,7 +55,7 @@ if dag is not None:
 
     llm = llm_settings_from_connection(JudgeSettings.llm_from_environment(), "mavias_llm")
     out["llm"] = {"base_url": llm.base_url, "model": llm.model, "samples": llm.samples, "timeout": llm.timeout,
-                  "key": llm.api_key.get_secret_value(), "repr": repr(llm)}
+                  "reasoning": llm.reasoning, "key": llm.api_key.get_secret_value(), "repr": repr(llm)}
     as_llm = cfg.model_copy(update={"discovery": cfg.discovery.model_copy(update={"judge": "llm"})})
     no_conn = as_llm.model_copy(update={"airflow": as_llm.airflow.model_copy(update={"llm_conn_id": "no_llm"})})
     remote = as_llm.with_llm(dataclasses.replace(llm, base_url="http://10.1.2.3:8000/v1"))
@@ -72,8 +73,9 @@ def probe(tmp_path: Path, **env: str) -> dict:
     environment["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(aws | {"password": SECRET})
     environment["AIRFLOW_CONN_MAVIAS_LLM"] = json.dumps({
         "conn_type": "http", "host": "https://llm.example.com/v1", "password": SECRET,
-        "extra": {"model": "gpt-x", "samples": 3, "timeout": 30},
+        "extra": {"model": "gpt-x", "samples": 3, "timeout": 30, "reasoning": "false"},
     })  # fmt: skip
+    environment["AIRFLOW_CONN_SMTP_URI"] = "smtp://127.0.0.1:587?disable_ssl=true&disable_tls=false"
     dags = environment["AIRFLOW__CORE__DAGS_FOLDER"]
     done = subprocess.run([sys.executable, "-c", PROBE, dags], env=environment, capture_output=True, text=True,
                           timeout=300)
@@ -134,13 +136,14 @@ def test_hooks_map_connections_and_keep_secrets(dag_info: dict) -> None:
     assert dag_info["s3"]["secret"] == SECRET
     assert SECRET not in dag_info["s3"]["repr"]
     assert dag_info["smtp"] == {"host": "127.0.0.1", "port": 2525, "security": "none", "from_addr": "mavias@localhost"}
+    assert dag_info["smtp_uri_security"] == "starttls"  # URI extras are strings: disable_tls=false keeps TLS
 
 
 def test_the_llm_judge_comes_from_its_connection_and_preflight_names_what_is_missing(dag_info: dict) -> None:
     llm = dag_info["llm"]
     assert (llm["base_url"], llm["model"], llm["samples"], llm["timeout"]) == ("https://llm.example.com/v1", "gpt-x",
                                                                                3, 30.0)
-    assert llm["key"] == SECRET and SECRET not in llm["repr"]
+    assert llm["key"] == SECRET and SECRET not in llm["repr"] and llm["reasoning"] is False  # "false" is false
     problems = dag_info["llm_problems"]
     assert problems["ok"] == [] and problems["offline"] == []
     assert "no connection 'no_llm'" in problems["missing"][0] and "airflow connections add" in problems["missing"][0]
