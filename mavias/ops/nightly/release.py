@@ -118,6 +118,9 @@ def point_serving(cfg: NightlyConfig, reg: ModelRegistry, version: str) -> Servi
     if target is None:
         return None
     uri = reg.version_uri(version)
+    if (moved := _production_moved(reg, version)) is not None:
+        log.warning("%s", moved)
+        return {"inference_service": str(target), "uri": uri, "pointed": False, "warning": moved}
     try:
         point_inference_service(target, uri, retry_s=cfg.serving.retry_s)
     except Exception as err:  # noqa: BLE001 - whatever the Kubernetes API does, the promotion must stand
@@ -127,6 +130,20 @@ def point_serving(cfg: NightlyConfig, reg: ModelRegistry, version: str) -> Servi
         log.error("%s", warning, exc_info=not isinstance(err, UserError))
         return {"inference_service": str(target), "uri": uri, "pointed": False, "warning": warning}
     return {"inference_service": str(target), "uri": uri, "pointed": True, "warning": ""}
+
+
+def _production_moved(reg: ModelRegistry, version: str) -> str | None:
+    """Why serving must not follow ``version`` any more: production moved on since it was promoted (an operator's
+    rollback, a later promotion), read again right before the InferenceService would change; else None."""
+    try:
+        current = reg.production()
+    except CorruptPointer as err:
+        return f"serving NOT updated: the production pointer cannot be read ({err})"
+    if current is not None and current.version == version:
+        return None
+    now = current.version if current else "unset"
+    return (f"serving NOT updated: production is {now} now, not {version} (it changed after this promotion, e.g. a "
+            f"rollback); serving stays with whoever changed it (`mavias registry point` sets it to production)")
 
 
 def serving_problem(promoted: Promoted | None) -> str | None:

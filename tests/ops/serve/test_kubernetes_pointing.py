@@ -133,6 +133,18 @@ def test_each_promotion_points_the_inference_service_and_a_rerun_changes_nothing
     assert release.serving_problem(rerun) is None
 
 
+def test_a_slow_pointing_never_undoes_an_operators_rollback(kube_api, registry, s3_settings, tmp_path):
+    cfg = night_config(s3_settings, tmp_path)
+    for version in ("v1", "v2"):
+        promote(cfg, registry, version)
+    registry.rollback()  # the operator rolls back to v1 ...
+    release.point_serving(cfg, registry, "v1")  # ... and serving follows it
+    requests = len(kube_api.log())
+    late = release.point_serving(cfg, registry, "v2")  # the night's retried pointing of v2 arrives afterwards
+    assert not late["pointed"] and "production is v1 now, not v2" in late["warning"]
+    assert kube_api.log()[requests:] == [] and kube_api.serves() == registry.version_uri("v1")
+
+
 def test_without_serving_configured_nothing_is_pointed(kube_api, registry, s3_settings, tmp_path):
     result = promote(night_config(s3_settings, tmp_path, target=None), registry, "v1")
     assert result["promoted"] and result["serving"] is None and kube_api.log() == []
