@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -285,12 +286,13 @@ class RemoteObject:
     key: str
     size: int
     etag: str
+    modified: datetime | None = None
 
 
 def list_objects(client: BaseClient, settings: S3Settings, prefix: str) -> Iterator[RemoteObject]:
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=settings.bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
-            yield RemoteObject(obj["Key"], obj["Size"], obj["ETag"])
+            yield RemoteObject(obj["Key"], obj["Size"], obj["ETag"], obj.get("LastModified"))
 
 
 def list_folders(client: BaseClient, settings: S3Settings, prefix: str) -> list[str]:

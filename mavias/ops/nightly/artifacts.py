@@ -35,6 +35,7 @@ class Validated(TypedDict):
     night: str
     valid: list[str]
     failed: list[str]
+    waiting: dict[str, str]  # partitions still uploading -> why (taken on a later night, neither valid nor failed)
     validations: dict[str, PartitionValidation]
     partitions: list[str]  # processed before + valid tonight: the accumulated training data
     evaluation: str  # local manifest of the fixed evaluation set

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 MANIFEST_NAMES = ("manifest.parquet", "manifest.csv")  # in order of preference
 PULLED_ETAGS = ".pulled-etags.json"  # in a pulled folder: the ETag of every file as it was downloaded
 PULL_JOURNAL = ".pulled-etags.jsonl"  # ... and of each file as it lands, until the pull completes
+SUCCESS_MARKER = "_SUCCESS"  # a producer that uploads in any order writes it last: the partition is complete
 
 
 class MissingManifest(ManifestError):
@@ -164,6 +165,24 @@ class _PullJournal:
     def finish(self, etags: Mapping[str, str]) -> None:
         write_json(self.done, dict(etags))
         self.journal.unlink(missing_ok=True)
+
+
+def still_uploading(client: BaseClient, settings: S3Settings, partition: str, manifest_path: Path,
+                    max_wait_h: float) -> str | None:
+    """Why a pulled partition is not complete yet, or None when it is (see docs/operations.md, the producer contract):
+    its manifest names files the bucket lacks, no ``_SUCCESS`` marker declares it finished, and its manifest is
+    younger than ``max_wait_h`` (after that, missing files are the producer's loss and validation holds them back)."""
+    prefix = partition_prefix(settings, partition)
+    remote = {obj.key[len(prefix) :]: obj for obj in list_objects(client, settings, prefix)}
+    missing = _referenced_files(manifest_path) - remote.keys()
+    if not missing or SUCCESS_MARKER in remote:
+        return None
+    modified = remote[manifest_path.name].modified if manifest_path.name in remote else None
+    age_h = (datetime.now(UTC) - modified).total_seconds() / 3600 if modified else float("inf")
+    if age_h >= max_wait_h:
+        return None
+    return (f"{len(missing)} file(s) its manifest names are not in the bucket yet (e.g. {sorted(missing)[0]}); taken "
+            f"once they are, or a {SUCCESS_MARKER} marker is written, or {max_wait_h:g} h after its manifest")
 
 
 def pull_partition(client: BaseClient, settings: S3Settings, partition: str, local_dir: str | Path) -> Path:

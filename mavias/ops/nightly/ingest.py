@@ -20,7 +20,7 @@ from mavias.core.manifest import ManifestError, read_manifest_table
 from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
 from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.incoming import ProcessedLedger, find_manifest
+from mavias.ops.nightly.incoming import ProcessedLedger, find_manifest, still_uploading
 from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
 from mavias.ops.validation import CheckResult, ValidationResult, validate_manifest_file
 from mavias.storage.s3 import S3Settings, check_name, get_json, is_transient, s3_uri
@@ -87,7 +87,12 @@ def _validate_partition(
     cfg: NightlyConfig, client: BaseClient, night: str, partition: str, classes: list[str], counts: dict[str, int]
 ) -> PartitionValidation:
     try:
-        result = validate_manifest_file(pull(cfg, client, partition), classes, counts, cfg.validation)
+        manifest = pull(cfg, client, partition)
+        waiting = still_uploading(client, cfg.s3, partition, manifest, cfg.validation.max_upload_wait_h)
+        if waiting is not None:
+            log.info("partition %s: still uploading: %s", partition, waiting)
+            return {"success": False, "summary": f"waiting: {waiting}", "path": "", "waiting": True}
+        result = validate_manifest_file(manifest, classes, counts, cfg.validation)
     except (ManifestError, OSError, ValueError) as err:  # an unreadable manifest is bad data, not a crash
         if is_transient(err):  # ... but an unreachable bucket is not: fail, keep the partition for a later try
             raise
@@ -105,12 +110,15 @@ def pull_and_validate(cfg: NightlyConfig, sensed: Sensed) -> Validated:
     evaluation = pull_evaluation_set(cfg, client)
     classes = known_classes(cfg, evaluation)
     counts = _accumulated_class_counts(client, cfg.s3, sensed["processed"])
-    validations = {p: _validate_partition(cfg, client, sensed["night"], p, classes, counts) for p in sensed["new"]}
+    checked = {p: _validate_partition(cfg, client, sensed["night"], p, classes, counts) for p in sensed["new"]}
+    waiting = {p: v["summary"] for p, v in checked.items() if v.get("waiting")}
+    validations = {p: v for p, v in checked.items() if p not in waiting}
     valid = [p for p, v in validations.items() if v["success"]]
     return {
         "night": sensed["night"],
         "valid": valid,
         "failed": [p for p, v in validations.items() if not v["success"]],
+        "waiting": waiting,
         "validations": validations,
         "partitions": sorted({*sensed["processed"], *valid}),
         "evaluation": str(evaluation),

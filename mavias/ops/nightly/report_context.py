@@ -161,6 +161,11 @@ def _judge_note(cfg: NightlyConfig, results: NightResults) -> list[str]:
             f"check connection {cfg.airflow.llm_conn_id!r} and discovery.llm_requests_per_night."]
 
 
+def _waiting_notes(validated: Mapping[str, Any]) -> list[str]:
+    return [f"partition {name} is still uploading, not validated tonight: {why.removeprefix('waiting: ')}"
+            for name, why in (validated.get("waiting") or {}).items()]
+
+
 def _relevance_changes(results: NightResults) -> RelevanceChanges | None:
     """Tonight's relevance changes, when the dataset step recorded them."""
     path = (results.get("dataset") or {}).get("relevance_changes")
@@ -204,7 +209,8 @@ def build_report_context(
         serving_updated=serving_problem(promoted) is None,
         production_version=production_version,
         model_uri=(results.get("published") or {}).get("uri"),
-        notes=[*_notes(results, trained, skip_promotion, states), *_judge_note(cfg, results), *notes],
+        notes=[*_notes(results, trained, skip_promotion, states), *_judge_note(cfg, results),
+               *_waiting_notes(validated), *notes],
         problem=problem,
         unsafe_folders=(results.get("sensed") or {}).get("unsafe", []),
         gates=gates,

@@ -33,6 +33,9 @@ class ValidationSettings(BaseModel):
                                "images (the others are held back with their reasons) instead of being quarantined whole")
     allow_missing_classes: bool = Field(True, description="a partition may lack classes: the drift is measured over "
                                         "the classes it has")
+    max_upload_wait_h: float = Field(24.0, ge=0, description="a partition whose manifest names files the bucket "
+                                     "lacks (and has no _SUCCESS marker) waits this long after its manifest for them; "
+                                     "then the missing files are held back as undecodable")
 
 
 def upper_bound(successes: int, n: int, confidence: float) -> float:

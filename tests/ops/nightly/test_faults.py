@@ -67,6 +67,7 @@ def test_missing_and_truncated_images_are_quarantined_per_row_and_the_rest_train
     prefix = "incoming/p1/"
     s3_client.delete_object(Bucket=s3_settings.bucket, Key=prefix + manifest["uri"][0])
     s3_client.put_object(Bucket=s3_settings.bucket, Key=prefix + manifest["uri"][1], Body=png_bytes("x", 32)[:60])
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=prefix + "_SUCCESS", Body=b"")  # the producer says: complete
     cfg = _config(s3_settings, tmp_path / "ws")
     validated = ingest.pull_and_validate(cfg.model_copy(), ingest.sense(cfg, NIGHT))
     validation = json.loads(Path(validated["validations"]["p1"]["path"]).read_text())
@@ -90,10 +91,35 @@ def test_one_missing_image_among_many_passes_validation_with_the_row_quarantined
     manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 20)
     s3_client.delete_object(Bucket=s3_settings.bucket, Key="incoming/p1/" + manifest["uri"][5])
     cfg = NightlyConfig(model_name="m", s3=s3_settings, workspace=tmp_path / "ws")
-    validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
-    assert validated["valid"] == ["p1"]  # 59 of 60 decode: above 98%
+    waited = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))  # the manifest is fresh: maybe still uploading
+    assert waited["valid"] == waited["failed"] == [] and "1 file(s)" in waited["waiting"]["p1"]
+    assert ProcessedLedger(s3_client, s3_settings).quarantined() == set()
+    late = cfg.model_copy(update={"validation": cfg.validation.model_copy(update={"max_upload_wait_h": 0})})
+    validated = ingest.pull_and_validate(late, ingest.sense(late, NIGHT))  # waited long enough: the file is lost
+    assert validated["valid"] == ["p1"] and validated["waiting"] == {}  # 59 of 60 decode: above 98%
     validation = json.loads(Path(validated["validations"]["p1"]["path"]).read_text())
     assert [(q["uri"], q["reason"]) for q in validation["quarantined"]] == [(manifest["uri"][5], "file not found")]
+
+
+def test_a_partition_still_uploading_waits_and_is_taken_once_complete(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    """`aws s3 sync` uploads in any order: a manifest that arrives before its images is not a broken partition."""
+    _seed_evaluation(s3_client, s3_settings)
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
+    held_back = {uri: s3_client.get_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{uri}")["Body"].read()
+                 for uri in manifest["uri"][:12]}
+    for uri in held_back:
+        s3_client.delete_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{uri}")
+    cfg = _config(s3_settings, tmp_path / "ws")
+    first = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    assert first["waiting"].keys() == {"p1"} and "12 file(s)" in first["waiting"]["p1"]
+    assert first["valid"] == first["failed"] == [] and "p1" not in first["validations"]
+    assert ingest.sense(cfg, NIGHT)["new"] == ["p1"]  # neither processed nor quarantined: tried again
+    for uri, body in held_back.items():
+        s3_client.put_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{uri}", Body=body)
+    second = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    assert second["valid"] == ["p1"] and second["waiting"] == {}
 
 
 # -- 2. transient I/O: retried, then failing without quarantining -----------------------------------------------------
