@@ -1,8 +1,8 @@
 """LLM judge: any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp) decides which tags are relevant.
 
 Follows the paper's LLM step (REFERENCE.md; supplement, "System Prompt"): tags of a class in batches of at most 100,
-the model returns only the relevant ones as ``{"relevant_tags": [...]}``, everything else is irrelevant. The prompt is
-our own wording of the paper's rules; sampling is fixed (temperature 0) and the answer is bounded by a JSON schema
+the model returns only the relevant ones as ``{"relevant_tags": [...]}``, everything else is irrelevant. The system
+prompt is the paper's; sampling is fixed (temperature 0) and the answer is bounded by a JSON schema
 whose items are an enum of the batch's tags, so a small model cannot repeat or invent tags until ``max_tokens``.
 
 Reasoning models (OpenAI o-series, gpt-5) take ``max_completion_tokens`` instead of ``max_tokens``, which also pays
@@ -39,7 +39,7 @@ from mavias.core.judging.guards import RequestBudget
 
 log = logging.getLogger(__name__)
 
-PROMPT_VERSION = "mavias-relevance-v1"
+PROMPT_VERSION = "paper-system-prompt-v1"
 API_KEY_ENV = ("MAVIAS_LLM_API_KEY", "OPENAI_API_KEY")
 NO_KEY = "no-key"  # local servers need none, but the client insists on one
 STYLES = ("json_schema", "json_object", "plain")  # structured-output styles, most to least strict
@@ -47,22 +47,25 @@ REASONING_TOKENS = 4096  # room for a reasoning model's hidden reasoning, on top
 SAMPLING_TEMPERATURE = 0.7  # self-consistency needs different answers to vote on
 MAX_ANSWER_CHARS = 65_536  # an answer is read only this far: far beyond any batch's list, short of a flood
 
+# The supplement's system prompt (Fig. "System Prompt"), word for word; USER_TEMPLATE adds the class, the tags and the
+# exact JSON form the answer's schema enforces.
 SYSTEM_PROMPT = """\
-You sort image tags for an object class. You get the name of a class and a list of tags that an image tagger \
-produced for pictures of that class. Decide which tags describe the object of the class itself.
+I will provide you with the name of a target class and a large list of tags. Your task is to evaluate the tags and \
+identify only those directly related to the target class. A tag is considered relevant if it describes or is an \
+essential part of the object associated with the class name. This includes tags that refer to: physical components, \
+defining features, inherent characteristics, and essential behaviors or functions of the object.
 
-A tag is relevant when it names the class or a kind of it, or describes the object itself: one of its physical \
-parts or components, a defining feature, an inherent characteristic, or an essential behaviour or function.
-A tag is irrelevant when it describes anything else in the picture: the background, the place or scene, the \
-environment, weather, lighting or time of day, textures, other objects, animals or people, and any other context \
-the object can appear without. A colour is irrelevant unless that colour defines the class. For classes of people, \
-gender, race and age are irrelevant unless the class itself is defined by them.
+For example, if the target class is "bee", tags like "insect", "wing", and "buzz" are relevant because they describe \
+core aspects of what a bee is or does.
 
-Example: for the class "bicycle", the tags "wheel", "pedal", "handlebar", "vehicle" and "riding" are relevant, while \
-"road", "helmet", "red" and "sunset" are irrelevant.
+Conversely, a tag is irrelevant if it refers to elements that are not an intrinsic part of the object. Irrelevant \
+tags may include: background details, environmental context, colors (unless a defining characteristic), lighting, \
+textures, other objects, or other non-essential contextual elements.
 
-Answer with JSON only, exactly in the form {"relevant_tags": [...]}, listing the relevant tags spelled as in the \
-input. Use an empty list when no tag is relevant."""
+For example, in the case of the class "bee", tags like "sky", "flower", or "blue" would be irrelevant, as they \
+describe the environment or background rather than the bee itself.
+
+Please output only the relevant tags in JSON format only (i.e., { relevant_tags: [the list of tags]})."""
 
 USER_TEMPLATE = """\
 Class: {class_name}
