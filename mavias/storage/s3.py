@@ -18,8 +18,6 @@ import json
 import logging
 import os
 import re
-import threading
-import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -52,6 +50,7 @@ from tenacity import (
 )
 
 from mavias.errors import UserError
+from mavias.storage.deadline import StorageDeadline, register_deadline
 from mavias.utils.atomic import atomic_path
 from mavias.utils.progress import progress_bar
 
@@ -161,58 +160,6 @@ def _reveal(secret: SecretStr | None) -> str | None:
     return secret.get_secret_value() if secret is not None else None
 
 
-class StorageDeadline(TimeoutError):
-    """A step's deadline for the store passed: the endpoint stalled or was unreachable for that long. Not retried."""
-
-
-class _StoreClock:
-    """The time a client spends waiting on the store: wall time while at least one of its requests is in flight
-    (parallel transfers count once), never the step's own work between requests."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._in_flight = 0
-        self._since = 0.0
-        self._waited = 0.0
-
-    def started(self, **_: Any) -> None:
-        with self._lock:
-            if self._in_flight == 0:
-                self._since = time.monotonic()
-            self._in_flight += 1
-
-    def finished(self, **_: Any) -> None:
-        with self._lock:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._waited += time.monotonic() - self._since
-
-    def waited(self) -> float:
-        with self._lock:
-            return self._waited + (time.monotonic() - self._since if self._in_flight else 0.0)
-
-
-def _register_deadline(client: BaseClient, settings: S3Settings, deadline_s: float, step: str) -> None:
-    """Before every attempt of every request (botocore's ``before-send``), stop the step once its requests have
-    waited on the store for ``deadline_s`` in all."""
-    clock = _StoreClock()
-
-    def guard(event_name: str = "", **_: Any) -> None:
-        if clock.waited() > deadline_s:
-            where = settings.endpoint_url or f"S3 ({settings.region})"
-            raise StorageDeadline(
-                f"the object store {where} did not answer within the {step} step's deadline of {deadline_s:g} s "
-                f"(at {event_name.rsplit('.', 1)[-1]} on bucket {settings.bucket}): it is stalled or unreachable; "
-                "check the endpoint, or raise s3.step_deadline_s if the step is slow but working"
-            )
-
-    events = client.meta.events
-    events.register("before-call.s3", clock.started)
-    events.register("after-call.s3", clock.finished)
-    events.register("after-call-error.s3", clock.finished)
-    events.register("before-send.s3", guard)
-
-
 def make_s3_client(settings: S3Settings, *, deadline_s: float | None = None, step: str = "this") -> BaseClient:
     """A thread-safe S3 client whose every call is retried by botocore on throttling, 5xx and connection errors.
 
@@ -237,7 +184,7 @@ def make_s3_client(settings: S3Settings, *, deadline_s: float | None = None, ste
     log.debug("S3 client for bucket %s at %s", settings.bucket, settings.endpoint_url or "AWS")
     client = session.client("s3", endpoint_url=settings.endpoint_url, config=config)
     if deadline_s is not None:
-        _register_deadline(client, settings, deadline_s, step)
+        register_deadline(client, settings.endpoint_url or f"S3 ({settings.region})", settings.bucket, deadline_s, step)
     return client
 
 
