@@ -103,7 +103,8 @@ class DecisionTally:
         return sum(counts[source] for counts in self.sources.values())
 
     def by_class(self) -> dict[str, dict[str, int]]:
-        return {name: {source: n for source, n in sorted(counts.items()) if n} for name, counts in sorted(self.sources.items())}
+        return {name: {source: n for source, n in sorted(counts.items()) if n}
+                for name, counts in sorted(self.sources.items())}
 
 
 def _shuffled(tags: list[str], class_name: str) -> list[str]:

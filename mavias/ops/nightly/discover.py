@@ -136,7 +136,7 @@ def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[Tagged] 
     totals = {"images_tagged": sum(t["images_tagged"] for t in tagged or []), "llm_requests": 0, "tags_judged": 0,
               "prompts_encoded": 0}
     decisions: dict[str, Counter[str]] = {}
-    failures: list[str] = []
+    failure: str | None = None
     partitions = partitions_to_discover(cfg, validated)
     if partitions:
         usage = layout(cfg).night(validated["night"]) / LLM_USAGE_NAME
@@ -152,11 +152,10 @@ def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[Tagged] 
                     totals[key] += getattr(counts, key)
                 for class_name, by_source in counts.decisions_per_class.items():
                     decisions.setdefault(class_name, Counter()).update(by_source)
-                failures += [counts.judge_failure] if counts.judge_failure else []
+                failure = failure or counts.judge_failure
         finally:
             if budget is not None:
                 write_json(usage, {"requests": budget.spent})
     log.info("discovery of %s: %s", sorted(partitions) or "nothing new", totals)
-    return {"partitions": sorted(partitions), **totals, "judge": cfg.judge_settings().kind,
-            "judge_failure": failures[0] if failures else None,
+    return {"partitions": sorted(partitions), **totals, "judge": cfg.discovery.judge, "judge_failure": failure,
             "decisions": {name: dict(sorted(counts.items())) for name, counts in sorted(decisions.items())}}
