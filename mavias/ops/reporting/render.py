@@ -19,6 +19,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from mavias.core.evaluate.shortcuts import MIN_CROSS_AUC, MIN_CROSS_SUPPORT, MIN_ODDS_RATIO
 from mavias.core.judging.quality import ClassChanges
 from mavias.ops.gates import GateResult
 from mavias.ops.reporting.context import RelevanceChanges, ReportContext
@@ -264,6 +265,7 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         logit_plot=LOGIT_PLOT,
         trend_plot=TREND_PLOT,
         top_k=TOP_K,
+        b_rule={"odds_ratio": MIN_ODDS_RATIO, "cross_auc": MIN_CROSS_AUC, "cross_support": MIN_CROSS_SUPPORT},
         relevance=context.relevance_changes,
         changed_classes=changed_classes(context.relevance_changes) if context.relevance_changes else [],
         classes_shown=CHANGED_CLASSES_SHOWN,
