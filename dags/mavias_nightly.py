@@ -15,7 +15,8 @@ file only wires.
 5. **evaluate** candidate, reference and production on the fixed evaluation set, 6. **quality_gates**,
 7. **package** (ONNX + verification + model card), 8. **publish** and **promote** when every gate passed,
 9. **report** by email and next to the models, whatever happened (a new attempt per rerun, never overwritten),
-10. **notify** sends the queued emails (kept for the next try or night when SMTP fails); **finish** fails the run
+10. **notify** sends the queued emails (kept for the next try or night when SMTP fails); **clean_up** deletes what
+the `retention` settings do not keep (old prepared datasets and night folders); **finish** fails the run
 if a task failed, saying when only the notification did, when the report says the night failed (a corrupt
 production pointer), or when the promoted version could not be pointed at by the configured KServe
 InferenceService (the promotion stands; the report gives the command to retry).
@@ -269,6 +270,17 @@ def notify() -> dict:
     return report.notify(cfg, smtp_settings_from_connection(cfg.airflow.smtp_conn_id))
 
 
+@task(trigger_rule=TriggerRule.ALL_DONE)
+def clean_up() -> dict:
+    """Delete what retention does not keep, after the report has read what it needs."""
+    from mavias.ops.nightly import retention
+
+    context = get_current_context()
+    prepared = _task_states(context).get("prepare_dataset") == "success"
+    dataset = context["ti"].xcom_pull(task_ids="prepare_dataset") if prepared else None
+    return run_stage(retention.clean_up, night_of(context), (dataset or {}).get("digest"))
+
+
 @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
 def finish() -> None:
     """Fail the run when any task failed; the report has been sent (or queued) by then."""
@@ -347,7 +359,7 @@ def mavias_nightly() -> None:
     [packaged, published, promoted] >> recorded
     results = [sensed, validated, plan, discovered, dataset, reference, candidate, evaluated, gates, packaged,
                published, promoted, recorded]
-    results >> report() >> notify() >> finish()
+    results >> report() >> notify() >> clean_up() >> finish()
 
 
 mavias_nightly()

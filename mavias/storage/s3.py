@@ -19,7 +19,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 ENV_PREFIX = "MAVIAS_S3_"
 CONDITION_FAILURES = {"PreconditionFailed", "ConditionalRequestConflict"}
 
+IN_FLIGHT_PER_WORKER = 4
 T = TypeVar("T")
 
 # Every name that becomes a path or a key (partitions, versions, model names): no separators, no leading dot.
@@ -360,15 +361,28 @@ def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag:
 
 
 def run_parallel(fn: Callable[[T], object], items: Sequence[T], workers: int, desc: str) -> None:
-    """``fn`` over ``items`` on a small thread pool with a progress bar; the first error cancels the rest."""
+    """``fn`` over ``items`` on a small thread pool with a progress bar; the first error stops the rest. At most
+    ``IN_FLIGHT_PER_WORKER`` items per worker are submitted at a time, so millions of files cost no more memory
+    than a few."""
     progress = progress_bar(total=len(items), desc=desc, unit="file")
+    pending: set[Future] = set()
     with ThreadPoolExecutor(max_workers=workers) as pool, progress as bar:
-        futures = [pool.submit(fn, item) for item in items]
         try:
-            for future in as_completed(futures):
-                future.result()
-                bar.update()
+            for item in items:
+                if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
+                    pending = _collect(wait(pending, return_when=FIRST_COMPLETED), bar)
+                pending.add(pool.submit(fn, item))
+            _collect(wait(pending), bar)
         except BaseException:
-            for future in futures:
+            for future in pending:
                 future.cancel()
             raise
+
+
+def _collect(waited: tuple[set[Future], set[Future]], bar: Any) -> set[Future]:
+    """Raise the first error among the finished futures; return those still running."""
+    done, running = waited
+    for future in done:
+        future.result()
+        bar.update()
+    return running

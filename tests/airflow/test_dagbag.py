@@ -125,7 +125,8 @@ def test_every_task_and_the_run_are_bounded_in_time_and_preflight_comes_first(da
     for task_id, task in tasks.items():
         assert task["timeout_s"] == (360 if task_id in GPU_TASKS else 60) * 60, task_id
     assert tasks["sense"]["upstream"] == ["preflight"] and tasks["preflight"]["upstream"] == []
-    assert tasks["notify"]["upstream"] == ["report"] and tasks["finish"]["upstream"] == ["notify"]
+    assert tasks["notify"]["upstream"] == ["report"] and tasks["clean_up"]["upstream"] == ["notify"]
+    assert tasks["finish"]["upstream"] == ["clean_up"]
 
 
 def test_hooks_map_connections_and_keep_secrets(dag_info: dict) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pandas as pd
@@ -153,3 +154,47 @@ def test_credentials_never_logged_or_shown(moto_endpoint, caplog):
     assert not any(secret in text or access_key in text for text in shown)
     assert secret not in caplog.text  # botocore's own DEBUG logs included
     assert not any(access_key in r.getMessage() for r in caplog.records if r.name.startswith("mavias"))
+
+
+class _CountedItems:
+    """A million file names drawn one at a time, recording how many were drawn before each finished."""
+
+    def __init__(self, n: int):
+        self.n, self.drawn, self.finished, self.most_ahead = n, 0, 0, 0
+        self.lock = threading.Lock()
+
+    def finish(self) -> None:
+        with self.lock:
+            self.finished += 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):  # noqa: ANN204
+        for i in range(self.n):
+            with self.lock:
+                self.drawn += 1
+                self.most_ahead = max(self.most_ahead, self.drawn - self.finished)
+            yield f"file-{i}"
+
+
+def test_a_huge_partition_is_submitted_a_few_files_per_worker_at_a_time_and_stops_at_the_first_error() -> None:
+    from mavias.storage.s3 import IN_FLIGHT_PER_WORKER, run_parallel
+
+    items = _CountedItems(20_000)
+
+    def fetch(name: str) -> None:
+        items.finish()
+
+    run_parallel(fetch, items, workers=4, desc="pull")
+    assert items.finished == 20_000 and items.most_ahead <= 4 * IN_FLIGHT_PER_WORKER + 1
+    failing = _CountedItems(1_000_000)
+
+    def broken(name: str) -> None:
+        failing.finish()
+        if name == "file-100":
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        run_parallel(broken, failing, workers=4, desc="pull")
+    assert failing.drawn < 200  # nothing like a million futures were made

@@ -1,12 +1,17 @@
 """On-disk embedding store: each unique prompt is encoded once per encoder, ever.
 
-Layout: ``embeddings.npy`` (float16, n x d), ``index.parquet`` (key, row, prompt), ``meta.json``.
+Append-only: each write adds one part, ``part-<time>-<id>.npy`` (float16, n x d) then ``part-<time>-<id>.parquet``
+(key, prompt), so a write costs what it adds, never a rewrite of what is stored, and two writers never clobber each
+other; a part without its index (a write cut off) is ignored. ``meta.json`` names the encoders. A store written as
+one ``embeddings.npy`` + ``index.parquet`` is read as its first part.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -15,26 +20,34 @@ import pandas as pd
 from mavias.core.encode.base import TextEncoder
 from mavias.utils.atomic import atomic_path, write_json
 
+LEGACY_PART = ("embeddings.npy", "index.parquet")
+
 
 def embedding_key(encoder_id: str, prompt: str) -> str:
     return hashlib.sha256(f"{encoder_id}\n{prompt}".encode()).hexdigest()[:32]
 
 
+def _parts(root: Path) -> list[tuple[Path, Path]]:
+    """(vectors, index) of every complete part, oldest first."""
+    legacy = [(root / LEGACY_PART[0], root / LEGACY_PART[1])] if (root / LEGACY_PART[1]).exists() else []
+    return legacy + [(index.with_suffix(".npy"), index) for index in sorted(root.glob("part-*.parquet"))]
+
+
 class EmbeddingStore:
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self._index = self._load_index()
-        self._matrix = self._load_matrix()
+        self._index, self._matrix = self._load()
 
-    def _load_index(self) -> pd.DataFrame:
-        path = self.root / "index.parquet"
-        if path.exists():
-            return pd.read_parquet(path)
-        return pd.DataFrame({"key": pd.Series(dtype=str), "row": pd.Series(dtype="int64"), "prompt": pd.Series(dtype=str)})
-
-    def _load_matrix(self) -> np.ndarray | None:
-        path = self.root / "embeddings.npy"
-        return np.load(path) if path.exists() else None
+    def _load(self) -> tuple[pd.DataFrame, np.ndarray | None]:
+        indexes, matrices = [], []
+        for vectors, index in _parts(self.root):
+            indexes.append(pd.read_parquet(index, columns=["key", "prompt"]))
+            matrices.append(np.load(vectors))
+        if not indexes:
+            empty = pd.DataFrame({"key": pd.Series(dtype=str), "prompt": pd.Series(dtype=str)})
+            return empty.assign(row=pd.Series(dtype="int64")), None
+        index = pd.concat(indexes, ignore_index=True)
+        return index.assign(row=range(len(index))).drop_duplicates("key"), np.concatenate(matrices)
 
     def __len__(self) -> int:
         return len(self._index)
@@ -48,14 +61,21 @@ class EmbeddingStore:
         self._check_encoder(encoder)
         chunks = [encoder.encode(todo[i : i + batch_size]) for i in range(0, len(todo), batch_size)]
         new = np.concatenate(chunks).astype(np.float16)
+        rows = pd.DataFrame({"key": [embedding_key(encoder.encoder_id, p) for p in todo], "prompt": todo})
+        self._append(new, rows)
         start = 0 if self._matrix is None else len(self._matrix)
         self._matrix = new if self._matrix is None else np.concatenate([self._matrix, new])
-        rows = pd.DataFrame(
-            {"key": [embedding_key(encoder.encoder_id, p) for p in todo], "row": range(start, start + len(todo)), "prompt": todo}
-        )
-        self._index = pd.concat([self._index, rows], ignore_index=True)
-        self._save()
+        self._index = pd.concat([self._index, rows.assign(row=range(start, start + len(todo)))], ignore_index=True)
         return len(todo)
+
+    def _append(self, vectors: np.ndarray, rows: pd.DataFrame) -> None:
+        # vectors first: an index never points at vectors that are not there, even if the process dies in between
+        name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        with atomic_path(self.root / f"{name}.npy") as tmp:
+            with open(tmp, "wb") as fh:
+                np.save(fh, vectors)
+        with atomic_path(self.root / f"{name}.parquet") as tmp:
+            rows.to_parquet(tmp, index=False)
 
     def _check_encoder(self, encoder: TextEncoder) -> None:
         meta_path = self.root / "meta.json"
@@ -70,14 +90,6 @@ class EmbeddingStore:
         else:
             ids = [encoder.encoder_id]
         write_json(meta_path, {"dim": encoder.dim, "encoder_ids": ids})
-
-    def _save(self) -> None:
-        # matrix first: an index row never points past the matrix, even if the process dies in between
-        with atomic_path(self.root / "embeddings.npy") as tmp:
-            with open(tmp, "wb") as fh:
-                np.save(fh, self._matrix)
-        with atomic_path(self.root / "index.parquet") as tmp:
-            self._index.to_parquet(tmp, index=False)
 
     def lookup(self, encoder_id: str, prompts: list[str]) -> np.ndarray:
         """float32 matrix of the prompts' embeddings, in order; every prompt must be stored."""

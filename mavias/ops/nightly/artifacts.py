@@ -37,7 +37,8 @@ class Validated(TypedDict):
     failed: list[str]
     waiting: dict[str, str]  # partitions still uploading -> why (taken on a later night, neither valid nor failed)
     validations: dict[str, PartitionValidation]
-    partitions: list[str]  # processed before + valid tonight: the accumulated training data
+    changed: NotRequired[dict[str, str]]  # processed partitions changed in the bucket since validated -> why (left out)
+    partitions: list[str]  # processed before (less the changed) + valid tonight: the accumulated training data
     evaluation: str  # local manifest of the fixed evaluation set
     classes: list[str]
 

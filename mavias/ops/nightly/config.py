@@ -135,6 +135,13 @@ class ServingSection(_Section):
     retry_s: float = Field(120.0, ge=0, description="how long an unreachable or conflicting Kubernetes API is retried")
 
 
+class RetentionSection(_Section):
+    keep_datasets: int = Field(3, ge=1, description="prepared datasets and their trainings (training/<digest>/) kept "
+                               "besides production's and tonight's, newest first; older ones are deleted each night")
+    keep_nights: int = Field(90, ge=1, description="night folders (nights/<night>/: validation, relevance, packages) "
+                             "kept, newest first, besides production's night; the report history is kept whole")
+
+
 class AirflowSection(_Section):
     """Read by the DAG and the plugin only; the library never imports Airflow."""
 
@@ -168,6 +175,7 @@ class NightlyConfig(_Section):
     gates: Path = Field(DEFAULT_GATES_PATH, description="the quality gates' YAML (worst-group floors, regressions)")
     report: ReportSection = ReportSection()
     serving: ServingSection = ServingSection()
+    retention: RetentionSection = RetentionSection()
     airflow: AirflowSection = AirflowSection()
 
     _training: TrainConfig = PrivateAttr()

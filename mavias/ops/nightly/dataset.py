@@ -85,14 +85,28 @@ def _absolute(manifest_path: Path) -> pd.DataFrame:
     return frame.assign(uri=[str(manifest_path.parent / uri) for uri in frame["uri"]])
 
 
+def _content_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError:
+        return None  # a missing image: quarantined when the data is prepared
+
+
 def accumulated_manifest(partition_manifests: Iterable[Path], evaluation_manifest: Path) -> pd.DataFrame:
-    """Train/val rows of every partition (first occurrence of an image wins, evaluation images excluded) plus the
-    evaluation set as the ``test`` split; uris are absolute."""
+    """Train/val rows of every partition (first occurrence of an image wins) plus the evaluation set as the ``test``
+    split; uris are absolute. An evaluation image never trains: rows are left out by content (the same bytes under
+    any name) and by ``sample_id`` (tags are keyed by it, so it must stay unique)."""
     test = _absolute(evaluation_manifest).assign(split="test")
     parts = [_absolute(path) for path in partition_manifests]
     train = pd.concat(parts, ignore_index=True) if parts else test.iloc[:0]
     train = train[train["split"].isin(TRAIN_SPLITS) & ~train["sample_id"].isin(test["sample_id"])]
-    return pd.concat([train.drop_duplicates("sample_id"), test], ignore_index=True)
+    evaluation_images = {digest for digest in map(_content_digest, test["uri"]) if digest}
+    seen = train["uri"].map(_content_digest).isin(evaluation_images)
+    if seen.any():
+        log.warning("%d training image(s) are evaluation images under other names (e.g. %s): left out",
+                    int(seen.sum()), train.loc[seen, "uri"].iloc[0])
+    return pd.concat([train[~seen].drop_duplicates("sample_id"), test], ignore_index=True)
 
 
 def check_trainable(manifest: pd.DataFrame) -> None:

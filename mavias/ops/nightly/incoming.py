@@ -4,7 +4,8 @@ Layout (prefixes from :class:`~mavias.storage.s3.S3Settings`)::
 
     incoming/<partition>/manifest.{parquet,csv}   a partition is ready once its manifest exists, so producers
     incoming/<partition>/<images...>              upload the images first and the manifest last
-    state/processed/<partition>.json              ledger: one marker per processed partition
+    state/processed/<partition>.json              ledger: one marker per processed partition, with the ETag of
+                                                  every file as validated (a later change is refused)
     quarantine/<partition>/validation.json        partitions that failed validation (delete it to retry)
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 from botocore.client import BaseClient
 
 from mavias.core.manifest.io import ManifestError, read_manifest_table
+from mavias.errors import UserError
 from mavias.storage.s3 import (
     NAME_PATTERN,
     RemoteObject,
@@ -28,6 +30,7 @@ from mavias.storage.s3 import (
     check_name,
     create_json,
     download_file,
+    get_json,
     list_folders,
     list_objects,
     put_json,
@@ -41,11 +44,28 @@ log = logging.getLogger(__name__)
 MANIFEST_NAMES = ("manifest.parquet", "manifest.csv")  # in order of preference
 PULLED_ETAGS = ".pulled-etags.json"  # in a pulled folder: the ETag of every file as it was downloaded
 PULL_JOURNAL = ".pulled-etags.jsonl"  # ... and of each file as it lands, until the pull completes
+VALIDATED_ETAGS = ".validated-etags.json"  # ... and of every file as it was validated: the pins of later pulls
 SUCCESS_MARKER = "_SUCCESS"  # a producer that uploads in any order writes it last: the partition is complete
 
 
 class MissingManifest(ManifestError):
     """A partition (or the evaluation set) with no manifest in the bucket."""
+
+
+class PartitionChanged(UserError):
+    """A validated partition whose files changed in the bucket since, with no validated copy in the workspace."""
+
+    def __init__(self, settings: S3Settings, partition: str, names: list[str]):
+        self.partition, self.names = partition, names
+        super().__init__(
+            f"partition {partition}: {len(names)} file(s) changed or vanished in the bucket after it was validated "
+            f"(e.g. {names[0]}); it is left out of training. Restore them, or upload the new contents as a new "
+            f"partition; to validate the changed one again, delete {s3_uri(settings, marker_key(settings, partition))}")
+
+
+def marker_key(settings: S3Settings, partition: str) -> str:
+    """The processed ledger's marker of ``partition``."""
+    return f"{settings.state_prefix}processed/{check_name('partition', partition)}.json"
 
 
 def partition_prefix(settings: S3Settings, partition: str) -> str:
@@ -106,11 +126,20 @@ class ProcessedLedger:
         """Ready partitions that were neither processed nor quarantined, sorted."""
         return list_partitions(self.client, self.settings, exclude=self.processed() | self.quarantined())
 
+    def marker(self, partition: str) -> dict[str, Any] | None:
+        found = get_json(self.client, self.settings, marker_key(self.settings, partition))
+        return found[0] if found else None
+
     def mark_processed(self, partition: str, info: Mapping[str, Any] | None = None) -> bool:
-        """Record ``partition`` as processed; False when it already was (the first record is kept)."""
+        """Record ``partition`` as processed; False when it already was (the first record is kept, but for the pins
+        of a partition validated again)."""
         payload = {"partition": partition, "processed_at": datetime.now(UTC).isoformat(), **(info or {})}
-        key = f"{self.processed_prefix}{check_name('partition', partition)}.json"
+        key = marker_key(self.settings, partition)
         created = create_json(self.client, self.settings, key, payload)
+        if not created:
+            existing, etag = get_json(self.client, self.settings, key) or ({}, None)
+            if etag is not None and existing.get("etags") != payload.get("etags"):
+                put_json(self.client, self.settings, key, payload, if_match=etag)
         log.info("partition %s %s", partition, "marked processed" if created else "was already processed")
         return created
 
@@ -132,11 +161,6 @@ def _referenced_files(manifest_path: Path) -> set[str]:
     if bad:
         raise ManifestError(f"{manifest_path}: uris must be relative to the partition, got e.g. {bad[:3]}")
     return {PurePosixPath(u).as_posix() for u in uris}
-
-
-def _is_current(path: Path, obj: RemoteObject, pulled_etag: str | None) -> bool:
-    # ETags, not md5s, identify contents: SSE-KMS and multipart ETags are not md5 digests.
-    return pulled_etag == obj.etag and path.is_file() and path.stat().st_size == obj.size
 
 
 class _PullJournal:
@@ -185,39 +209,91 @@ def still_uploading(client: BaseClient, settings: S3Settings, partition: str, ma
             f"once they are, or a {SUCCESS_MARKER} marker is written, or {max_wait_h:g} h after its manifest")
 
 
-def pull_partition(client: BaseClient, settings: S3Settings, partition: str, local_dir: str | Path) -> Path:
+def _remote_files(client: BaseClient, settings: S3Settings, partition: str) -> dict[str, RemoteObject]:
+    prefix = partition_prefix(settings, partition)
+    return {obj.key[len(prefix) :]: obj for obj in list_objects(client, settings, prefix)}
+
+
+def _unpinned_changes(remote: Mapping[str, RemoteObject], pins: Mapping[str, str], pulled: Mapping[str, str],
+                      local_dir: Path) -> list[str]:
+    """Pinned files whose bucket copy changed or vanished and whose validated copy the workspace does not hold."""
+    def held(name: str) -> bool:
+        return pulled.get(name) == pins[name] and (local_dir / name).is_file()
+
+    return sorted(name for name, etag in pins.items()
+                  if (name not in remote or remote[name].etag != etag) and not held(name))
+
+
+def read_pins(local_dir: str | Path) -> dict[str, str] | None:
+    """The ETags a partition's files had when it was validated, or None when it was never pinned."""
+    path = Path(local_dir) / VALIDATED_ETAGS
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def pin_validated(local_dir: str | Path, pins: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Pin a partition's files at the ETags just pulled and validated (or at ``pins``, e.g. from its ledger marker)."""
+    local_dir = Path(local_dir)
+    pins = dict(pins if pins is not None else json.loads((local_dir / PULLED_ETAGS).read_text()))
+    write_json(local_dir / VALIDATED_ETAGS, pins)
+    return pins
+
+
+def changed_since_validation(client: BaseClient, settings: S3Settings, partition: str,
+                             local_dir: str | Path) -> list[str]:
+    """Files of a pinned partition that no pull can bring back as validated (empty when it is fine or unpinned)."""
+    pins = read_pins(local_dir)
+    if pins is None:
+        return []
+    return _unpinned_changes(_remote_files(client, settings, partition), pins, _PullJournal(Path(local_dir)).load(),
+                             Path(local_dir))
+
+
+def pull_partition(client: BaseClient, settings: S3Settings, partition: str, local_dir: str | Path, *,
+                   pinned: bool = True) -> Path:
     """Download a partition's manifest and the images it references to ``local_dir``; return the manifest path.
 
     Idempotent and resumable: a file pulled before (by a complete pull or one cut off part-way) whose size and
     ETag are unchanged is not transferred again. Referenced files missing from the bucket are logged and left for
-    validation to quarantine.
+    validation to quarantine. Once validated (:func:`pin_validated`), a partition is pulled at its pinned ETags
+    only: a file changed since is kept as validated when the workspace holds it, else :class:`PartitionChanged`;
+    ``pinned=False`` pulls what the bucket has now (for validating it again).
     """
     local_dir = Path(local_dir)
-    prefix = partition_prefix(settings, partition)
-    remote = {obj.key[len(prefix) :]: obj for obj in list_objects(client, settings, prefix)}
-    manifest_name = _manifest_name(set(remote))
+    remote = _remote_files(client, settings, partition)
+    pins = read_pins(local_dir) if pinned else None
+    manifest_name = _manifest_name(set(pins if pins is not None else remote))
     if manifest_name is None:
-        raise MissingManifest(f"{s3_uri(settings, prefix)}: no manifest ({' or '.join(MANIFEST_NAMES)})")
+        raise MissingManifest(f"{s3_uri(settings, partition_prefix(settings, partition))}: no manifest "
+                              f"({' or '.join(MANIFEST_NAMES)})")
     local_dir.mkdir(parents=True, exist_ok=True)
     journal = _PullJournal(local_dir)
     pulled = journal.load()
+    if pins is not None:
+        changed = _unpinned_changes(remote, pins, pulled, local_dir)
+        if changed:
+            raise PartitionChanged(settings, partition, changed)
+    wanted_etag = dict(pins) if pins is not None else {name: obj.etag for name, obj in remote.items()}
 
     def stale(name: str) -> bool:
-        return not _is_current(local_dir / name, remote[name], pulled.get(name))
+        # ETags, not md5s, identify contents: SSE-KMS and multipart ETags are not md5 digests.
+        path, obj = local_dir / name, remote.get(name)
+        if pulled.get(name) != wanted_etag[name] or not path.is_file():
+            return True
+        return obj is not None and obj.etag == wanted_etag[name] and obj.size != path.stat().st_size
 
     def fetch(name: str) -> None:
-        download_file(client, settings, remote[name].key, local_dir / name, etag=remote[name].etag)
-        journal.record(name, remote[name].etag)
+        download_file(client, settings, remote[name].key, local_dir / name, etag=wanted_etag[name])
+        journal.record(name, wanted_etag[name])
 
     if stale(manifest_name):
         fetch(manifest_name)
     wanted = _referenced_files(local_dir / manifest_name)
-    missing = sorted(wanted - remote.keys())
+    missing = sorted(wanted - wanted_etag.keys())
     if missing:
         log.warning("partition %s: %d referenced file(s) missing, e.g. %s", partition, len(missing), missing[:3])
-    present = sorted(wanted & remote.keys())
+    present = sorted(wanted & wanted_etag.keys())
     todo = [name for name in present if stale(name)]
     run_parallel(fetch, todo, settings.max_workers, desc=f"pull {partition}")
-    journal.finish({name: remote[name].etag for name in [manifest_name, *present]})
+    journal.finish({name: wanted_etag[name] for name in [manifest_name, *present]})
     log.info("partition %s: %d file(s) downloaded, %d up to date", partition, len(todo), len(present) - len(todo))
     return local_dir / manifest_name

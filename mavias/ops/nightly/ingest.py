@@ -9,9 +9,10 @@ then fails the step, never quarantining data.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from botocore.client import BaseClient
@@ -20,10 +21,18 @@ from mavias.core.manifest import ManifestError, read_manifest_table
 from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
 from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.incoming import ProcessedLedger, find_manifest, still_uploading
+from mavias.ops.nightly.incoming import (
+    PartitionChanged,
+    ProcessedLedger,
+    changed_since_validation,
+    find_manifest,
+    pin_validated,
+    read_pins,
+    still_uploading,
+)
 from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
 from mavias.ops.validation import CheckResult, ValidationResult, validate_manifest_file
-from mavias.storage.s3 import S3Settings, check_name, get_json, is_transient, s3_uri
+from mavias.storage.s3 import S3Settings, check_name, is_transient, s3_uri
 from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)
@@ -60,15 +69,29 @@ def _class_counts(manifest: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in train["label"].value_counts().items()}
 
 
-def _accumulated_class_counts(client: BaseClient, settings: S3Settings, processed: Iterable[str]) -> dict[str, int]:
+def _accumulated_class_counts(markers: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
     """Training-label counts of the processed partitions, from their ledger markers (see :func:`record_processed`)."""
-    ledger = ProcessedLedger(client, settings)
     total: dict[str, int] = {}
-    for partition in processed:
-        marker = get_json(client, settings, f"{ledger.processed_prefix}{partition}.json")
-        for label, n in (marker[0].get("class_counts", {}) if marker else {}).items():
+    for marker in markers.values():
+        for label, n in marker.get("class_counts", {}).items():
             total[label] = total.get(label, 0) + n
     return total
+
+
+def _changed_partitions(cfg: NightlyConfig, client: BaseClient, markers: Mapping[str, Mapping[str, Any]]
+                        ) -> dict[str, str]:
+    """Processed partitions whose validated files the bucket no longer has and the workspace does not hold -> why.
+    Each is pinned first at the ETags its marker recorded (a fresh workspace learns them there)."""
+    changed = {}
+    for partition, marker in markers.items():
+        folder = layout(cfg).partition(partition)
+        if marker.get("etags"):
+            pin_validated(folder, marker["etags"])
+        names = changed_since_validation(client, cfg.s3, partition, folder)
+        if names:
+            changed[partition] = str(PartitionChanged(cfg.s3, partition, names))
+            log.warning("%s", changed[partition])
+    return changed
 
 
 def _unreadable(err: Exception) -> ValidationResult:
@@ -87,7 +110,7 @@ def _validate_partition(
     cfg: NightlyConfig, client: BaseClient, night: str, partition: str, classes: list[str], counts: dict[str, int]
 ) -> PartitionValidation:
     try:
-        manifest = pull(cfg, client, partition)
+        manifest = pull(cfg, client, partition, pinned=False)
         waiting = still_uploading(client, cfg.s3, partition, manifest, cfg.validation.max_upload_wait_h)
         if waiting is not None:
             log.info("partition %s: still uploading: %s", partition, waiting)
@@ -98,7 +121,9 @@ def _validate_partition(
             raise
         result = _unreadable(err)
     path = write_json(layout(cfg).night(night) / "validation" / f"{partition}.json", result.to_dict())
-    if not result.success:
+    if result.success:
+        pin_validated(manifest.parent)
+    else:
         quarantine_partition(client, cfg.s3, partition, result)
     log.info("partition %s: %s", partition, result.summary())
     return {"success": result.success, "summary": result.summary(), "path": str(path)}
@@ -109,7 +134,10 @@ def pull_and_validate(cfg: NightlyConfig, sensed: Sensed) -> Validated:
     client = s3_client(cfg, "pull_and_validate")
     evaluation = pull_evaluation_set(cfg, client)
     classes = known_classes(cfg, evaluation)
-    counts = _accumulated_class_counts(client, cfg.s3, sensed["processed"])
+    ledger = ProcessedLedger(client, cfg.s3)
+    markers = {p: ledger.marker(p) or {} for p in sensed["processed"]}
+    counts = _accumulated_class_counts(markers)
+    changed = _changed_partitions(cfg, client, markers)
     checked = {p: _validate_partition(cfg, client, sensed["night"], p, classes, counts) for p in sensed["new"]}
     waiting = {p: v["summary"] for p, v in checked.items() if v.get("waiting")}
     validations = {p: v for p, v in checked.items() if p not in waiting}
@@ -120,7 +148,8 @@ def pull_and_validate(cfg: NightlyConfig, sensed: Sensed) -> Validated:
         "failed": [p for p, v in validations.items() if not v["success"]],
         "waiting": waiting,
         "validations": validations,
-        "partitions": sorted({*sensed["processed"], *valid}),
+        "changed": changed,
+        "partitions": sorted({*sensed["processed"], *valid} - changed.keys()),
         "evaluation": str(evaluation),
         "classes": classes,
     }
@@ -140,9 +169,12 @@ def training_decision(validated: Validated, *, full_retrain: bool) -> tuple[bool
 
 
 def record_processed(cfg: NightlyConfig, dataset: Dataset) -> Recorded:
-    """Mark tonight's new partitions processed, with their training-label counts for the next drift check."""
+    """Mark tonight's new partitions processed, with their training-label counts for the next drift check and the
+    ETags they were validated at (the pins of every later pull)."""
     ledger = ProcessedLedger(s3_client(cfg, "record_processed"), cfg.s3)
     for partition in dataset["new"]:
-        manifest = read_manifest_table(pull(cfg, ledger.client, partition))
-        ledger.mark_processed(partition, {"night": dataset["night"], "class_counts": _class_counts(manifest)})
+        manifest = pull(cfg, ledger.client, partition)
+        info = {"night": dataset["night"], "class_counts": _class_counts(read_manifest_table(manifest)),
+                "etags": read_pins(manifest.parent) or {}}
+        ledger.mark_processed(partition, info)
     return {"recorded": list(dataset["new"])}

@@ -87,9 +87,11 @@ def reports_prefix(cfg: NightlyConfig) -> str:
     return f"{cfg.s3.models_prefix}{cfg.model_name}/reports/"
 
 
-def pull(cfg: NightlyConfig, client: BaseClient, partition: str) -> Path:
-    """:func:`pull_partition` into the workspace, retried while the bucket is unreachable."""
-    return retry_transient(cfg.s3)(pull_partition, client, cfg.s3, partition, layout(cfg).partition(partition))
+def pull(cfg: NightlyConfig, client: BaseClient, partition: str, *, pinned: bool = True) -> Path:
+    """:func:`pull_partition` into the workspace (at its validated ETags unless ``pinned`` is False), retried while
+    the bucket is unreachable."""
+    return retry_transient(cfg.s3)(pull_partition, client, cfg.s3, partition, layout(cfg).partition(partition),
+                                   pinned=pinned)
 
 
 class EvaluationSetMissing(UserError):

@@ -161,9 +161,11 @@ def _judge_note(cfg: NightlyConfig, results: NightResults) -> list[str]:
             f"check connection {cfg.airflow.llm_conn_id!r} and discovery.llm_requests_per_night."]
 
 
-def _waiting_notes(validated: Mapping[str, Any]) -> list[str]:
-    return [f"partition {name} is still uploading, not validated tonight: {why.removeprefix('waiting: ')}"
-            for name, why in (validated.get("waiting") or {}).items()]
+def _partition_notes(validated: Mapping[str, Any]) -> list[str]:
+    """Partitions left out tonight: still uploading, or changed in the bucket after they were validated."""
+    waiting = [f"partition {name} is still uploading, not validated tonight: {why.removeprefix('waiting: ')}"
+               for name, why in (validated.get("waiting") or {}).items()]
+    return waiting + list((validated.get("changed") or {}).values())
 
 
 def _relevance_changes(results: NightResults) -> RelevanceChanges | None:
@@ -210,7 +212,7 @@ def build_report_context(
         production_version=production_version,
         model_uri=(results.get("published") or {}).get("uri"),
         notes=[*_notes(results, trained, skip_promotion, states), *_judge_note(cfg, results),
-               *_waiting_notes(validated), *notes],
+               *_partition_notes(validated), *notes],
         problem=problem,
         unsafe_folders=(results.get("sensed") or {}).get("unsafe", []),
         gates=gates,

@@ -1,7 +1,9 @@
 import numpy as np
+import pandas as pd
 import pytest
 
 from mavias.core.encode import EmbeddingStore, SentenceTransformerEncoder, bias_prompt
+from mavias.core.encode.store import embedding_key
 
 
 class CountingEncoder:
@@ -34,7 +36,29 @@ def test_each_unique_prompt_is_encoded_once_ever(tmp_path):
     vectors = EmbeddingStore(tmp_path).lookup(encoder.encoder_id, prompts)
     assert vectors.dtype == np.float32 and vectors.shape == (4, 4)
     assert np.array_equal(vectors[1], vectors[2]) and np.array_equal(vectors[0], vectors[3])
-    assert np.load(tmp_path / "embeddings.npy").dtype == np.float16
+    assert {np.load(part).dtype for part in tmp_path.glob("part-*.npy")} == {np.dtype(np.float16)}
+
+
+def test_a_write_appends_a_part_and_never_rewrites_what_is_stored(tmp_path):
+    encoder = CountingEncoder()
+    EmbeddingStore(tmp_path).ensure(encoder, ["a photo of sky"])
+    first = {path.name: path.read_bytes() for path in tmp_path.glob("part-*")}
+    (tmp_path / "part-99999999999999999999-cutoff.npy").write_bytes(b"a write cut off before its index")
+    EmbeddingStore(tmp_path).ensure(encoder, ["a photo of sky", "a photo of grass"])
+    assert all((tmp_path / name).read_bytes() == data for name, data in first.items())
+    assert len(list(tmp_path.glob("part-*.parquet"))) == 2 and encoder.calls == ["a photo of sky", "a photo of grass"]
+    reopened = EmbeddingStore(tmp_path)
+    assert len(reopened) == 2 and reopened.lookup(encoder.encoder_id, ["a photo of grass"])[0, 0] == 16
+
+
+def test_a_store_written_as_one_matrix_is_read_as_its_first_part(tmp_path):
+    encoder = CountingEncoder()
+    np.save(tmp_path / "embeddings.npy", np.array([[7, 0, 1, 0]], dtype=np.float16))
+    key = embedding_key(encoder.encoder_id, "a photo of sky")
+    pd.DataFrame({"key": [key], "row": [0], "prompt": ["a photo of sky"]}).to_parquet(tmp_path / "index.parquet")
+    store = EmbeddingStore(tmp_path)
+    assert store.ensure(encoder, ["a photo of sky", "a photo of grass"]) == 1 and encoder.calls == ["a photo of grass"]
+    assert EmbeddingStore(tmp_path).lookup(encoder.encoder_id, ["a photo of sky"])[0, 0] == 7
 
 
 def test_lookup_of_unknown_prompts_fails_clearly(tmp_path):

@@ -112,6 +112,16 @@ def test_accumulated_manifest_unions_partitions_and_keeps_the_evaluation_set_out
         dataset.check_trainable(no_bird)
 
 
+def test_an_evaluation_image_under_another_name_never_trains(tmp_path: Path) -> None:
+    partition = _manifest(tmp_path / "p1", [("a", "car", "train"), ("copy", "car", "train")])
+    evaluation = _manifest(tmp_path / "eval", [("e", "car", "test")])
+    (tmp_path / "p1" / "a.png").write_bytes(b"a training image")
+    (tmp_path / "eval" / "e.png").write_bytes(b"an evaluation image")
+    (tmp_path / "p1" / "copy.png").write_bytes(b"an evaluation image")  # its bytes, a new sample_id and file name
+    frame = dataset.accumulated_manifest([partition], evaluation)
+    assert frame.set_index("sample_id")["split"].to_dict() == {"a": "train", "e": "test"}
+
+
 def _config(settings: S3Settings, workspace: Path) -> NightlyConfig:
     return NightlyConfig(model_name="m", s3=settings, workspace=workspace)
 
