@@ -19,6 +19,9 @@ PRELOAD_LIMIT_BYTES = 2 * 1024**3
 FEATURE_PREFIX = "x"
 
 
+Preloaded = tuple[torch.Tensor | None, list[torch.Tensor] | None]  # an ImageSplit's (cache, sources)
+
+
 class ImageSplit(Dataset):
     """Images of one split as uint8 [3, H, W] after ``transform``.
 
@@ -29,7 +32,7 @@ class ImageSplit(Dataset):
     """
 
     def __init__(self, paths: list[Path], transform: Transform, size: int, *, random: bool = False,
-                 plain: Transform | None = None, progress: str | None = None):
+                 plain: Transform | None = None, progress: str | None = None, preloaded: Preloaded | None = None):
         self.paths = paths
         self.transform = transform
         self.size = size
@@ -37,7 +40,9 @@ class ImageSplit(Dataset):
         self.plain = plain  # the evaluation transform of an augmented split: what the images look like unaugmented
         self.cache: torch.Tensor | None = None
         self.sources: list[torch.Tensor] | None = None
-        if not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
+        if preloaded is not None:  # restored from a saved split: nothing is decoded again
+            self.cache, self.sources = preloaded
+        elif not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
             images = [load_transformed(p, transform)
                       for p in progress_bar(paths, desc=progress or "loading images", enabled=bool(progress))]
             self.cache = torch.stack(images) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)

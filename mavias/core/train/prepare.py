@@ -26,6 +26,7 @@ class PreparedData:
     quarantined: pd.DataFrame
     prompts_encoded: int = 0
     image_notes: dict[str, str] = field(default_factory=dict)  # why the image settings were chosen (unset ones)
+    config: TrainConfig | None = None  # the image settings chosen: an image split's transforms come from it
 
     def __getitem__(self, split: str) -> SplitData:
         if split not in self.splits:
@@ -106,7 +107,7 @@ def prepare_image_data(
             splits[name].embeddings = torch.from_numpy(embedded.vectors[position.loc[frame.index].to_numpy()])
     if group_attrs:
         attach_true_groups(splits, group_attrs)
-    return PreparedData(classes, splits, quarantined, embedded.encoded if embedded else 0, image_notes)
+    return PreparedData(classes, splits, quarantined, embedded.encoded if embedded else 0, image_notes, config)
 
 
 def attach_true_groups(splits: dict[str, SplitData], group_attrs: list[str]) -> None:

@@ -82,7 +82,7 @@ class Dataset(TypedDict):
 
     night: str
     digest: str
-    dir: str  # training/<digest>/: dataset/, prepared.pt, reference/, tuning/
+    dir: str  # training/<digest>/: dataset/, prepared-data.pt, reference/, tuning/
     partitions: list[str]
     new: list[str]  # tonight's valid partitions, marked processed by ingest.record_processed
     sizes: dict[str, int]  # images per split, and "quarantined"

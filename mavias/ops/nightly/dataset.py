@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
-import torch
 from botocore.client import BaseClient
 
 from mavias.core.judging.base import OFFLINE_SOURCE
@@ -25,6 +24,7 @@ from mavias.core.judging.review import apply_review, load_review
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import RELEVANCE_COLUMNS, load_relevance, save_relevance
 from mavias.core.tagging.run import TAGS_NAME
+from mavias.core.train import prepared_io
 from mavias.core.train.prepare import PreparedData, prepare_image_data
 from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, Validated
@@ -38,7 +38,8 @@ from mavias.utils.atomic import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 
-PREPARED_NAME = "prepared.pt"
+PREPARED_NAME = "prepared-data.pt"  # mavias.core.train.prepared_io's format; it replaces a pickled "prepared.pt"
+LEGACY_PREPARED = "prepared.pt"
 SIZES_NAME = "sizes.json"
 TRAIN_SPLITS = ("train", "val")
 RELEVANCE_NAME, RELEVANCE_CHANGES_NAME = "relevance.parquet", "relevance_changes.json"
@@ -153,15 +154,8 @@ def production_with_digest(cfg: NightlyConfig, client: BaseClient, digest: str) 
     return production.version if record is not None and record[0].get("digest") == digest else None
 
 
-def save_prepared(data: PreparedData, path: Path) -> Path:
-    with atomic_path(path) as tmp:
-        torch.save(data, tmp)
-    return path
-
-
 def load_prepared(dataset: Dataset) -> PreparedData:
-    # Our own file in our own workspace, written by save_prepared: a pickle of the prepared splits.
-    return torch.load(Path(dataset["dir"]) / PREPARED_NAME, weights_only=False)
+    return prepared_io.load_prepared(Path(dataset["dir"]) / PREPARED_NAME)
 
 
 def prepare_dataset(cfg: NightlyConfig, validated: Validated, *, full_retrain: bool = False) -> Dataset:
@@ -192,7 +186,8 @@ def prepare_dataset(cfg: NightlyConfig, validated: Validated, *, full_retrain: b
         )
         sizes = {name: len(split) for name, split in data.splits.items()} | {"quarantined": len(data.quarantined)}
         write_json(out / "dataset" / SIZES_NAME, sizes)
-        save_prepared(data, out / PREPARED_NAME)  # last: its presence marks the dataset complete
+        prepared_io.save_prepared(data, out / PREPARED_NAME)  # last: its presence marks the dataset complete
+        (out / LEGACY_PREPARED).unlink(missing_ok=True)
     sizes = json.loads((out / "dataset" / SIZES_NAME).read_text())
     log.info("dataset %s: %s from %d partition(s)", digest, sizes, len(partitions))
     return {"night": validated["night"], "digest": digest, "dir": str(out), "partitions": partitions,
