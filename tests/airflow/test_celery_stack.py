@@ -64,7 +64,7 @@ def _processes_of(pid: int) -> list[psutil.Process]:
 def _kill_when_training(home: Path, timeout_s: float) -> int:
     """SIGKILL the gpu worker and everything it started once the ranks of a distributed training run under it
     (a GPU node lost mid-task); the number of ranks killed."""
-    worker = local_airflow.read_state(home)["components"]["worker-gpu"]
+    worker = local_airflow.read_state(home)["components"]["worker-gpu"]["pid"]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         tree = _processes_of(worker)

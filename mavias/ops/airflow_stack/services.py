@@ -1,6 +1,10 @@
 """The services under a CeleryExecutor stack, on 127.0.0.1: PostgreSQL (Airflow's metadata database and Celery's
 results) and Redis (the Celery broker), each with its own data folder and a generated password; and the checks
-that name the component at fault and the fix: a port in use, a database or broker that does not answer.
+that name the component at fault and the fix: a port in use, a database or broker that does not answer. A service
+that does not answer as it starts is stopped again; the secret files stay readable by their owner only.
+
+The processes of a stack (services and Airflow's components) are recorded with their start time and found again by
+it, so that a later process given the same pid (after a reboot) is never signalled in their place.
 
 PostgreSQL refuses to run as root: started by root, it runs as the ``postgres`` system account (Debian's package
 creates it) with its data in a temporary folder, removed when the stack stops. Started by another user, it runs as
@@ -13,22 +17,38 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from mavias.errors import UserError
+
+if TYPE_CHECKING:
+    import psutil
 
 PG_ACCOUNT = "postgres"
 DB_NAME = DB_USER = "airflow"
 READY_TIMEOUT_S = 90.0
 WORKER_NAME_ENV = "MAVIAS_WORKER_NAME"
 INSTALL_HINT = "run `make system-deps` (Debian/Ubuntu: apt-get install postgresql redis-server)"
+STOP_TIMEOUT_S = 20.0
+# besides home/secrets: Airflow's fernet key, JWT and API secrets, the simple auth manager's generated passwords,
+# and the Redis configuration with its password
+SECRET_FILES = ("airflow.cfg", "simple_auth_manager_passwords.json.generated", "redis/redis.conf")
+# /proc/stat gives the boot time, part of every start time, in whole seconds: it may tick over between two readings
+START_TIME_TOLERANCE_S = 1.0
+# what the command line of a process of the stack holds: the components run `python -m airflow ...` (a Celery worker
+# retitles itself `[celeryd: ...] (celery worker ...)`)
+COMMAND_WORDS = {"postgres": ("postgres",), "redis": ("redis-server",)}
+COMPONENT_WORDS = ("airflow", "celery")
 
 
 @dataclass(frozen=True)
@@ -122,7 +142,7 @@ def start_postgres(home: Path, port: int, log: Path) -> Service:
         shutil.chown(data, PG_ACCOUNT, PG_ACCOUNT)
     secret = home / "secrets" / "postgres-password"
     if not (data / "pgdata" / "PG_VERSION").exists():
-        _write_secret(secret, secrets.token_urlsafe(24))
+        write_secret(secret, secrets.token_urlsafe(24))
         password_file = data / "password"
         password_file.write_text(secret.read_text())
         if as_root:
@@ -138,9 +158,10 @@ def start_postgres(home: Path, port: int, log: Path) -> Service:
              "-c", f"port={port}", "-c", "unix_socket_directories="],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **account)
     server = f"postgresql+psycopg2://{DB_USER}:{secret.read_text()}@127.0.0.1:{port}"
-    _wait(lambda: _connect_database(f"{server}/postgres"), process, "metadata database (PostgreSQL)", f"see {log}",
-          READY_TIMEOUT_S)
-    _create_database(f"{server}/postgres")
+    with _stopped_on_failure(process):
+        _wait(lambda: _connect_database(f"{server}/postgres"), process, "metadata database (PostgreSQL)",
+              f"see {log}", READY_TIMEOUT_S)
+        _create_database(f"{server}/postgres")
     return Service(process.pid, f"{server}/{DB_NAME}", data, temporary=as_root)
 
 
@@ -165,17 +186,137 @@ def start_redis(home: Path, port: int, log: Path) -> Service:
     data.mkdir(mode=0o700, exist_ok=True)
     password = secrets.token_urlsafe(24)
     config = data / "redis.conf"
-    _write_secret(config, f"bind 127.0.0.1\nport {port}\nprotected-mode yes\nrequirepass {password}\ndir {data}\n"
-                          "appendonly yes\nsave \"\"\n")
+    write_secret(config, f"bind 127.0.0.1\nport {port}\nprotected-mode yes\nrequirepass {password}\ndir {data}\n"
+                         "appendonly yes\nsave \"\"\n")
     with log.open("ab") as out:
         process = subprocess.Popen([_binary("redis-server", []), str(config)], stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     url = f"redis://:{password}@127.0.0.1:{port}/0"
-    _wait(lambda: _ping_broker(url), process, "Celery broker (Redis)", f"see {log}", READY_TIMEOUT_S)
+    with _stopped_on_failure(process):
+        _wait(lambda: _ping_broker(url), process, "Celery broker (Redis)", f"see {log}", READY_TIMEOUT_S)
     return Service(process.pid, url, data)
 
 
-def _write_secret(path: Path, text: str) -> None:
+@contextmanager
+def _stopped_on_failure(process: subprocess.Popen) -> Iterator[None]:
+    """Stop the service ``process`` when what follows its start fails: not yet recorded, no one else would."""
+    try:
+        yield
+    except BaseException:
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise
+
+
+def write_secret(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, created readable by its owner only (:func:`protect_secrets` sees to old files)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.touch(mode=0o600)
     path.write_text(text)
+
+
+def protect_secrets(home: Path) -> list[Path]:
+    """Create ``home/secrets`` (0700); make it and the stack's secret files in ``home`` private again where group or
+    others may read them (copied, restored from a backup, written under a loose umask). The paths changed."""
+    folder = home / "secrets"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    files = [path for path in [*folder.iterdir(), *(home / name for name in SECRET_FILES)] if path.is_file()]
+    return [path for path, mode in [(folder, 0o700), *((path, 0o600) for path in files)] if _made_private(path, mode)]
+
+
+def _made_private(path: Path, mode: int) -> bool:
+    if path.stat().st_mode & 0o077 == 0:
+        return False
+    path.chmod(mode)
+    return True
+
+
+def pid_of(entry: int | dict) -> int:
+    return entry if isinstance(entry, int) else entry["pid"]
+
+
+def record_process(pid: int) -> dict:
+    """A process just started, as the stack's state keeps it: its pid and its start time, which tell it from a later
+    process given the same pid (after it exited, or after a reboot)."""
+    import psutil
+
+    return {"pid": pid, "started_at": psutil.Process(pid).create_time()}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What now holds a pid of the stack's state."""
+
+    pid: int
+    process: psutil.Process | None  # the process that `up` started, while it runs
+    doubt: str = ""  # why the live process holding the pid is not taken for it (then it is left alone)
+
+
+def find_process(name: str, entry: int | dict, written: float) -> Recorded:
+    """The process recorded as ``name`` (a bare pid in state files of older versions) in the stack's state, last
+    written at ``written``."""
+    import psutil
+
+    pid = pid_of(entry)
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return Recorded(pid, None)
+        doubt = _doubt(name, entry, process, written)
+    except psutil.NoSuchProcess:
+        return Recorded(pid, None)
+    except psutil.AccessDenied:
+        doubt = "this user may not inspect the process that has it now"
+    return Recorded(pid, None, doubt) if doubt else Recorded(pid, process)
+
+
+def _doubt(name: str, entry: int | dict, process: psutil.Process, written: float) -> str:
+    """Why the live ``process`` holding the pid recorded for ``name`` is not taken for it; "" when it is."""
+    started = process.create_time()
+    if isinstance(entry, dict) and "started_at" in entry:
+        if abs(started - entry["started_at"]) <= START_TIME_TOLERANCE_S:
+            return ""
+        return f"it now belongs to a process started at {_clock(started)}, not at {_clock(entry['started_at'])}"
+    # no start time recorded (a state file of an older version): a process older than the file, with the command
+    command = " ".join(process.cmdline())
+    words = COMMAND_WORDS.get(name, COMPONENT_WORDS)
+    if started <= written + START_TIME_TOLERANCE_S and any(word in command for word in words):
+        return ""
+    return (f"the state file (of an older version) has no start time to check it by, and `{command}`, started at "
+            f"{_clock(started)}, does not look like the {name} that `up` started")
+
+
+def _clock(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def stop_processes(processes: list[psutil.Process], sig: signal.Signals, grace_s: float) -> None:
+    """Signal each process and every process it started (also those in sessions of their own, such as the ranks of
+    a distributed training), then kill what is left after ``grace_s``."""
+    import psutil
+
+    tree = []
+    for process in processes:
+        try:
+            tree += [process, *process.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    for process in tree:
+        _signal(process, sig)
+    _, alive = psutil.wait_procs(tree, timeout=grace_s)
+    for process in alive:
+        _signal(process, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=5)
+
+
+def _signal(process: psutil.Process, sig: signal.Signals) -> None:
+    import psutil
+
+    try:
+        process.send_signal(sig)
+    except psutil.NoSuchProcess:
+        pass

@@ -11,14 +11,16 @@
 The ``gpu`` pool and the connections (``aws_default`` from the nightly config's endpoint and region and the
 credentials of the environment, ``MAVIAS_S3_ACCESS_KEY_ID`` / ``MAVIAS_S3_SECRET_ACCESS_KEY``, never of the config
 file; ``smtp_default`` when an SMTP server is given; ``airflow_api`` for the DAG's preflight check) are created from the nightly config. ``up``
-is idempotent: on a running stack it restarts only the components that died (a killed worker) and keeps the rest.
-``down`` stops exactly what ``up`` started, with the processes they started. Airflow runs in subprocesses only:
+is idempotent: on a running stack it restarts only the components that died (a killed worker) and keeps the rest;
+when it fails, it stops what it started. ``down`` stops exactly what ``up`` started, with the processes they started,
+and never a process that has since been given a recorded pid (after a reboot). Airflow runs in subprocesses only:
 this module never imports it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shlex
@@ -35,15 +37,25 @@ from typing import Literal
 from mavias.errors import UserError
 from mavias.ops.airflow_stack.services import (
     WORKER_NAME_ENV,
+    Recorded,
+    Service,
     check_broker,
     check_database,
+    find_process,
+    pid_of,
+    protect_secrets,
+    record_process,
     require_free_port,
     start_postgres,
     start_redis,
+    stop_processes,
+    write_secret,
 )
 from mavias.ops.nightly.config import NightlyConfig, config_path, load_nightly_config
 from mavias.utils.atomic import write_json
 from mavias.utils.servers import free_port, wait_until_answering
+
+log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DAGS_FOLDER, PLUGINS_FOLDER = REPO_ROOT / "dags", REPO_ROOT / "plugins"
@@ -52,6 +64,7 @@ ENV_NAME = "stack.env"  # the settings (secrets only by reference), for `airflow
 API_CONN_ID = "airflow_api"
 DEFAULT_QUEUE = "default"  # Airflow's [operators] default_queue
 WORKER_CONCURRENCY = {DEFAULT_QUEUE: 2, "gpu": 1}
+STOP_GRACE_S = 20.0
 Executor = Literal["local", "celery"]
 
 
@@ -158,70 +171,89 @@ def up(home: Path, config: Path | None = None, *, port: int = 8080, smtp: tuple[
        database_wait_s: float = 90.0, timeout_s: float = 300.0) -> Stack:
     """Start the stack in the background and return once the API answers (and every worker is connected).
     On a stack already running in ``home`` with the same executor and port, start only what has died. A given
-    ``database_url`` may still be starting: it is waited for ``database_wait_s``."""
+    ``database_url`` may still be starting: it is waited for ``database_wait_s``. When it fails, what this call
+    started is stopped again."""
     home = home.resolve()
     config = config_path(config).resolve()
     cfg = load_nightly_config(config)
-    (home / "logs").mkdir(parents=True, exist_ok=True)
+    _prepare_home(home)
     state = read_state(home)
     new = state is None
-    if state is not None and (state["executor"], state["port"]) != (executor, port):
-        raise UserError(f"a stack ({state['executor']} executor, port {state['port']}) already runs in {home}: stop "
-                        f"it with `mavias airflow down --home {home}` first")
     if state is None:
         require_free_port(port, "Airflow api-server", "--port")
         state = {"executor": executor, "port": port, "services": {}, "components": {}}
-        if executor == "celery":
-            state["services"] = _celery_services(home, db_port, broker_port, database_url, broker_url,
-                                                 database_wait_s)
-        write_json(home / STATE_NAME, state)
-    else:
-        _require_services_alive(home, state)
-    settings = stack_settings(home, config, port, executor=executor, heartbeat_timeout_s=heartbeat_timeout_s)
-    (home / ENV_NAME).write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in settings.items()))
-    env = os.environ | settings | connections(cfg, port, smtp)
+    elif (state["executor"], state["port"]) != (executor, port):
+        raise UserError(f"a stack ({state['executor']} executor, port {state['port']}) already runs in {home}: stop "
+                        f"it with `mavias airflow down --home {home}` first")
+    recorded_before = dict(state["components"])
     try:
-        started = _start_components(home, state, env, cfg, timeout_s)
-    except UserError:
         if new:
-            down(home)
+            write_json(home / STATE_NAME, state)  # before anything starts, so that `down` finds all that did
+            if executor == "celery":
+                _start_services(home, state, db_port, broker_port, database_url, broker_url, database_wait_s)
+        else:
+            _require_services_alive(home, state)
+        settings = stack_settings(home, config, port, executor=executor, heartbeat_timeout_s=heartbeat_timeout_s)
+        (home / ENV_NAME).write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in settings.items()))
+        started = _start_components(home, state, os.environ | settings | connections(cfg, port, smtp), cfg,
+                                    timeout_s)
+    except BaseException:
+        _undo(home, state, new, recorded_before)
         raise
-    return Stack(home, settings["AIRFLOW__API__BASE_URL"], dict(state["components"]), started)
+    pids = {name: pid_of(entry) for name, entry in state["components"].items()}
+    return Stack(home, settings["AIRFLOW__API__BASE_URL"], pids, started)
 
 
-def _celery_services(home: Path, db_port: int | None, broker_port: int | None, database_url: str | None,
-                     broker_url: str | None, wait_s: float) -> dict[str, dict]:
-    """Check the given database and broker, start the others; write their URLs to ``home/secrets``."""
+def _prepare_home(home: Path) -> None:
+    (home / "logs").mkdir(parents=True, exist_ok=True)
+    if loose := protect_secrets(home):
+        log.warning("%s were open to group or others: now to their owner only (files 0600, folders 0700)",
+                    ", ".join(map(str, loose)))
+
+
+def _undo(home: Path, state: dict, new: bool, recorded_before: dict) -> None:
+    """Stop what a failed :func:`up` started: the whole stack when it was new, else the components it restarted."""
+    if new:
+        down(home)
+        return
+    written = _written(home)
+    restarted = [find_process(name, entry, written) for name, entry in state["components"].items()
+                 if recorded_before.get(name) != entry]
+    stop_processes([found.process for found in restarted if found.process], signal.SIGTERM, STOP_GRACE_S)
+
+
+def _start_services(home: Path, state: dict, db_port: int | None, broker_port: int | None, database_url: str | None,
+                    broker_url: str | None, wait_s: float) -> None:
+    """Check the given database and broker, start the others (each recorded in the state as soon as it runs); write
+    their URLs to ``home/secrets``."""
     if database_url is not None:
         database_url = re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg2://", database_url)
         check_database(database_url, timeout_s=wait_s)
     if broker_url is not None:
         check_broker(broker_url)
-    services: dict[str, dict] = {}
     logs = home / "logs"
-    try:
-        if database_url is None:
-            db = start_postgres(home, db_port or free_port(), logs / "postgres.log")
-            services["postgres"] = {"pid": db.pid, "data_dir": str(db.data_dir), "temporary": db.temporary}
-            database_url = db.url
-        if broker_url is None:
-            broker = start_redis(home, broker_port or free_port(), logs / "redis.log")
-            services["redis"] = {"pid": broker.pid, "data_dir": str(broker.data_dir), "temporary": False}
-            broker_url = broker.url
-    except BaseException:
-        _stop_services(services)
-        raise
+    if database_url is None:
+        database_url = _record_service(home, state, "postgres",
+                                       start_postgres(home, db_port or free_port(), logs / "postgres.log"))
+    if broker_url is None:
+        broker_url = _record_service(home, state, "redis",
+                                     start_redis(home, broker_port or free_port(), logs / "redis.log"))
     for name, value in {"database-url": database_url, "broker-url": broker_url,
                         "result-backend": f"db+{database_url}"}.items():
-        secret = home / "secrets" / name
-        secret.touch(mode=0o600)
-        secret.write_text(value)
-    return services
+        write_secret(home / "secrets" / name, value)
+
+
+def _record_service(home: Path, state: dict, name: str, service: Service) -> str:
+    state["services"][name] = record_process(service.pid) | {"data_dir": str(service.data_dir),
+                                                             "temporary": service.temporary}
+    write_json(home / STATE_NAME, state)
+    return service.url
 
 
 def _require_services_alive(home: Path, state: dict) -> None:
+    written = _written(home)
     for name, service in state["services"].items():
-        if not _alive(service["pid"]):
+        if find_process(name, service, written).process is None:
             raise UserError(f"the stack's {name} in {home} has stopped (see {home / 'logs' / name}.log): "
                             f"`mavias airflow down --home {home}`, then up again")
     if state["executor"] == "celery":
@@ -231,8 +263,10 @@ def _require_services_alive(home: Path, state: dict) -> None:
 def _start_components(home: Path, state: dict, env: dict[str, str], cfg: NightlyConfig,
                       timeout_s: float) -> list[str]:
     wanted = components(state["executor"], cfg.airflow.gpu_queue)
-    dead = [name for name in wanted if not _alive(state["components"].get(name, 0))]
-    if "api-server" in dead and "api-server" in state["components"]:
+    recorded, written = state["components"], _written(home)
+    dead = [name for name in wanted
+            if name not in recorded or find_process(name, recorded[name], written).process is None]
+    if "api-server" in dead and "api-server" in recorded:
         require_free_port(state["port"], "Airflow api-server", "--port")
     if len(dead) == len(wanted):  # a new stack: the schema and the pool first
         _airflow(["db", "migrate"], env, home / "logs" / "setup.log")
@@ -247,7 +281,7 @@ def _start_components(home: Path, state: dict, env: dict[str, str], cfg: Nightly
             processes[name] = (subprocess.Popen([sys.executable, "-m", "airflow", *wanted[name]],
                                                 env=env | (own if name.startswith("worker-") else {}), stdout=out,
                                                 stderr=subprocess.STDOUT, start_new_session=True), log, offset)
-        state["components"][name] = processes[name][0].pid
+        recorded[name] = record_process(processes[name][0].pid)
         write_json(home / STATE_NAME, state)
     for name, (process, log, offset) in processes.items():
         _wait_ready(name, process, log, offset, state, timeout_s)
@@ -270,63 +304,38 @@ def _wait_ready(name: str, process: subprocess.Popen, log: Path, offset: int, st
             time.sleep(0.5)
 
 
-def down(home: Path, *, grace_s: float = 20.0) -> list[str]:
-    """Stop what :func:`up` started in ``home`` (components with the processes they started, then the services);
-    the names stopped."""
+def down(home: Path, *, grace_s: float = STOP_GRACE_S) -> list[str]:
+    """Stop what :func:`up` started in ``home`` (components with the processes they started, then the services) and
+    forget it; a recorded pid that now belongs to another process is left alone, with a warning. The names stopped
+    (or found stopped already)."""
     home = home.resolve()
     state = read_state(home)
     if state is None:
         return []
-    _stop(list(state["components"].values()), signal.SIGTERM, grace_s)
-    _stop_services(state["services"], grace_s)
+    written = _written(home)
+    found = {name: find_process(name, entry, written)
+             for name, entry in [*state["components"].items(), *state["services"].items()]}
+    for name, recorded in found.items():
+        if recorded.doubt:
+            log.warning("%s of the stack in %s: pid %d not signalled, %s; check it with `ps -o pid,lstart,args -p %d` "
+                        "and stop it yourself if it is the stack's", name, home, recorded.pid, recorded.doubt,
+                        recorded.pid)
+    stop_processes([found[name].process for name in state["components"] if found[name].process], signal.SIGTERM,
+                   grace_s)
+    for name, service in state["services"].items():
+        _stop_service(name, service, found[name], grace_s)
     (home / STATE_NAME).unlink()
-    return sorted([*state["components"], *state["services"]])
+    return sorted(name for name, recorded in found.items() if not recorded.doubt)
 
 
-def _stop_services(services: dict[str, dict], grace_s: float = 20.0) -> None:
-    for name, service in services.items():  # PostgreSQL's fast shutdown is SIGINT (SIGTERM waits for clients)
-        _stop([service["pid"]], signal.SIGINT if name == "postgres" else signal.SIGTERM, grace_s)
-        if service["temporary"]:
-            shutil.rmtree(service["data_dir"], ignore_errors=True)
+def _stop_service(name: str, service: dict, recorded: Recorded, grace_s: float) -> None:
+    if recorded.doubt:  # it may still be the service, on its data
+        return
+    if recorded.process is not None:  # PostgreSQL's fast shutdown is SIGINT (SIGTERM waits for clients)
+        stop_processes([recorded.process], signal.SIGINT if name == "postgres" else signal.SIGTERM, grace_s)
+    if service["temporary"]:
+        shutil.rmtree(service["data_dir"], ignore_errors=True)
 
 
-def _stop(pids: list[int], sig: signal.Signals, grace_s: float) -> None:
-    """Signal each process and every process it started (also those in sessions of their own, such as the ranks of
-    a distributed training), then kill what is left after ``grace_s``."""
-    import psutil
-
-    tree = []
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            tree += [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-    for process in tree:
-        _signal(process, sig)
-    _, alive = psutil.wait_procs(tree, timeout=grace_s)
-    for process in alive:
-        _signal(process, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=5)
-
-
-def _signal(process, sig: signal.Signals) -> None:  # noqa: ANN001 - a psutil.Process
-    import psutil
-
-    try:
-        process.send_signal(sig)
-    except psutil.NoSuchProcess:
-        pass
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie child of this process is not alive
-        return os.waitpid(pid, os.WNOHANG) == (0, 0)
-    except ChildProcessError:
-        return True
+def _written(home: Path) -> float:
+    return (home / STATE_NAME).stat().st_mtime
