@@ -88,9 +88,9 @@ def audit_command(
 
 
 def _biased_by_class(path: Path) -> str:
-    import pandas as pd
+    from mavias.utils.csvfile import read_csv
 
-    table = pd.read_csv(path, keep_default_na=False)
+    table = read_csv(path, keep_default_na=False)
     if table.empty:
         return "none"
     return "; ".join(f"{name}: {', '.join(rows['tag'])}" for name, rows in table.groupby("class", sort=True))

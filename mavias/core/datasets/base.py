@@ -21,7 +21,7 @@ import pandas as pd
 from mavias.core.manifest import DatasetInfo, content_sample_id, save_manifest, write_dataset_info
 from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, image_problem
 from mavias.errors import UserError
-from mavias.utils.atomic import atomic_path
+from mavias.utils.csvfile import write_csv
 from mavias.utils.progress import progress_bar
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
@@ -133,8 +133,7 @@ def write_import(result: ImportResult, out: str | Path) -> Path:
     """``out/manifest.parquet``, ``out/dataset.json`` and ``out/quarantine.csv`` (header only when nothing failed)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / QUARANTINE_NAME) as tmp:
-        result.quarantined.to_csv(tmp, index=False)
+    write_csv(result.quarantined, out / QUARANTINE_NAME)
     if result.manifest.empty:
         raise UserError(f"every image was quarantined; see the reasons in {out / QUARANTINE_NAME}")
     manifest_path = save_manifest(result.manifest, out / MANIFEST_NAME, eval_splits=result.info.eval_splits)

@@ -23,7 +23,8 @@ from mavias.core.evaluate.metrics import (
     require_columns,
     worst_group,
 )
-from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.atomic import write_json
+from mavias.utils.csvfile import write_csv
 
 _TRUE, _FALSE = {"1", "true"}, {"0", "false"}
 _URBANCARS_GROUP = ["label", "bg_aligned", "co_aligned"]
@@ -177,7 +178,6 @@ def write_evaluation(
     out_dir = Path(out_dir)
     tables = {"groups.csv": groups} | ({} if biased_tags is None else {"biased_tags.csv": biased_tags})
     for name, table in tables.items():
-        with atomic_path(out_dir / name) as tmp:
-            table.to_csv(tmp, index=False)
+        write_csv(table, out_dir / name)
     write_json(out_dir / "metrics.json", metrics)
     return out_dir

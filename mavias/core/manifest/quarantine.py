@@ -9,7 +9,7 @@ import pandas as pd
 from PIL import Image
 
 from mavias.core.manifest.io import resolve_uri
-from mavias.utils.atomic import atomic_path
+from mavias.utils.csvfile import read_csv, write_csv
 
 QUARANTINE_COLUMNS = ["sample_id", "uri", "reason"]
 
@@ -45,8 +45,7 @@ def quarantine_undecodable(
     quarantined = df.loc[bad, ["sample_id", "uri"]].assign(reason=[r for r in reasons if r is not None])
     if out_csv is not None and not quarantined.empty:
         out_csv = Path(out_csv)
-        previous = pd.read_csv(out_csv, dtype=str) if out_csv.exists() else pd.DataFrame(columns=QUARANTINE_COLUMNS)
+        previous = read_csv(out_csv, dtype=str) if out_csv.exists() else pd.DataFrame(columns=QUARANTINE_COLUMNS)
         merged = pd.concat([previous, quarantined], ignore_index=True).drop_duplicates("sample_id", keep="last")
-        with atomic_path(out_csv) as tmp:
-            merged.to_csv(tmp, index=False)
+        write_csv(merged, out_csv)
     return df.loc[~bad].reset_index(drop=True), quarantined.reset_index(drop=True)

@@ -17,6 +17,7 @@ from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.inference import predict
 from mavias.core.train.prepare import PreparedData
 from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.csvfile import write_csv
 
 BG_ALIGNED, CO_ALIGNED = "attr_bg_aligned", "attr_coobj_aligned"
 
@@ -94,8 +95,7 @@ def write_run_evaluation(out_dir: str | Path, result: dict) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for protocol, table in result["tables"].items():
-        with atomic_path(out_dir / f"groups_{protocol}.csv") as tmp:
-            table.to_csv(tmp, index=False)
+        write_csv(table, out_dir / f"groups_{protocol}.csv")
     with atomic_path(out_dir / "predictions.parquet") as tmp:
         result["predictions"].to_parquet(tmp, index=False)
     write_json(out_dir / "metrics.json", {k: v for k, v in result.items() if k not in ("tables", "predictions")})

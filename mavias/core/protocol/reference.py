@@ -31,7 +31,8 @@ from mavias.core.train.inference import predict
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.trainer import TrainResult
 from mavias.errors import UserError
-from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.atomic import write_json
+from mavias.utils.csvfile import read_csv, write_csv
 
 BIASED_TAGS_FILE = "biased_tags.csv"  # B': one row per biased (class, tag)
 EVIDENCE_FILE = "shortcut_evidence.csv"  # every (class, tag) pair tested, with its evidence
@@ -113,12 +114,11 @@ def load_reference(run_dir: str | Path, data: PreparedData, *, rule: str = SHORT
            "early_mtime": early.stat().st_mtime_ns if early.is_file() else None}
     meta = run_dir / DISCOVERY_FILE
     if meta.is_file() and json.loads(meta.read_text()) == key:
-        tables = [pd.read_csv(run_dir / f, keep_default_na=False) for f in (BIASED_TAGS_FILE, EVIDENCE_FILE, PAPER_TAGS_FILE)]
+        tables = [read_csv(run_dir / f, keep_default_na=False) for f in (BIASED_TAGS_FILE, EVIDENCE_FILE, PAPER_TAGS_FILE)]
     else:
         tables = list(compute_biased_tags(data, checkpoint, rule=rule, min_support=min_support))
         for name, table in zip((BIASED_TAGS_FILE, EVIDENCE_FILE, PAPER_TAGS_FILE), tables):
-            with atomic_path(run_dir / name) as tmp:
-                table.to_csv(tmp, index=False)
+            write_csv(table, run_dir / name)
         write_json(meta, key)
     biased, evidence, paper = tables
     return Reference(checkpoint, biased, tag_groups(data["val"], biased, data.classes), run, paper, evidence)

@@ -23,7 +23,8 @@ from pydantic import BaseModel
 
 from mavias.core.tagging.trained import TaggerTraining, TrainedTagger, tag_quality, train_tagger
 from mavias.errors import UserError
-from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.atomic import write_json
+from mavias.utils.csvfile import write_csv
 
 TaggingSamples = Callable[[BaseModel, int, int], tuple[list[Image.Image], list[tuple[str, ...]]]]
 
@@ -74,8 +75,7 @@ def benchmark_tagger(name: str, cfg: BaseModel, samples: TaggingSamples, vocabul
         mean_f1 = float(table.loc[table["support"] > 0, "f1"].fillna(0.0).mean())
         if mean_f1 >= target:
             break
-    with atomic_path(out / QUALITY_TABLE) as tmp:
-        table.to_csv(tmp, index=False)
+    write_csv(table, out / QUALITY_TABLE)
     summary = {"key": key, "quality": quality, "target_f1": target, "mean_f1": mean_f1, "tagging_images": budget,
                "held_out_images": HELD_OUT, "training": asdict(TRAINING), "tagger_id": tagger.tagger_id,
                "per_tag": table.to_dict(orient="records")}

@@ -36,6 +36,7 @@ from mavias.core.tagging.base import (
 )
 from mavias.core.tagging.defaults import DEFAULT_NUM_SHARDS
 from mavias.utils.atomic import atomic_path
+from mavias.utils.csvfile import write_csv
 from mavias.utils.progress import progress_bar
 
 TAGS_NAME = "tags.parquet"
@@ -274,6 +275,5 @@ def collect_partition(manifest_df: pd.DataFrame, out_dir: str | Path, num_shards
     samples = shard_samples(out_dir, num_shards)
     quarantined = samples[samples["status"] == QUARANTINED].merge(manifest_df[["sample_id", "uri"]], on="sample_id")
     if not quarantined.empty:
-        with atomic_path(out_dir / QUARANTINE_NAME) as tmp:
-            quarantined[QUARANTINE_COLUMNS].to_csv(tmp, index=False)
+        write_csv(quarantined[QUARANTINE_COLUMNS], out_dir / QUARANTINE_NAME)
     return tags

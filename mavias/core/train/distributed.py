@@ -39,6 +39,7 @@ from mavias.core.train.prepare import PreparedData
 from mavias.core.train.recipe import ResolvedRecipe, as_recipe
 from mavias.core.train.trainer import Trainer, TrainResult
 from mavias.errors import UserError
+from mavias.utils.csvfile import read_csv
 
 # Their losses are means of per-sample terms and their state does not follow the batches: a rank's share of a batch
 # trains as the whole batch would. GroupDRO's group weights and LfF's loss averages follow every batch, FLAC's and
@@ -142,7 +143,7 @@ def fit_distributed(data: PreparedData, settings: ResolvedRecipe | TrainConfig, 
 
 def read_result(out_dir: Path) -> TrainResult:
     summary = json.loads((out_dir / "train_summary.json").read_text())
-    return TrainResult(out_dir, pd.read_csv(out_dir / "metrics.csv"), summary["best"], summary["completed"],
+    return TrainResult(out_dir, read_csv(out_dir / "metrics.csv"), summary["best"], summary["completed"],
                        summary["warnings"])
 
 

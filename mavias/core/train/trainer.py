@@ -29,6 +29,7 @@ from mavias.core.train.recipe import ResolvedRecipe, as_recipe
 from mavias.core.train.sanity import chance_warnings, check_finite
 from mavias.core.train.selection import is_uninformative, robust_selection_score
 from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.csvfile import write_csv
 from mavias.utils.progress import progress_bar, progress_line
 
 FALLBACK_CRITERION = "val_acc"
@@ -347,8 +348,7 @@ class Trainer:
     def _log(self, writer: SummaryWriter | None, row: dict) -> None:
         if not self.primary:
             return
-        with atomic_path(self.out_dir / "metrics.csv") as tmp:
-            pd.DataFrame(self.history).to_csv(tmp, index=False)
+        write_csv(pd.DataFrame(self.history), self.out_dir / "metrics.csv")
         for key, value in row.items():
             if key != "epoch":
                 writer.add_scalar(key, value, row["epoch"])

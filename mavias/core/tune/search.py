@@ -25,7 +25,8 @@ from mavias.core.train.prepare import PreparedData
 from mavias.core.train.sanity import TrainingDiverged
 from mavias.core.tune.space import Param, current_values, known_space, search_space, searched_keys, suggest_config
 from mavias.errors import UserError
-from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.atomic import write_json
+from mavias.utils.csvfile import write_csv
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +192,7 @@ def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout
                                          "selection_fallback": fallback, "n_trials": len(study.trials),
                                          "cost_ratio": ratio, "base": base.model_dump(mode="json")})
     table = study.trials_dataframe(attrs=("number", "value", "state", "params", "duration", "user_attrs"))
-    with atomic_path(out_dir / TRIALS_FILE) as tmp:
-        table.to_csv(tmp, index=False)
+    write_csv(table, out_dir / TRIALS_FILE)
     return TuneResult(best_dir, dict(best.params), float(best.value), table, fallback, base, ratio)
 
 

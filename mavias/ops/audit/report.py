@@ -21,7 +21,7 @@ from mavias.ops.export.parity import VerificationResult
 from mavias.ops.reporting import DiscoveryCounts, ReportContext, write_report
 from mavias.ops.reporting.history import history_entry
 from mavias.ops.reporting.plots import bias_alignment, logit_summary
-from mavias.utils.atomic import atomic_path
+from mavias.utils.csvfile import write_csv
 
 NOISE_CAVEAT = "tags from random weights: noise"
 
@@ -112,8 +112,7 @@ def write_outputs(audit: Audit, name: str, version: str) -> Path:
     biased = audit.reference.biased_tags
     if audit.tags_are_noise:
         biased = biased.assign(caveat=NOISE_CAVEAT)
-    with atomic_path(audit.paths.biased_tags) as tmp:
-        biased.to_csv(tmp, index=False)
+    write_csv(biased, audit.paths.biased_tags)
     audit.state.record(report=str(html), model=str(audit.paths.model), biased_tags=str(audit.paths.biased_tags),
                        min_support=audit.options.min_support, caveats=notes,
                        gates_passed=audit.gates.passed)

@@ -25,7 +25,7 @@ from mavias.ops.nightly.layout import CHECKPOINT_NAME, layout, registry, s3_clie
 from mavias.ops.registry import CorruptPointer, PointerRecord
 from mavias.ops.reporting.plots import bias_alignment, logit_summary
 from mavias.storage.s3 import download_file
-from mavias.utils.atomic import atomic_path
+from mavias.utils.csvfile import write_csv
 
 SHORTCUT_STATUS = "shortcut_status.csv"
 
@@ -95,10 +95,8 @@ def evaluate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, 
             notes.append(f"production {production.version} not compared: {err}")
     summary = _logit_summaries(data, ref.biased_tags, {"ERM reference": ref.checkpoint,
                                                         "MAVias": candidate["checkpoint"]})
-    with atomic_path(out / "logit_summary.csv") as tmp:
-        summary.to_csv(tmp, index=False)
-    with atomic_path(out / SHORTCUT_STATUS) as tmp:
-        shortcut_status(data, ref, data["test"].frame["label"]).to_csv(tmp, index=False)
+    write_csv(summary, out / "logit_summary.csv")
+    write_csv(shortcut_status(data, ref, data["test"].frame["label"]), out / SHORTCUT_STATUS)
     return {
         "candidate": metrics["candidate"],
         "reference": metrics["reference"],

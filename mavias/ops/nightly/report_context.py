@@ -30,6 +30,7 @@ from mavias.ops.nightly.outcome import failed_tasks, night_problem
 from mavias.ops.nightly.release import serving_problem
 from mavias.ops.reporting.context import DiscoveryCounts, RelevanceChanges, ReportContext
 from mavias.ops.reporting.history import HistoryEntry, history_entry
+from mavias.utils.csvfile import read_csv
 
 DECISION_SOURCE_COLUMNS = ["llm", "offline", "review", "tonight_judge", "tonight_cache", "tonight_fallback",
                            "tonight_withheld"]
@@ -42,7 +43,7 @@ def _empty_groups() -> pd.DataFrame:
 
 
 def _read_csv(path: str | Path | None) -> pd.DataFrame | None:
-    return pd.read_csv(path, keep_default_na=False) if path and Path(path).is_file() else None
+    return read_csv(path, keep_default_na=False) if path and Path(path).is_file() else None
 
 
 def cross_check(evaluated: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -61,13 +62,13 @@ def _candidate_tables(results: NightResults, gates: GateReport) -> dict[str, Any
     source = gates.config.wg_source
 
     def groups(role: str) -> pd.DataFrame:
-        return pd.read_csv(Path(evaluated[role]).parent / f"groups_{source}.csv", keep_default_na=False)
+        return read_csv(Path(evaluated[role]).parent / f"groups_{source}.csv", keep_default_na=False)
 
     return {
         "candidate_groups": groups("candidate"),
         "reference_groups": groups("reference"),
-        "biased_tags": pd.read_csv(Path(reference["dir"]) / "biased_tags.csv", keep_default_na=False),
-        "logit_summary": pd.read_csv(evaluated["logit_summary"], dtype={"bias_strength": str}),
+        "biased_tags": read_csv(Path(reference["dir"]) / "biased_tags.csv", keep_default_na=False),
+        "logit_summary": read_csv(evaluated["logit_summary"], dtype={"bias_strength": str}),
         "shortcut_status": _read_csv(evaluated.get("shortcut_status")),
         "cross_check": cross_check(evaluated),
     }
