@@ -4,7 +4,8 @@
 Nightly open-set bias audit and MAVias retraining. Every task calls one stage function of `mavias.ops.nightly`; this
 file only wires.
 
-0. **preflight**: the `gpu` pool and the connections exist (fails in seconds, saying what to create),
+0. **preflight**: the `gpu` pool and the connections exist and the bucket honours conditional writes (fails in
+   seconds, saying what to do),
 1. **sense** new partitions under `s3://<bucket>/incoming/<partition>/` (processed ones are skipped),
 2. **pull_and_validate** them with Great Expectations (a failing partition is quarantined and nothing is trained),
 3. **discover** incrementally: `tag_shard` is mapped over the untagged shards, then judge and encode,

@@ -1,5 +1,6 @@
 """Preflight of a night: fail in seconds, with what to do, when the pool or a connection the DAG needs is missing
-(a task on a missing pool would otherwise wait in ``scheduled`` until the run times out).
+(a task on a missing pool would otherwise wait in ``scheduled`` until the run times out), or when the bucket ignores
+conditional writes (:mod:`mavias.storage.conditional`).
 
 Task code cannot read the metadata DB in Airflow 3, so the pool is looked up through the REST API of the
 ``api_conn_id`` connection (an ``http`` connection; login/password when the API wants them). Without that
@@ -14,10 +15,14 @@ import os
 import httpx
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+from botocore.exceptions import BotoCoreError, ClientError
 
 from mavias.core.judging.llm import API_KEY_ENV, key_may_travel
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.discover import missing_model_weights
+from mavias.ops.nightly.layout import s3_client
+from mavias.storage.conditional import conditional_write_problem
+from mavias.storage.s3 import retry_transient, storage_user_error
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,18 @@ def llm_problems(cfg: NightlyConfig) -> list[str]:
     return []
 
 
+def store_problem(cfg: NightlyConfig) -> str | None:
+    """Why the bucket cannot hold the nightly's state: it ignores conditional writes, or it cannot be used at all
+    (no credentials, refused ones, no such bucket, no store at the endpoint). An outage is retried like a step's."""
+    try:
+        return retry_transient(cfg.s3)(conditional_write_problem, s3_client(cfg, "preflight"), cfg.s3)
+    except (BotoCoreError, ClientError) as error:
+        mistake = storage_user_error(error)
+        if mistake is None:
+            raise
+        return str(mistake)
+
+
 def preflight_problems(cfg: NightlyConfig) -> list[str]:
     """What is missing for tonight's run; an empty list when it can start."""
     problems = []
@@ -89,5 +106,5 @@ def preflight_problems(cfg: NightlyConfig) -> list[str]:
     if not _connection_exists(cfg.airflow.aws_conn_id):
         log.info("no %r connection: S3 credentials come from the AWS environment", cfg.airflow.aws_conn_id)
     problems += missing_model_weights(cfg) + llm_problems(cfg)
-    problem = pool_problem(cfg.airflow.gpu_pool, cfg.airflow.api_conn_id)
-    return problems + ([problem] if problem else [])
+    found = [store_problem(cfg), pool_problem(cfg.airflow.gpu_pool, cfg.airflow.api_conn_id)]
+    return problems + [problem for problem in found if problem]

@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from mavias.tools.demo.services import airflow_environment
+from tests.support.s3server import create_bucket, moto_endpoint  # noqa: F401 - a fixture
+from tests.support.unconditional_store import UnconditionalStore, unconditional_store  # noqa: F401 - a fixture
 
 GPU_TASKS = {"tag_shard", "train_reference", "tune_trial"}
 SECRET = "s3cr3t-never-logged"
@@ -64,11 +66,29 @@ if dag is not None:
 print("PROBE " + json.dumps(out, default=str))
 """
 
+# argv: a moto_server endpoint and a bucket there; the aws connection's endpoint ignores conditional writes
+PREFLIGHT_PROBE = """
+import json, sys
+import airflow  # puts the plugins folder on sys.path
+from mavias_airflow.hooks import MaviasHook
+from mavias_airflow.preflight import preflight_problems, store_problem
 
-def probe(tmp_path: Path, **env: str) -> dict:
+cfg = MaviasHook().get_config()
+moto = cfg.model_copy(update={"s3": cfg.s3.model_copy(update={"endpoint_url": sys.argv[1], "bucket": sys.argv[2]})})
+missing = moto.model_copy(update={"s3": moto.s3.model_copy(update={"bucket": "no-such-bucket"})})
+out = {"unconditional": preflight_problems(cfg), "moto": store_problem(moto), "missing_bucket": store_problem(missing)}
+print("PREFLIGHT " + json.dumps(out))
+"""
+
+
+def write_config(tmp_path: Path) -> Path:
     config = tmp_path / "nightly.yaml"
     config.write_text(yaml.safe_dump({"model_name": "m", "workspace": str(tmp_path / "ws"), "s3": {"bucket": "b"}}))
-    environment = airflow_environment(tmp_path / "home", config, "http://127.0.0.1:9000", 2525) | env
+    return config
+
+
+def probe(tmp_path: Path, **env: str) -> dict:
+    environment = airflow_environment(tmp_path / "home", write_config(tmp_path), "http://127.0.0.1:9000", 2525) | env
     aws = json.loads(environment["AIRFLOW_CONN_AWS_DEFAULT"])
     environment["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(aws | {"password": SECRET})
     environment["AIRFLOW_CONN_MAVIAS_LLM"] = json.dumps({
@@ -149,6 +169,21 @@ def test_the_llm_judge_comes_from_its_connection_and_preflight_names_what_is_mis
     assert problems["ok"] == [] and problems["offline"] == []
     assert "no connection 'no_llm'" in problems["missing"][0] and "airflow connections add" in problems["missing"][0]
     assert "clear text" in problems["clear_text"][0]
+
+
+def test_preflight_names_a_bucket_that_ignores_conditional_writes_or_does_not_exist(
+        tmp_path: Path, unconditional_store: UnconditionalStore, moto_endpoint: str) -> None:
+    environment = airflow_environment(tmp_path / "home", write_config(tmp_path), unconditional_store.endpoint_url, 2525)
+    done = subprocess.run([sys.executable, "-c", PREFLIGHT_PROBE, moto_endpoint, create_bucket(moto_endpoint)],
+                          env=environment, capture_output=True, text=True, timeout=300)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("PREFLIGHT ")), None)
+    assert line, done.stdout[-3000:] + done.stderr[-3000:]
+    found = json.loads(line.removeprefix("PREFLIGHT "))
+
+    ignoring = f"the store at {unconditional_store.endpoint_url} (bucket b) ignores If-None-Match and If-Match: "
+    assert [p for p in found["unconditional"] if p.startswith(ignoring)], found["unconditional"]
+    assert found["moto"] is None
+    assert found["missing_bucket"].startswith("the bucket does not exist; create it")
 
 
 def test_bad_config_is_a_clear_import_error(tmp_path: Path) -> None:
