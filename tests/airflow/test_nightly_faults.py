@@ -28,7 +28,7 @@ from tests.airflow.conftest import deploy
 from tests.airflow.harness import TEST_TRAINING, Deployment, Night
 from tests.support.s3server import FaultInjectingProxy
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # ten nights, the first test waits for them all
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # thirteen nights, the first test waits for them all
 
 GET_FAILURES, PUT_FAILURES = 6, 2  # botocore makes 5 attempts per request (S3Settings.max_attempts)
 BATCH = 16
@@ -38,6 +38,7 @@ PERMISSIVE_GATES = {"version": 1, "wg_source": "open_set", "min_worst_group_accu
                     "min_group_support": None, "max_abs_bg_gap": None, "max_abs_coobj_gap": None,
                     "max_abs_both_gap": None, "must_beat_reference": False, "max_regression_vs_production": None}
 REPORT_DEADLINE_S = 5
+STEP_DEADLINE_S = 4
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Scenario:
         self.day = 0
         self.pool = pd.concat(list(scenes.partitions.values()), ignore_index=True)
         self.next_row = 0
+        self.withheld: set[str] = set()  # incoming keys the producer has not uploaded yet (not lost)
 
     def rows(self, n: int, *, split: str | None = None, without: str | None = None) -> pd.DataFrame:
         """``n`` images of the pool never uploaded before."""
@@ -107,7 +109,8 @@ class Scenario:
 
     def lost(self) -> list[str]:
         kept = _trained(self.d.workspace) | _held_back(self.d) | self._waiting()
-        missing = set(self._incoming_keys()) - {o.key for o in list_objects(self.d.client, self.d.settings, "incoming/")}
+        present = {o.key for o in list_objects(self.d.client, self.d.settings, "incoming/")} | self.withheld
+        missing = set(self._incoming_keys()) - present
         return sorted(set(self.uploaded["sample_id"]) - kept) + sorted(f"deleted {k}" for k in missing)
 
     def _incoming_keys(self) -> list[str]:
@@ -169,6 +172,10 @@ def _run_nights(s: Scenario) -> None:
     resnet = {"MAVIAS_NIGHTLY__TRAIN__OVERRIDES": yaml.safe_dump(RESNET_28, default_flow_style=True)}
     s.night(f"a partition lacking a class; a training split of k x {BATCH} + 1 images (2 undecodable ones "
             "quarantined) on resnet18 at 28 px", "partition kept; trains with no 1-sample batch", env=resnet)
+    resnet_night = s.nights[list(s.nights)[-1]]
+    if "train_reference" in resnet_night.night.results:  # read now: later nights' retention deletes the folder
+        reference_dir = Path(resnet_night.night.results["train_reference"]["dir"])
+        resnet_night.facts["reference"] = yaml.safe_load((reference_dir / "config.yaml").read_text())
 
     s.upload("diverging", s.rows(20))
     diverging = {"MAVIAS_NIGHTLY__TRAIN__OVERRIDES": yaml.safe_dump(TRAINING | {"optim.lr": 1e12},
@@ -202,6 +209,49 @@ def _run_nights(s: Scenario) -> None:
     again = s.uploaded.loc[s.uploaded["partition"] == "no-boat", "sample_id"]  # the same images once more
     s.upload("duplicates", s.pool.set_index("sample_id").loc[again].reset_index())
     s.night("tonight's data digest equals production's", "skipped with its headline; nothing published")
+
+    late = s.rows(20)
+    s.upload("still-uploading", late)
+    held = _hold_back_images(s, "still-uploading", late["uri"][:3])
+    s.upload("evaluation-v1", s.rows(20))
+    s.night("a manifest uploaded before 3 of its images; a partition named like the evaluation set (evaluation-v1)",
+            "the first waits, named in the report; the second trains as an ordinary partition, the evaluation set's "
+            "tags untouched")
+    for key, body in held.items():
+        d.client.put_object(Bucket=d.settings.bucket, Key=key, Body=body)
+    s.withheld -= held.keys()
+
+    s.night(f"s3.step_deadline_s {STEP_DEADLINE_S} s, shorter than the local work of some steps", "no step fails "
+            "for it: the deadline counts time spent waiting on the store", env={
+                "MAVIAS_S3_STEP_DEADLINE_S": str(STEP_DEADLINE_S)})
+
+    changed = _replace_a_validated_image(s, "small")
+    s.upload("after-change", s.rows(20))
+    s.night("an image of a processed partition replaced in the bucket, the workspace's copy lost", "the partition "
+            "is left out of training and named in the report with what to do; the rest trains")
+    s.nights[list(s.nights)[-1]].facts["changed"] = changed
+    d.client.put_object(Bucket=d.settings.bucket, Key=changed[0], Body=changed[1])  # restored for later checks
+
+
+def _hold_back_images(s: Scenario, partition: str, uris: pd.Series) -> dict[str, bytes]:
+    """Delete some of a partition's uploaded images (as if still uploading); return them by key."""
+    keys = [f"incoming/{partition}/{uri}" for uri in uris]
+    held = {key: s.d.client.get_object(Bucket=s.d.settings.bucket, Key=key)["Body"].read() for key in keys}
+    for key in keys:
+        s.d.client.delete_object(Bucket=s.d.settings.bucket, Key=key)
+    s.withheld |= set(keys)
+    return held
+
+
+def _replace_a_validated_image(s: Scenario, partition: str) -> tuple[str, bytes]:
+    """Swap one of the partition's images in the bucket for other bytes and delete the workspace's validated copy;
+    return its key and its validated bytes."""
+    uri = next(u for u in s.uploaded.loc[s.uploaded["partition"] == partition, "uri"] if "corrupt" not in u)
+    key = f"incoming/{partition}/{uri}"
+    validated = s.d.client.get_object(Bucket=s.d.settings.bucket, Key=key)["Body"].read()
+    s.d.client.put_object(Bucket=s.d.settings.bucket, Key=key, Body=validated + b"appended after validation")
+    (s.d.workspace / "partitions" / partition / uri).unlink()
+    return key, validated
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +293,7 @@ def _html(night: FaultNight) -> str:
 
 
 def test_every_fault_night_sends_its_report_and_loses_no_data(scenario: Scenario) -> None:
-    assert len(scenario.nights) == 10
+    assert len(scenario.nights) == 13
     for night in scenario.nights.values():
         assert night.subject, f"{night.fault}: no report email"
         assert night.lost == [], f"{night.fault}: lost {night.lost}"
@@ -288,7 +338,7 @@ def test_a_partition_lacking_a_class_and_k_batches_plus_one_on_resnet18_at_28_px
     before = _night(scenario, 1).night.results["prepare_dataset"]["sizes"]["quarantined"]
     assert night.night.results["prepare_dataset"]["sizes"]["quarantined"] == before + 2
     assert night.night.state("train_reference") == "success" and night.night.state("train_mavias") == "success"
-    reference = yaml.safe_load((Path(night.night.results["train_reference"]["dir"]) / "config.yaml").read_text())
+    reference = night.facts["reference"]
     assert reference["backbone"]["name"] == "resnet18" and reference["image_size"] == 28
 
 
@@ -359,3 +409,44 @@ def test_data_equal_to_production_is_skipped_and_nothing_is_published_again(scen
     assert night.night.state("record_processed") == "success"
     assert "skipped, same data as production" in night.subject
     assert "Skipped: tonight" in _html(night).replace("&#39;", "'")
+
+
+def test_a_partition_still_uploading_waits_and_one_named_like_the_evaluation_set_is_ordinary(
+    scenario: Scenario,
+) -> None:
+    night = _night(scenario, 10)
+    assert night.night.returncode == 0, night.night.log
+    validated = night.night.results["pull_and_validate"]
+    assert list(validated["waiting"]) == ["still-uploading"] and "3 file(s)" in validated["waiting"]["still-uploading"]
+    assert "partition still-uploading is still uploading" in _html(night)
+    assert "evaluation-v1" in night.night.results["prepare_dataset"]["partitions"]
+    tags = scenario.d.workspace / "discovery" / "tags"
+    evaluation = pd.read_parquet(tags / "_evaluation-v1" / "tags.parquet")
+    assert set(evaluation["sample_id"]).isdisjoint(pd.read_parquet(tags / "evaluation-v1" / "tags.parquet")["sample_id"])
+    assert "still-uploading" in _night(scenario, 11).night.results["pull_and_validate"]["valid"]  # complete: taken
+
+
+def test_a_step_that_computes_longer_than_its_store_deadline_is_not_failed_for_it(scenario: Scenario) -> None:
+    night = _night(scenario, 11)
+    assert night.night.returncode == 0, night.night.log
+    tasks = night.night.tasks
+    assert tasks["try_number"].max() == 1  # nothing retried
+    store_steps = tasks[tasks["task_id"].isin(["pull_and_validate", "prepare_dataset", "evaluate", "report"])]
+    assert store_steps["duration_s"].max() > STEP_DEADLINE_S, store_steps
+
+
+def test_a_partition_changed_after_validation_is_left_out_and_named_and_old_data_is_pruned(scenario: Scenario) -> None:
+    night = _night(scenario, 12)
+    assert night.night.returncode == 0, night.night.log
+    dataset = night.night.results["prepare_dataset"]
+    assert "small" not in dataset["partitions"] and "after-change" in dataset["partitions"]
+    html = _html(night)
+    assert "partition small: 1 file(s) changed or vanished in the bucket after it was validated" in html
+    assert "processed/small.json" in html
+    trained = scenario.d.workspace / "training"
+    production = scenario.d.registry.production().version.split("-")[1]
+    assert len(list(trained.iterdir())) <= 3 + 2  # the newest 3, tonight's and production's
+    assert any(path.name.startswith(production) for path in trained.iterdir())
+    deleted = [path for n in scenario.nights.values() if n.night.state("clean_up") == "success"
+               for path in n.night.results["clean_up"]["deleted"]]
+    assert any(path.startswith("training/") for path in deleted)
