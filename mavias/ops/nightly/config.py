@@ -137,9 +137,10 @@ class ServingSection(_Section):
 
 class RetentionSection(_Section):
     keep_datasets: int = Field(3, ge=1, description="prepared datasets and their trainings (training/<digest>/) kept "
-                               "besides production's and tonight's, newest first; older ones are deleted each night")
+                               "besides production's and tonight's, those used last; the others are deleted each night")
     keep_nights: int = Field(90, ge=1, description="night folders (nights/<night>/: validation, relevance, packages) "
-                             "kept, newest first, besides production's night; the report history is kept whole")
+                             "kept, newest first, besides production's night and nights whose report is not uploaded yet; the report "
+                             "history is kept whole")
 
 
 class AirflowSection(_Section):

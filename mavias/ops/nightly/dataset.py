@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -94,6 +95,21 @@ def _content_digest(path: str) -> str | None:
         return None  # a missing image: quarantined when the data is prepared
 
 
+def _file_size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def _copies_of(uris: pd.Series, originals: pd.Series) -> pd.Series:
+    """Which of ``uris`` hold the same bytes as one of ``originals``; only a file of a size some original has is
+    read, so a night reads few files besides the evaluation set."""
+    sizes = {size for size in originals.map(_file_size) if size is not None}
+    digests = {digest for digest in originals.map(_content_digest) if digest}
+    return uris.map(lambda uri: _file_size(uri) in sizes and _content_digest(uri) in digests).astype(bool)
+
+
 def accumulated_manifest(partition_manifests: Iterable[Path], evaluation_manifest: Path) -> pd.DataFrame:
     """Train/val rows of every partition (first occurrence of an image wins) plus the evaluation set as the ``test``
     split; uris are absolute. An evaluation image never trains: rows are left out by content (the same bytes under
@@ -102,8 +118,7 @@ def accumulated_manifest(partition_manifests: Iterable[Path], evaluation_manifes
     parts = [_absolute(path) for path in partition_manifests]
     train = pd.concat(parts, ignore_index=True) if parts else test.iloc[:0]
     train = train[train["split"].isin(TRAIN_SPLITS) & ~train["sample_id"].isin(test["sample_id"])]
-    evaluation_images = {digest for digest in map(_content_digest, test["uri"]) if digest}
-    seen = train["uri"].map(_content_digest).isin(evaluation_images)
+    seen = _copies_of(train["uri"], test["uri"])
     if seen.any():
         log.warning("%d training image(s) are evaluation images under other names (e.g. %s): left out",
                     int(seen.sum()), train.loc[seen, "uri"].iloc[0])
@@ -170,6 +185,8 @@ def prepare_dataset(cfg: NightlyConfig, validated: Validated, *, full_retrain: b
     changes = record_relevance_changes(cfg, validated["night"], relevance)
     digest = dataset_digest(cfg, manifest, tags, relevance, salt=validated["night"] if full_retrain else "")
     out = layout(cfg).training(digest)
+    out.mkdir(parents=True, exist_ok=True)
+    os.utime(out)  # retention keeps the datasets used last
     if not (out / PREPARED_NAME).exists():
         with atomic_path(out / "dataset" / "manifest.parquet") as tmp:
             manifest.to_parquet(tmp, index=False)

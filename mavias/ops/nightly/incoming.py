@@ -134,14 +134,18 @@ class ProcessedLedger:
         """Record ``partition`` as processed; False when it already was (the first record is kept, but for the pins
         of a partition validated again)."""
         payload = {"partition": partition, "processed_at": datetime.now(UTC).isoformat(), **(info or {})}
-        key = marker_key(self.settings, partition)
-        created = create_json(self.client, self.settings, key, payload)
-        if not created:
-            existing, etag = get_json(self.client, self.settings, key) or ({}, None)
-            if etag is not None and existing.get("etags") != payload.get("etags"):
-                put_json(self.client, self.settings, key, payload, if_match=etag)
+        created = create_json(self.client, self.settings, marker_key(self.settings, partition), payload)
+        if not created and "etags" in payload:
+            self.repin(partition, payload["etags"])
         log.info("partition %s %s", partition, "marked processed" if created else "was already processed")
         return created
+
+    def repin(self, partition: str, pins: Mapping[str, str]) -> None:
+        """Set the ETags a processed partition's marker pins (validated again, or recorded before pins existed)."""
+        key = marker_key(self.settings, partition)
+        found = get_json(self.client, self.settings, key)
+        if found is not None and found[0].get("etags") != dict(pins):
+            put_json(self.client, self.settings, key, found[0] | {"etags": dict(pins)}, if_match=found[1])
 
     def mark_quarantined(self, partition: str, report: Mapping[str, Any]) -> str:
         """Store ``report`` (e.g. a validation result) as ``quarantine/<partition>/validation.json``; return its URI."""
@@ -291,6 +295,8 @@ def pull_partition(client: BaseClient, settings: S3Settings, partition: str, loc
     missing = sorted(wanted - wanted_etag.keys())
     if missing:
         log.warning("partition %s: %d referenced file(s) missing, e.g. %s", partition, len(missing), missing[:3])
+        for name in missing:  # a copy an earlier pull left must not pass for the file (a producer's takedown)
+            (local_dir / name).unlink(missing_ok=True)
     present = sorted(wanted & wanted_etag.keys())
     todo = [name for name in present if stale(name)]
     run_parallel(fetch, todo, settings.max_workers, desc=f"pull {partition}")

@@ -8,6 +8,7 @@ then fails the step, never quarantining data.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -22,6 +23,7 @@ from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.incoming import (
+    PULLED_ETAGS,
     PartitionChanged,
     ProcessedLedger,
     changed_since_validation,
@@ -78,16 +80,30 @@ def _accumulated_class_counts(markers: Mapping[str, Mapping[str, Any]]) -> dict[
     return total
 
 
-def _changed_partitions(cfg: NightlyConfig, client: BaseClient, markers: Mapping[str, Mapping[str, Any]]
+def _pins(ledger: ProcessedLedger, partition: str, marker: Mapping[str, Any], folder: Path) -> dict[str, str] | None:
+    """The ETags a processed partition is pinned at: its marker's, else (a marker written before pins existed) those
+    the workspace pulled, recorded in the marker from now on; None when neither is known."""
+    if marker.get("etags"):
+        return dict(marker["etags"])
+    pulled = folder / PULLED_ETAGS
+    if not pulled.exists():
+        return None
+    pins = json.loads(pulled.read_text())
+    ledger.repin(partition, pins)
+    return pins
+
+
+def _changed_partitions(cfg: NightlyConfig, ledger: ProcessedLedger, markers: Mapping[str, Mapping[str, Any]]
                         ) -> dict[str, str]:
     """Processed partitions whose validated files the bucket no longer has and the workspace does not hold -> why.
-    Each is pinned first at the ETags its marker recorded (a fresh workspace learns them there)."""
+    Each is pinned first (a fresh workspace learns its pins from the marker)."""
     changed = {}
     for partition, marker in markers.items():
         folder = layout(cfg).partition(partition)
-        if marker.get("etags"):
-            pin_validated(folder, marker["etags"])
-        names = changed_since_validation(client, cfg.s3, partition, folder)
+        pins = _pins(ledger, partition, marker, folder)
+        if pins is not None:
+            pin_validated(folder, pins)
+        names = changed_since_validation(ledger.client, cfg.s3, partition, folder)
         if names:
             changed[partition] = str(PartitionChanged(cfg.s3, partition, names))
             log.warning("%s", changed[partition])
@@ -122,7 +138,8 @@ def _validate_partition(
         result = _unreadable(err)
     path = write_json(layout(cfg).night(night) / "validation" / f"{partition}.json", result.to_dict())
     if result.success:
-        pin_validated(manifest.parent)
+        pins = pin_validated(manifest.parent)
+        ProcessedLedger(client, cfg.s3).repin(partition, pins)  # a processed partition validated again (forced)
     else:
         quarantine_partition(client, cfg.s3, partition, result)
     log.info("partition %s: %s", partition, result.summary())
@@ -136,8 +153,8 @@ def pull_and_validate(cfg: NightlyConfig, sensed: Sensed) -> Validated:
     classes = known_classes(cfg, evaluation)
     ledger = ProcessedLedger(client, cfg.s3)
     markers = {p: ledger.marker(p) or {} for p in sensed["processed"]}
-    counts = _accumulated_class_counts(markers)
-    changed = _changed_partitions(cfg, client, markers)
+    changed = _changed_partitions(cfg, ledger, markers)
+    counts = _accumulated_class_counts({p: m for p, m in markers.items() if p not in changed})
     checked = {p: _validate_partition(cfg, client, sensed["night"], p, classes, counts) for p in sensed["new"]}
     waiting = {p: v["summary"] for p, v in checked.items() if v.get("waiting")}
     validations = {p: v for p, v in checked.items() if p not in waiting}

@@ -1,10 +1,11 @@
 """Retention (``clean_up``, the last step of every night): the workspace keeps what later nights, resumes and
 production need and deletes the rest, so months of nights fit on one volume (docs/operations.md, Retention).
 
-Kept: the newest ``retention.keep_datasets`` prepared datasets (``training/<digest>/``, each with its trainings)
-plus tonight's and production's, the newest ``retention.keep_nights`` night folders plus production's night, and
-production's downloaded checkpoint. Pulled partitions, discovery (tags, decisions, embeddings), the outbox and the
-history are never deleted: every night trains on all partitions and asks nothing twice.
+Kept: the ``retention.keep_datasets`` prepared datasets used last (``training/<digest>/``, each with its trainings)
+plus tonight's and production's, the newest ``retention.keep_nights`` night folders plus production's night and any
+night whose report is not uploaded yet, and production's downloaded checkpoint. When production cannot be read,
+nothing is deleted. Pulled partitions, discovery (tags, decisions, embeddings), the outbox and the history are never
+deleted: every night trains on all partitions and asks nothing twice.
 """
 
 from __future__ import annotations
@@ -16,21 +17,28 @@ from typing import TypedDict
 
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import layout, registry
+from mavias.ops.nightly.report import ATTEMPT_PREFIX, UPLOADED_SUFFIX
 from mavias.ops.registry import CorruptPointer
 
 log = logging.getLogger(__name__)
 
 
 class Pruned(TypedDict):
-    """``retention.clean_up``: what was deleted, what is kept, and the workspace's size after."""
+    """``retention.clean_up``: what was deleted, whose data was kept, and the size of what it manages after."""
 
     deleted: list[str]  # workspace-relative folders
-    production: str | None  # the version whose data was kept (None: unknown tonight, so no dataset was deleted)
-    workspace_bytes: int
+    production: str | None  # the version whose data was kept (None: none, or unreadable: then nothing was deleted)
+    kept_bytes: int  # what retention manages (training/, nights/, production/) after it
 
 
 def _size(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) if folder.exists() else 0
+
+
+def _report_pending(night: Path) -> bool:
+    """A report attempt of the night not uploaded yet (a later report uploads it)."""
+    return any(not attempt.with_name(attempt.name + UPLOADED_SUFFIX).exists()
+               for attempt in night.glob(f"report/{ATTEMPT_PREFIX}*") if attempt.is_dir())
 
 
 def _newest(folders: list[Path], keep: int) -> set[Path]:
@@ -38,7 +46,7 @@ def _newest(folders: list[Path], keep: int) -> set[Path]:
 
 
 def _production_version(cfg: NightlyConfig) -> tuple[str | None, bool]:
-    """(production's version, whether it is known): an unreadable pointer keeps every dataset."""
+    """(production's version, whether it is known)."""
     try:
         record = registry(cfg, step="clean_up").production()
     except CorruptPointer:
@@ -46,30 +54,31 @@ def _production_version(cfg: NightlyConfig) -> tuple[str | None, bool]:
     return (record.version if record else None), True
 
 
-def _stale(cfg: NightlyConfig, tonight: str, digest: str | None, production: str | None, known: bool) -> list[Path]:
+def _stale(cfg: NightlyConfig, tonight: str, digest: str | None, production: str | None) -> list[Path]:
     """Folders no later night, resume or production needs (``production`` is ``<night>-<digest[:8]>``)."""
     root = layout(cfg).root
     night, _, short_digest = (production or "").partition("-")
     trainings = [path for path in (root / "training").glob("*") if path.is_dir()]
     keep = _newest(trainings, cfg.retention.keep_datasets)
     keep |= {path for path in trainings if path.name == digest or (short_digest and path.name.startswith(short_digest))}
-    stale = [path for path in trainings if path not in keep] if known else []
     nights = sorted((path for path in (root / "nights").glob("*") if path.is_dir()), reverse=True)
-    stale += [path for path in nights[cfg.retention.keep_nights :] if path.name not in (night, tonight)]
-    stale += [path for path in (root / "production").glob("*") if path.is_dir() and known and path.name != production]
-    return stale
+    return ([path for path in trainings if path not in keep]
+            + [path for path in nights[cfg.retention.keep_nights :]
+               if path.name not in (night, tonight) and not _report_pending(path)]
+            + [path for path in (root / "production").glob("*") if path.is_dir() and path.name != production])
 
 
 def clean_up(cfg: NightlyConfig, tonight: str, digest: str | None = None) -> Pruned:
     """Delete what retention does not keep (``digest``: tonight's dataset, when one was prepared). Idempotent."""
     production, known = _production_version(cfg)
-    if not known:
-        log.warning("the production pointer is unreadable: no dataset or checkpoint is deleted tonight")
     root = layout(cfg).root
+    if not known:
+        log.warning("the production pointer is unreadable: nothing is deleted tonight")
     deleted = []
-    for folder in _stale(cfg, tonight, digest, production, known):
+    for folder in _stale(cfg, tonight, digest, production) if known else []:
         shutil.rmtree(folder, ignore_errors=True)
         deleted.append(folder.relative_to(root).as_posix())
-    size = _size(root) if root.exists() else 0
-    log.info("retention: deleted %d folder(s) %s; workspace %.1f MB", len(deleted), deleted, size / 1e6)
-    return {"deleted": deleted, "production": production, "workspace_bytes": size}
+    kept = sum(_size(root / name) for name in ("training", "nights", "production"))
+    log.info("retention: deleted %d folder(s) %s; %.1f MB kept in training/, nights/ and production/",
+             len(deleted), deleted, kept / 1e6)
+    return {"deleted": deleted, "production": production, "kept_bytes": kept}

@@ -152,6 +152,43 @@ def test_a_processed_partition_changed_in_the_bucket_trains_as_validated_or_not_
     assert ingest.pull_and_validate(fresh, ingest.sense(fresh, NIGHT))["partitions"] == ["p1"]
 
 
+def test_a_forced_revalidation_and_a_marker_of_an_older_version_pin_what_was_validated(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    _seed_evaluation(s3_client, s3_settings)
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
+    cfg = _config(s3_settings, tmp_path / "ws")
+    first = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    ledger = ProcessedLedger(s3_client, s3_settings)
+    ledger.mark_processed("p1", {"night": first["night"]})  # as versions before pins recorded it
+    ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    assert len(ledger.marker("p1")["etags"]) == len(manifest) + 1  # pinned at what the workspace pulled
+
+    key = f"incoming/p1/{manifest['uri'][2]}"
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=key, Body=png_bytes("a replacement"))
+    forced = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT, force_partition="p1"))
+    assert forced["valid"] == ["p1"]  # validated again: the marker now pins the new contents
+    assert ledger.marker("p1")["etags"][manifest["uri"][2]] == s3_client.head_object(
+        Bucket=s3_settings.bucket, Key=key)["ETag"]
+    fresh = _config(s3_settings, tmp_path / "fresh")
+    assert ingest.pull_and_validate(fresh, ingest.sense(fresh, NIGHT))["changed"] == {}
+
+
+def test_a_file_the_producer_took_down_is_not_validated_from_an_earlier_copy(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    _seed_evaluation(s3_client, s3_settings)
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 20)
+    s3_client.put_object(Bucket=s3_settings.bucket, Key="incoming/p1/_SUCCESS", Body=b"")
+    cfg = _config(s3_settings, tmp_path / "ws")
+    local = layout.pull(cfg, s3_client, "p1", pinned=False).parent
+    s3_client.delete_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{manifest['uri'][4]}")
+    validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    assert not (local / manifest["uri"][4]).exists()
+    quarantined = json.loads(Path(validated["validations"]["p1"]["path"]).read_text())["quarantined"]
+    assert [(row["uri"], row["reason"]) for row in quarantined] == [(manifest["uri"][4], "file not found")]
+
+
 # -- 2. transient I/O: retried, then failing without quarantining -----------------------------------------------------
 
 
