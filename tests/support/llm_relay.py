@@ -7,8 +7,10 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.loopback import serve_on_loopback, stop_serving
 
 
 class LLMRelay:
@@ -18,20 +20,17 @@ class LLMRelay:
         self.requests: list[dict[str, Any]] = []
         self.authorizations: set[str] = set()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def start(self) -> LLMRelay:
-        self._thread.start()
+        self._server = serve_on_loopback(self._handler())
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop_serving(self._server)
 
     def tags_sent(self) -> list[str]:
         """Every tag the judge sent, read back from the user messages (``Tags: [...]``)."""

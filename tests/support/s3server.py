@@ -24,7 +24,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlsplit
@@ -37,6 +37,7 @@ from pydantic import SecretStr
 from mavias.core.manifest.io import content_sample_id
 from mavias.storage.s3 import S3Settings, make_s3_client
 from mavias.utils.servers import free_port, wait_until_answering
+from tests.support.loopback import serve_on_loopback, stop_serving
 
 TEST_CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "expect"}
@@ -155,11 +156,7 @@ class FaultInjectingProxy:
         self.endpoint_url = f"http://127.0.0.1:{self._server.server_port}"
 
     def _serve(self, port: int) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), _ProxyHandler)
-        self._server.daemon_threads = True
-        self._server.proxy = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
+        self._server = serve_on_loopback(_ProxyHandler, port, proxy=self)
 
     def go_down(self) -> None:
         """Stop listening: every connection is refused until :meth:`come_back`."""
@@ -199,8 +196,7 @@ class FaultInjectingProxy:
             return self._pending.pop(index)
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop_serving(self._server)
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):

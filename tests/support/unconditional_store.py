@@ -10,12 +10,13 @@ Use the fixture by importing it into a test module::
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
 import pytest
+
+from tests.support.loopback import serve_on_loopback, stop_serving
 
 NO_SUCH_KEY = b"<?xml version='1.0'?><Error><Code>NoSuchKey</Code><Message>no such key</Message></Error>"
 CONDITION_FAILED = (b"<?xml version='1.0'?><Error><Code>PreconditionFailed</Code>"
@@ -30,15 +31,11 @@ class UnconditionalStore:
         self.honour_if_none_match = honour_if_none_match
         self.objects: dict[str, bytes] = {}
         self.written: list[str] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.store = self  # type: ignore[attr-defined]
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+        self._server = serve_on_loopback(_Handler, store=self)
         self.endpoint_url = f"http://127.0.0.1:{self._server.server_port}"
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop_serving(self._server)
 
 
 class _Handler(BaseHTTPRequestHandler):

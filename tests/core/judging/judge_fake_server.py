@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.loopback import serve_on_loopback, stop_serving
 
 Request = dict[str, Any]
 
@@ -57,9 +58,6 @@ class FakeLLM:
         self.default = default
         self.script: deque[Reply | Callable[[Request], Reply]] = deque()
         self.requests: list[Request] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
@@ -71,12 +69,11 @@ class FakeLLM:
         return self
 
     def start(self) -> FakeLLM:
-        self._thread.start()
+        self._server = serve_on_loopback(self._handler())
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop_serving(self._server)
 
     def _reply(self, request: Request) -> Reply:
         self.requests.append(request)
