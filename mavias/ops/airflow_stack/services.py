@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from mavias.errors import UserError
+from mavias.utils.servers import stop_process
 
 if TYPE_CHECKING:
     import psutil
@@ -203,12 +204,7 @@ def _stopped_on_failure(process: subprocess.Popen) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, grace_s=STOP_TIMEOUT_S)
         raise
 
 
