@@ -11,8 +11,6 @@ Training is deterministic per seed. A checkpoint holds its vocabulary and settin
 from __future__ import annotations
 
 import hashlib
-import pickle
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from mavias.core.train.model import MainModel, build_main_model
 from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
 from mavias.utils.progress import progress_bar
+from mavias.utils.torchfile import TORCH_LOAD_ERRORS
 
 CHECKPOINT_KEYS = ("vocabulary", "settings", "state")
 
@@ -140,7 +139,7 @@ class TrainedTagger:
 def _read_checkpoint(path: Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
+    except TORCH_LOAD_ERRORS as error:
         raise TaggerCheckpointError(f"{path} cannot be read as a tagger checkpoint ({error})",
                                     hint="pass a file written by the benchmark's tagger training") from None
     if not isinstance(state, dict) or set(CHECKPOINT_KEYS) - set(state):

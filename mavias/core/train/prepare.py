@@ -97,7 +97,7 @@ def prepare_image_data(
     frames = dict(tuple(manifest.groupby("split", sort=True)))
     splits = {
         name: image_split(frame, manifest_path.parent, classes,
-                          transforms.train if name == "train" else transforms.eval, config.image_size,
+                          transforms.of(name), config.image_size,
                           random=name == "train" and transforms.augmented, plain=transforms.eval, progress=progress)
         for name, frame in frames.items()
     }

@@ -5,8 +5,6 @@ then data, never a pickle that executes on load."""
 from __future__ import annotations
 
 import io
-import pickle
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from mavias.core.train.prepare import PreparedData
 from mavias.core.train.transforms import split_transforms
 from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
+from mavias.utils.torchfile import TORCH_LOAD_ERRORS
 
 FORMAT = "mavias-prepared-2"
 
@@ -49,8 +48,7 @@ def _inputs(state: dict[str, Any], config: TrainConfig | None, split: str) -> Da
     if state["kind"] == "features":
         return FeatureSplit(state["cache"].numpy())
     transforms = split_transforms(config or TrainConfig(image_size=state["size"]))
-    transform = transforms.train if split == "train" else transforms.eval
-    return ImageSplit([Path(p) for p in state["paths"]], transform, state["size"], random=state["random"],
+    return ImageSplit([Path(p) for p in state["paths"]], transforms.of(split), state["size"], random=state["random"],
                       plain=transforms.eval, preloaded=(state["cache"], state["sources"]))
 
 
@@ -74,7 +72,7 @@ def save_prepared(data: PreparedData, path: str | Path) -> Path:
 def load_prepared(path: str | Path) -> PreparedData:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
+    except TORCH_LOAD_ERRORS as error:
         raise UnreadablePrepared(f"{path} is not prepared data this version can read ({str(error).splitlines()[0]}): "
                                  "delete it and the data is prepared again") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:

@@ -27,6 +27,10 @@ class SplitTransforms:
     eval: Transform
     augmented: bool
 
+    def of(self, split: str) -> Transform:
+        """The transform of ``split``: the training one for ``train``, the evaluation one elsewhere."""
+        return self.train if split == "train" else self.eval
+
 
 def eval_resize(cfg: TrainConfig) -> int:
     return cfg.preprocessing.resize or cfg.image_size
