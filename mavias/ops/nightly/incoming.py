@@ -63,9 +63,14 @@ class PartitionChanged(UserError):
             f"partition; to validate the changed one again, delete {s3_uri(settings, marker_key(settings, partition))}")
 
 
+def processed_prefix(settings: S3Settings) -> str:
+    """The processed ledger's folder: one marker per processed partition."""
+    return f"{settings.state_prefix}processed/"
+
+
 def marker_key(settings: S3Settings, partition: str) -> str:
     """The processed ledger's marker of ``partition``."""
-    return f"{settings.state_prefix}processed/{check_name('partition', partition)}.json"
+    return f"{processed_prefix(settings)}{check_name('partition', partition)}.json"
 
 
 def partition_prefix(settings: S3Settings, partition: str) -> str:
@@ -109,7 +114,7 @@ class ProcessedLedger:
     def __init__(self, client: BaseClient, settings: S3Settings):
         self.client = client
         self.settings = settings
-        self.processed_prefix = f"{settings.state_prefix}processed/"
+        self.processed_prefix = processed_prefix(settings)
 
     def processed(self) -> set[str]:
         keys = (obj.key for obj in list_objects(self.client, self.settings, self.processed_prefix))
@@ -167,6 +172,10 @@ def _referenced_files(manifest_path: Path) -> set[str]:
     return {PurePosixPath(u).as_posix() for u in uris}
 
 
+def _read_etags(path: Path) -> dict[str, str] | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 class _PullJournal:
     """What a pull has downloaded so far: the last complete pull's ETags plus a line per file landed since, so that
     a pull cut off part-way (a deadline, a crash) resumes with the files it still lacks."""
@@ -176,7 +185,7 @@ class _PullJournal:
         self._lock = threading.Lock()
 
     def load(self) -> dict[str, str]:
-        pulled = json.loads(self.done.read_text()) if self.done.exists() else {}
+        pulled = _read_etags(self.done) or {}
         lines = self.journal.read_text().splitlines() if self.journal.exists() else []
         for line in lines:
             try:
@@ -200,8 +209,7 @@ def still_uploading(client: BaseClient, settings: S3Settings, partition: str, ma
     """Why a pulled partition is not complete yet, or None when it is (see docs/operations.md, the producer contract):
     its manifest names files the bucket lacks, no ``_SUCCESS`` marker declares it finished, and its manifest is
     younger than ``max_wait_h`` (after that, missing files are the producer's loss and validation holds them back)."""
-    prefix = partition_prefix(settings, partition)
-    remote = {obj.key[len(prefix) :]: obj for obj in list_objects(client, settings, prefix)}
+    remote = _remote_files(client, settings, partition)
     missing = _referenced_files(manifest_path) - remote.keys()
     if not missing or SUCCESS_MARKER in remote:
         return None
@@ -230,8 +238,12 @@ def _unpinned_changes(remote: Mapping[str, RemoteObject], pins: Mapping[str, str
 
 def read_pins(local_dir: str | Path) -> dict[str, str] | None:
     """The ETags a partition's files had when it was validated, or None when it was never pinned."""
-    path = Path(local_dir) / VALIDATED_ETAGS
-    return json.loads(path.read_text()) if path.exists() else None
+    return _read_etags(Path(local_dir) / VALIDATED_ETAGS)
+
+
+def read_pulled(local_dir: str | Path) -> dict[str, str] | None:
+    """The ETags of the last complete pull of a partition, or None when none completed."""
+    return _read_etags(Path(local_dir) / PULLED_ETAGS)
 
 
 def pin_validated(local_dir: str | Path, pins: Mapping[str, str] | None = None) -> dict[str, str]:

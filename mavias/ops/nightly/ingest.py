@@ -8,7 +8,6 @@ then fails the step, never quarantining data.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -23,13 +22,13 @@ from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.incoming import (
-    PULLED_ETAGS,
     PartitionChanged,
     ProcessedLedger,
     changed_since_validation,
     find_manifest,
     pin_validated,
     read_pins,
+    read_pulled,
     still_uploading,
 )
 from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
@@ -85,11 +84,9 @@ def _pins(ledger: ProcessedLedger, partition: str, marker: Mapping[str, Any], fo
     the workspace pulled, recorded in the marker from now on; None when neither is known."""
     if marker.get("etags"):
         return dict(marker["etags"])
-    pulled = folder / PULLED_ETAGS
-    if not pulled.exists():
-        return None
-    pins = json.loads(pulled.read_text())
-    ledger.repin(partition, pins)
+    pins = read_pulled(folder)
+    if pins is not None:
+        ledger.repin(partition, pins)
     return pins
 
 

@@ -43,6 +43,12 @@ def model_version(dataset: Dataset) -> str:
     return f"{dataset['night']}-{dataset['digest'][:8]}"
 
 
+def version_origin(version: str) -> tuple[str, str]:
+    """(night, first 8 characters of the dataset digest) of a version named by :func:`model_version`."""
+    night, _, short_digest = version.partition("-")
+    return night, short_digest
+
+
 def _held_out_images(data: PreparedData, limit: int = VERIFY_IMAGES) -> torch.Tensor:
     inputs = data["test"].inputs
     return torch.stack([inputs[i] for i in range(min(limit, len(inputs)))])

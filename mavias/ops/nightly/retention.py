@@ -17,6 +17,7 @@ from typing import TypedDict
 
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import layout, registry
+from mavias.ops.nightly.release import version_origin
 from mavias.ops.nightly.report import ATTEMPT_PREFIX, UPLOADED_SUFFIX
 from mavias.ops.registry import CorruptPointer
 
@@ -55,9 +56,9 @@ def _production_version(cfg: NightlyConfig) -> tuple[str | None, bool]:
 
 
 def _stale(cfg: NightlyConfig, tonight: str, digest: str | None, production: str | None) -> list[Path]:
-    """Folders no later night, resume or production needs (``production`` is ``<night>-<digest[:8]>``)."""
+    """Folders no later night, resume or production needs."""
     root = layout(cfg).root
-    night, _, short_digest = (production or "").partition("-")
+    night, short_digest = version_origin(production or "")
     trainings = [path for path in (root / "training").glob("*") if path.is_dir()]
     keep = _newest(trainings, cfg.retention.keep_datasets)
     keep |= {path for path in trainings if path.name == digest or (short_digest and path.name.startswith(short_digest))}
