@@ -1,0 +1,89 @@
+"""Validated partitions pinned at the ETags they were validated at, against a real S3 server (moto on loopback): a
+file changed in the bucket afterwards never trains unvalidated, a forced revalidation and a marker of an older
+version are pinned at what was validated, and a file the producer took down is not validated from an old copy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mavias.ops.nightly import ingest, layout
+from mavias.ops.nightly.incoming import PartitionChanged, ProcessedLedger
+from mavias.storage.s3 import S3Settings
+from tests.ops.nightly.test_faults import CLASSES, NIGHT, _config, _seed_evaluation
+from tests.support.s3server import (  # noqa: F401 - fixtures
+    moto_endpoint,
+    png_bytes,
+    s3_client,
+    s3_settings,
+    seed_partition,
+)
+
+
+def test_a_processed_partition_changed_in_the_bucket_trains_as_validated_or_not_at_all(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    """Each file is pinned at the ETag it was validated at: a later change never enters training unvalidated."""
+    _seed_evaluation(s3_client, s3_settings)
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
+    cfg = _config(s3_settings, tmp_path / "ws")
+    first = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    ingest.record_processed(cfg, {"night": first["night"], "new": first["valid"]})
+    marker = ProcessedLedger(s3_client, s3_settings).marker("p1")
+    assert len(marker["etags"]) == len(manifest) + 1  # every image and the manifest
+    swapped = f"incoming/p1/{manifest['uri'][3]}"
+    validated_bytes = s3_client.get_object(Bucket=s3_settings.bucket, Key=swapped)["Body"].read()
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=swapped, Body=png_bytes("a changed image"))
+
+    same_workspace = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))  # it holds the validated copy
+    assert same_workspace["changed"] == {} and same_workspace["partitions"] == ["p1"]
+    pulled = layout.pull(cfg, s3_client, "p1")
+    assert (pulled.parent / manifest["uri"][3]).read_bytes() == validated_bytes
+
+    fresh = _config(s3_settings, tmp_path / "fresh")  # a new workspace learns the pins from the ledger
+    refused = ingest.pull_and_validate(fresh, ingest.sense(fresh, NIGHT))
+    assert refused["partitions"] == [] and manifest["uri"][3] in refused["changed"]["p1"]
+    assert "s3://" in refused["changed"]["p1"] and "processed/p1.json" in refused["changed"]["p1"]
+    with pytest.raises(PartitionChanged, match="1 file"):
+        layout.pull(fresh, s3_client, "p1")
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=swapped, Body=validated_bytes)  # restored: taken again
+    assert ingest.pull_and_validate(fresh, ingest.sense(fresh, NIGHT))["partitions"] == ["p1"]
+
+
+def test_a_forced_revalidation_and_a_marker_of_an_older_version_pin_what_was_validated(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    _seed_evaluation(s3_client, s3_settings)
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
+    cfg = _config(s3_settings, tmp_path / "ws")
+    first = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    ledger = ProcessedLedger(s3_client, s3_settings)
+    ledger.mark_processed("p1", {"night": first["night"]})  # as versions before pins recorded it
+    ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    assert len(ledger.marker("p1")["etags"]) == len(manifest) + 1  # pinned at what the workspace pulled
+
+    key = f"incoming/p1/{manifest['uri'][2]}"
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=key, Body=png_bytes("a replacement"))
+    forced = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT, force_partition="p1"))
+    assert forced["valid"] == ["p1"]  # validated again: the marker now pins the new contents
+    assert ledger.marker("p1")["etags"][manifest["uri"][2]] == s3_client.head_object(
+        Bucket=s3_settings.bucket, Key=key)["ETag"]
+    fresh = _config(s3_settings, tmp_path / "fresh")
+    assert ingest.pull_and_validate(fresh, ingest.sense(fresh, NIGHT))["changed"] == {}
+
+
+def test_a_file_the_producer_took_down_is_not_validated_from_an_earlier_copy(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    _seed_evaluation(s3_client, s3_settings)
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 20)
+    s3_client.put_object(Bucket=s3_settings.bucket, Key="incoming/p1/_SUCCESS", Body=b"")
+    cfg = _config(s3_settings, tmp_path / "ws")
+    local = layout.pull(cfg, s3_client, "p1", pinned=False).parent
+    s3_client.delete_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{manifest['uri'][4]}")
+    validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    assert not (local / manifest["uri"][4]).exists()
+    quarantined = json.loads(Path(validated["validations"]["p1"]["path"]).read_text())["quarantined"]
+    assert [(row["uri"], row["reason"]) for row in quarantined] == [(manifest["uri"][4], "file not found")]
