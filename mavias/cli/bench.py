@@ -195,7 +195,8 @@ def scale(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     plot: Annotated[Path | None, typer.Option(help="write the time and memory plot (PNG)")] = None,
 ) -> None:
-    """One night per data size (1x, 4x, 16x a partition): seconds and peak memory per step, with the work done."""
+    """One night per data size (1x, 4x, 16x a partition): seconds and peak memory per step, the work done and the
+    workspace's disk after the night."""
     from mavias.tools.bench.scale import STEPS, run_scale_bench
 
     multiples = _multiples(scales)
@@ -208,6 +209,8 @@ def scale(
         table.add_row(step, *(f"{run.steps[step]['seconds']:.1f} ({run.steps[step]['peak_mib']:.0f})" for run in runs))
     for key in runs[0].work:
         table.add_row(key, *(str(run.work[key]) for run in runs))
+    for folder in runs[-1].disk:
+        table.add_row(f"disk: {folder} (MiB)", *(f"{run.disk.get(folder, 0) / 2**20:.1f}" for run in runs))
     console.print(table)
 
 

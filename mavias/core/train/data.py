@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from mavias.core.manifest import resolve_uri
+from mavias.core.train.decoded import DecodedStore
 from mavias.core.train.transforms import DECODE, Transform, load_transformed
 from mavias.utils.progress import progress_bar
 
@@ -28,27 +29,35 @@ class ImageSplit(Dataset):
     A deterministic (evaluation) transform whose outputs fit in ``PRELOAD_LIMIT_BYTES`` is applied once and the
     tensors held in memory (the small synthetic benchmarks). With a random (augmenting) transform the decoded
     images are held instead, when they fit, and transformed anew per item; a split too large decodes lazily per
-    item, in DataLoader workers when configured.
+    item, in DataLoader workers when configured. With a ``store``, held images come from (and go to) its files, so
+    an image is decoded once across datasets.
     """
 
     def __init__(self, paths: list[Path], transform: Transform, size: int, *, random: bool = False,
-                 plain: Transform | None = None, progress: str | None = None, preloaded: Preloaded | None = None):
+                 plain: Transform | None = None, progress: str | None = None, preloaded: Preloaded | None = None,
+                 store: DecodedStore | None = None):
         self.paths = paths
         self.transform = transform
         self.size = size
         self.random = random
         self.plain = plain  # the evaluation transform of an augmented split: what the images look like unaugmented
+        self.store = store
         self.cache: torch.Tensor | None = None
         self.sources: list[torch.Tensor] | None = None
         if preloaded is not None:  # restored from a saved split: nothing is decoded again
             self.cache, self.sources = preloaded
         elif not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
-            images = [load_transformed(p, transform)
-                      for p in progress_bar(paths, desc=progress or "loading images", enabled=bool(progress))]
+            images = self._decode(transform, progress)
             self.cache = torch.stack(images) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)
-        elif random and paths and len(paths) * load_transformed(paths[0], DECODE).numel() <= PRELOAD_LIMIT_BYTES:
-            self.sources = [load_transformed(p, DECODE)
-                            for p in progress_bar(paths, desc=progress or "loading images", enabled=bool(progress))]
+        elif random and paths and len(paths) * self._decode(DECODE, None, paths[:1])[0].numel() <= PRELOAD_LIMIT_BYTES:
+            self.sources = self._decode(DECODE, progress)
+
+    def _decode(self, transform: Transform, progress: str | None, paths: list[Path] | None = None) -> list[torch.Tensor]:
+        paths = self.paths if paths is None else paths
+        if self.store is not None:
+            return self.store.load(paths, transform, progress)
+        return [load_transformed(p, transform)
+                for p in progress_bar(paths, desc=progress or "loading images", enabled=bool(progress))]
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -64,7 +73,7 @@ class ImageSplit(Dataset):
         """The same images through the evaluation transform (an augmented split's errors, as JTT counts them)."""
         if not self.random:
             return self
-        return ImageSplit(self.paths, self.plain or self.transform, self.size)
+        return ImageSplit(self.paths, self.plain or self.transform, self.size, store=self.store)
 
 
 class FeatureSplit(Dataset):
@@ -138,12 +147,13 @@ def class_index(classes: list[str], labels: pd.Series) -> torch.Tensor:
 
 
 def image_split(frame: pd.DataFrame, manifest_dir: Path, classes: list[str], transform: Transform, size: int, *,
-                random: bool = False, plain: Transform | None = None, progress: bool = True) -> SplitData:
+                random: bool = False, plain: Transform | None = None, progress: bool = True,
+                store: DecodedStore | None = None) -> SplitData:
     frame = frame.reset_index(drop=True)
     paths = [resolve_uri(manifest_dir, u) for u in frame["uri"]]
     split = frame["split"].iloc[0] if len(frame) else "?"
     inputs = ImageSplit(paths, transform, size, random=random, plain=plain,
-                        progress=f"loading {split} images" if progress else None)
+                        progress=f"loading {split} images" if progress else None, store=store)
     return SplitData(inputs, frame, class_index(classes, frame["label"]))
 
 

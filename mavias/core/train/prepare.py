@@ -14,6 +14,7 @@ from mavias.core.manifest import load_manifest, quarantine_undecodable
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData, attach_groups, image_split
+from mavias.core.train.decoded import DecodedStore
 from mavias.core.train.recipe import choose_image_settings
 from mavias.core.train.transforms import split_transforms
 from mavias.errors import UserError
@@ -65,12 +66,14 @@ def prepare_image_data(
     group_attrs: list[str] | None = None,
     quarantine_csv: str | Path | None = None,
     progress: bool = True,
+    decoded: DecodedStore | None = None,
 ) -> PreparedData:
     """Load, quarantine missing or undecodable images (per row, with a reason: the rest is used), derive irrelevant
     tags, embeddings and (optional) true groups.
 
     Images are preprocessed as ``config`` says (training transform for ``train``, evaluation transform elsewhere);
-    without a config, plain Resize + CenterCrop to ``image_size``.
+    without a config, plain Resize + CenterCrop to ``image_size``. With ``decoded``, images decoded before (for any
+    dataset) are taken from its files instead of decoded again.
     """
     if config is None:
         if image_size is None:
@@ -98,7 +101,8 @@ def prepare_image_data(
     splits = {
         name: image_split(frame, manifest_path.parent, classes,
                           transforms.of(name), config.image_size,
-                          random=name == "train" and transforms.augmented, plain=transforms.eval, progress=progress)
+                          random=name == "train" and transforms.augmented, plain=transforms.eval, progress=progress,
+                          store=decoded)
         for name, frame in frames.items()
     }
     if embedded is not None:

@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import FeatureSplit, ImageSplit, SplitData
+from mavias.core.train.decoded import DecodedStore
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.transforms import split_transforms
 from mavias.errors import UserError
@@ -37,8 +38,10 @@ def _frame(table: torch.Tensor) -> pd.DataFrame:
 
 def _inputs_state(inputs: Dataset) -> dict[str, Any]:
     if isinstance(inputs, ImageSplit):
-        return {"kind": "image", "paths": [str(p) for p in inputs.paths], "size": inputs.size,
-                "random": inputs.random, "cache": inputs.cache, "sources": inputs.sources}
+        state = {"kind": "image", "paths": [str(p) for p in inputs.paths], "size": inputs.size, "random": inputs.random}
+        if inputs.store is not None:  # the images stay in the store's files, once for every dataset
+            return state | {"store": inputs.store.state()}
+        return state | {"cache": inputs.cache, "sources": inputs.sources}
     if isinstance(inputs, FeatureSplit):
         return {"kind": "features", "cache": inputs.cache}
     raise TypeError(f"only image and feature splits are saved, not {type(inputs).__name__}")
@@ -48,8 +51,12 @@ def _inputs(state: dict[str, Any], config: TrainConfig | None, split: str) -> Da
     if state["kind"] == "features":
         return FeatureSplit(state["cache"].numpy())
     transforms = split_transforms(config or TrainConfig(image_size=state["size"]))
-    return ImageSplit([Path(p) for p in state["paths"]], transforms.of(split), state["size"], random=state["random"],
-                      plain=transforms.eval, preloaded=(state["cache"], state["sources"]))
+    paths = [Path(p) for p in state["paths"]]
+    if "store" in state:
+        return ImageSplit(paths, transforms.of(split), state["size"], random=state["random"], plain=transforms.eval,
+                          store=DecodedStore.from_state(state["store"]))
+    return ImageSplit(paths, transforms.of(split), state["size"], random=state["random"], plain=transforms.eval,
+                      preloaded=(state["cache"], state["sources"]))
 
 
 def _split_state(split: SplitData) -> dict[str, Any]:

@@ -17,6 +17,7 @@ own. Stages are idempotent: run twice, they do the work once. Heavy artifacts li
     partitions/<partition>/       pulled incoming partitions (manifest + images), refreshed by ETag
     evaluation/<version>/         the pulled, fixed evaluation set
     discovery/                    the mavias.core.discovery workspace: tags, judge decisions, bias embeddings
+    decoded/<key>/<partition>.pt  each partition's images decoded once per transform (key), for every dataset
     training/<digest>/            dataset/, prepared-data.pt, reference/, tuning/ -- keyed by the data and the config,
                                   so a retried or repeated night resumes or reuses instead of retraining
     production/<version>/         production checkpoints fetched to compare the candidate with

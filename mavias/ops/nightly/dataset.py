@@ -1,6 +1,7 @@
 """The night's dataset (``prepare_dataset``): the accumulated training data of every processed partition and
-tonight's, with the fixed evaluation set as ``test``, prepared once (images decoded, bias embeddings attached) in
-``training/<digest>/`` for the training, evaluation and release stages (:func:`load_prepared`).
+tonight's, with the fixed evaluation set as ``test``, prepared once (bias embeddings attached) in
+``training/<digest>/`` for the training, evaluation and release stages (:func:`load_prepared`). Images are decoded
+once per partition (``decoded/``), whatever the datasets they join: a night decodes its new partitions only.
 
 The digest names the data (not where it lies), the discovery choices and the training config, so a retried or
 repeated night reuses or resumes instead of retraining. The night's relevance decisions are saved with what changed
@@ -26,7 +27,9 @@ from mavias.core.manifest import load_manifest
 from mavias.core.relevance import RELEVANCE_COLUMNS, load_relevance, save_relevance
 from mavias.core.tagging.run import TAGS_NAME
 from mavias.core.train import prepared_io
+from mavias.core.train.decoded import transform_key
 from mavias.core.train.prepare import PreparedData, prepare_image_data
+from mavias.core.train.transforms import DECODE
 from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, Validated
 from mavias.ops.nightly.config import NightlyConfig
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 PREPARED_NAME = "prepared-data.pt"  # mavias.core.train.prepared_io's format; it replaces a pickled "prepared.pt"
 LEGACY_PREPARED = "prepared.pt"
 SIZES_NAME = "sizes.json"
+DECODED_KEYS_NAME = "decoded.json"  # the decoded/<key>/ folders a dataset reads (retention keeps them)
 TRAIN_SPLITS = ("train", "val")
 RELEVANCE_NAME, RELEVANCE_CHANGES_NAME = "relevance.parquet", "relevance_changes.json"
 VERSION_DATASET = "dataset.json"  # a version folder's record of its digest (written by release.package)
@@ -169,6 +173,12 @@ def production_with_digest(cfg: NightlyConfig, client: BaseClient, digest: str) 
     return production.version if record is not None and record[0].get("digest") == digest else None
 
 
+def decoded_keys(data: PreparedData) -> list[str]:
+    """The ``decoded/`` folders a prepared dataset's images are held in (an augmented split holds them as decoded)."""
+    return sorted({transform_key(DECODE if split.augmented else split.inputs.transform)
+                   for split in data.splits.values() if split.is_image})
+
+
 def load_prepared(dataset: Dataset) -> PreparedData:
     return prepared_io.load_prepared(Path(dataset["dir"]) / PREPARED_NAME)
 
@@ -199,10 +209,11 @@ def prepare_dataset(cfg: NightlyConfig, validated: Validated, *, full_retrain: b
             out / "dataset" / "manifest.parquet", relevance=relevance, encoder=encoder,
             store_dir=layout(cfg).discovery.embeddings(encoder.encoder_id), config=cfg.training,
             tags_table=tags,
-            quarantine_csv=out / "dataset" / "quarantine.csv", progress=False,
+            quarantine_csv=out / "dataset" / "quarantine.csv", progress=False, decoded=layout(cfg).decoded,
         )
         sizes = {name: len(split) for name, split in data.splits.items()} | {"quarantined": len(data.quarantined)}
         write_json(out / "dataset" / SIZES_NAME, sizes)
+        write_json(out / "dataset" / DECODED_KEYS_NAME, decoded_keys(data))
         prepared_io.save_prepared(data, out / PREPARED_NAME)  # last: its presence marks the dataset complete
         (out / LEGACY_PREPARED).unlink(missing_ok=True)
     sizes = json.loads((out / "dataset" / SIZES_NAME).read_text())

@@ -14,6 +14,7 @@ from pathlib import Path
 from botocore.client import BaseClient
 
 from mavias.core.discovery import Workspace
+from mavias.core.train.decoded import DecodedStore
 from mavias.errors import UserError
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.incoming import MANIFEST_NAMES, MissingManifest, pull_partition
@@ -38,6 +39,11 @@ class Layout:
     @property
     def discovery(self) -> Workspace:
         return Workspace(self.root / "discovery")
+
+    @property
+    def decoded(self) -> DecodedStore:
+        """Decoded images, one file per partition (or evaluation version) and transform: decoded once."""
+        return DecodedStore(self.root / "decoded", self.root, depth=2)
 
     def training(self, digest: str) -> Path:
         return self.root / "training" / digest

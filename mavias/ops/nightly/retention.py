@@ -2,7 +2,7 @@
 production need and deletes the rest, so months of nights fit on one volume (docs/operations.md, Retention).
 
 Kept: the ``retention.keep_datasets`` prepared datasets used last (``training/<digest>/``, each with its trainings)
-plus tonight's and production's, the newest ``retention.keep_nights`` night folders plus production's night and any
+plus tonight's and production's, the decoded images they read (``decoded/<key>/``), the newest ``retention.keep_nights`` night folders plus production's night and any
 night whose report is not uploaded yet, and production's downloaded checkpoint. When production cannot be read,
 nothing is deleted. Pulled partitions, discovery (tags, decisions, embeddings), the outbox and the history are never
 deleted: every night trains on all partitions and asks nothing twice.
@@ -10,12 +10,14 @@ deleted: every night trains on all partitions and asks nothing twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from pathlib import Path
 from typing import TypedDict
 
 from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.dataset import DECODED_KEYS_NAME
 from mavias.ops.nightly.layout import layout, registry
 from mavias.ops.nightly.release import version_origin
 from mavias.ops.nightly.report import ATTEMPT_PREFIX, UPLOADED_SUFFIX
@@ -23,13 +25,15 @@ from mavias.ops.registry import CorruptPointer
 
 log = logging.getLogger(__name__)
 
+MANAGED = ("training", "decoded", "nights", "production")  # the folders retention deletes in
+
 
 class Pruned(TypedDict):
     """``retention.clean_up``: what was deleted, whose data was kept, and the size of what it manages after."""
 
     deleted: list[str]  # workspace-relative folders
     production: str | None  # the version whose data was kept (None: none, or unreadable: then nothing was deleted)
-    kept_bytes: int  # what retention manages (training/, nights/, production/) after it
+    kept_bytes: int  # what retention manages (training/, decoded/, nights/, production/) after it
 
 
 def _size(folder: Path) -> int:
@@ -63,10 +67,17 @@ def _stale(cfg: NightlyConfig, tonight: str, digest: str | None, production: str
     keep = _newest(trainings, cfg.retention.keep_datasets)
     keep |= {path for path in trainings if path.name == digest or (short_digest and path.name.startswith(short_digest))}
     nights = sorted((path for path in (root / "nights").glob("*") if path.is_dir()), reverse=True)
+    keys = set().union(*(_decoded_keys(path) for path in keep))
     return ([path for path in trainings if path not in keep]
+            + [path for path in (root / "decoded").glob("*") if path.is_dir() and path.name not in keys]
             + [path for path in nights[cfg.retention.keep_nights :]
                if path.name not in (night, tonight) and not _report_pending(path)]
             + [path for path in (root / "production").glob("*") if path.is_dir() and path.name != production])
+
+
+def _decoded_keys(training: Path) -> set[str]:
+    record = training / "dataset" / DECODED_KEYS_NAME
+    return set(json.loads(record.read_text())) if record.exists() else set()
 
 
 def clean_up(cfg: NightlyConfig, tonight: str, digest: str | None = None) -> Pruned:
@@ -79,7 +90,7 @@ def clean_up(cfg: NightlyConfig, tonight: str, digest: str | None = None) -> Pru
     for folder in _stale(cfg, tonight, digest, production) if known else []:
         shutil.rmtree(folder, ignore_errors=True)
         deleted.append(folder.relative_to(root).as_posix())
-    kept = sum(_size(root / name) for name in ("training", "nights", "production"))
-    log.info("retention: deleted %d folder(s) %s; %.1f MB kept in training/, nights/ and production/",
+    kept = sum(_size(root / name) for name in MANAGED)
+    log.info("retention: deleted %d folder(s) %s; %.1f MB kept in training/, decoded/, nights/ and production/",
              len(deleted), deleted, kept / 1e6)
     return {"deleted": deleted, "production": production, "kept_bytes": kept}

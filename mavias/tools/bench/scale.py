@@ -4,7 +4,8 @@ One night (one new partition, a fresh workspace and bucket) per scale: 1x, 4x, 1
 synthetic-scenes. Every step runs the nightly stage function in a fresh process, as an Airflow task does, timed
 around the call (imports excluded) with the process's peak RSS (imports included: what a task's worker must hold).
 Tagging and encoding must grow with the unique new images and tag sets (the counts are reported beside the
-times), training with the images trained on (a fixed number of epochs).
+times), training with the images trained on (a fixed number of epochs). The night ends with retention
+(``clean_up``); what the workspace then holds, per top-level folder, is the disk the night costs.
 """
 
 from __future__ import annotations
@@ -81,11 +82,28 @@ def _evaluate(cfg, done: dict) -> dict:  # noqa: ANN001
     return {"evaluated": evaluate.evaluate(cfg, done["dataset"], done["reference"], done["candidate"])}
 
 
+def _clean_up(cfg, done: dict) -> dict:  # noqa: ANN001
+    from mavias.ops.nightly import retention
+
+    return {"pruned": retention.clean_up(cfg, done["validated"]["night"], done["dataset"]["digest"])}
+
+
 STEPS: dict[str, Callable[[Any, dict], dict]] = {
     "sense + pull_and_validate": _sense_and_validate, "tag": _tag, "judge + encode": _judge_and_encode,
     "prepare_dataset": _prepare, "train_reference": _train_reference, "train_mavias": _train_mavias,
-    "evaluate": _evaluate,
+    "evaluate": _evaluate, "clean_up": _clean_up,
 }
+
+
+def disk_use(workspace: Path) -> dict[str, int]:
+    """Bytes under each top-level folder of a workspace (files directly in it count as "(files)"), and "total"."""
+    use: dict[str, int] = {}
+    for path in workspace.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            parts = path.relative_to(workspace).parts
+            folder = parts[0] if len(parts) > 1 else "(files)"
+            use[folder] = use.get(folder, 0) + path.stat().st_size
+    return dict(sorted(use.items())) | {"total": sum(use.values())}
 
 
 def _set_environment(values: dict[str, str]) -> None:
@@ -107,6 +125,7 @@ class ScaleRun:
     images: int
     steps: dict[str, dict[str, float]]  # step -> seconds, peak_mib
     work: dict[str, int]
+    disk: dict[str, int]  # bytes per workspace folder after the night (see disk_use)
 
 
 def run_night(work: Path, endpoint: str, scale: int, base: int) -> ScaleRun:
@@ -143,23 +162,28 @@ def run_night(work: Path, endpoint: str, scale: int, base: int) -> ScaleRun:
     discovered, sizes = done["discovered"], done["dataset"]["sizes"]
     counts = {"images tagged": discovered["images_tagged"], "tag sets encoded": discovered["prompts_encoded"],
               "images trained on": sizes.get("train", 0) + sizes.get("val", 0)}
-    return ScaleRun(scale, len(rows), steps, counts)
+    return ScaleRun(scale, len(rows), steps, counts, disk_use(root / "workspace"))
 
 
 def plot(runs: list[ScaleRun], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right, disk) = plt.subplots(1, 3, figsize=(16, 4))
     images = [run.images for run in runs]
     for step in STEPS:
         left.plot(images, [run.steps[step]["seconds"] for run in runs], marker="o", label=step)
         right.plot(images, [run.steps[step]["peak_mib"] for run in runs], marker="o", label=step)
+    for folder in runs[-1].disk:
+        disk.plot(images, [run.disk.get(folder, 0) / 2**20 for run in runs], marker="o", label=folder)
+    disk.set(xscale="log", yscale="log", xlabel="images in the night's partition", ylabel="MiB",
+             title="workspace on disk after the night")
+    disk.legend(fontsize=7)
     left.set(xscale="log", yscale="log", xlabel="images in the night's partition", ylabel="seconds",
              title="time per step")
     right.set(xscale="log", xlabel="images in the night's partition", ylabel="peak RSS of the step's process (MiB)",
               title="peak memory per step")
-    for axis in (left, right):
+    for axis in (left, right, disk):
         axis.set_xticks(images, [str(n) for n in images])
         axis.minorticks_off()
     left.legend(fontsize=7)

@@ -191,6 +191,8 @@ def test_the_report_lists_the_relevance_decisions_changed_since_the_previous_nig
     first = _judge_night(cfg, datetime(2025, 3, 1))
     changes = json.loads(Path(first["dataset"]["relevance_changes"]).read_text())
     assert (changes["previous_night"], changes["classes"]) == (None, {})
+    decoded_first = {path: path.stat().st_mtime_ns for path in (tmp_path / "ws" / "decoded").rglob("*.pt")}
+    assert {path.name for path in decoded_first} == {"partitions__p1.pt", "evaluation__v1.pt"}
 
     # The reviewer flips one of last night's decisions; a new partition brings a tag never seen before.
     decided = load_relevance(changes["relevance"]).set_index(["class", "tag"])["relevant"]
@@ -202,6 +204,9 @@ def test_the_report_lists_the_relevance_decisions_changed_since_the_previous_nig
     second_cfg = cfg.model_copy(update={"discovery": cfg.discovery.model_copy(update={"review": review})})
     second = _judge_night(second_cfg, datetime(2025, 3, 2))
     path = Path(second["dataset"]["relevance_changes"])
+    decoded_second = {path: path.stat().st_mtime_ns for path in (tmp_path / "ws" / "decoded").rglob("*.pt")}
+    assert {path.name for path in set(decoded_second) - set(decoded_first)} == {"partitions__p2.pt"}
+    assert all(decoded_second[path] == stamp for path, stamp in decoded_first.items())  # decoded once, not again
     recorded = json.loads(path.read_text())
     assert recorded["previous_night"] == "20250301T000000" and list(recorded["classes"]) == ["car"]
     car = recorded["classes"]["car"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mavias.ops.nightly import retention
 from mavias.ops.nightly.config import NightlyConfig, RetentionSection
+from mavias.ops.nightly.dataset import DECODED_KEYS_NAME
 from mavias.ops.registry import ModelRegistry
 from mavias.storage.s3 import S3Settings
 from tests.support.s3server import moto_endpoint, s3_client, s3_settings  # noqa: F401 - fixtures
@@ -15,16 +16,20 @@ from tests.support.s3server import moto_endpoint, s3_client, s3_settings  # noqa
 PRODUCTION = "20250303T000000-dddd0003"  # <night>-<digest[:8]>, as release.model_version names versions
 
 
-def _folder(path: Path, age_s: int) -> None:
+def _folder(path: Path, age_s: int, decoded_keys: str | None = None) -> None:
     path.mkdir(parents=True)
     (path / "data.bin").write_bytes(b"x" * 1000)
+    if decoded_keys is not None:
+        (path / "dataset").mkdir()
+        (path / "dataset" / DECODED_KEYS_NAME).write_text(decoded_keys)
     stamp = 1_700_000_000 - age_s
     os.utime(path, (stamp, stamp))
 
 
 def _workspace(root: Path) -> None:
+    keys = {"dddd0005": '["key-kept"]', "dddd0004": '["key-old"]'}  # the decoded/ folders a dataset reads
     for age, digest in enumerate(["dddd0006", "dddd0005", "dddd0004", "dddd0003", "dddd0002", "dddd0001"]):
-        _folder(root / "training" / f"{digest}ffffffff", age_s=age)  # dddd0006... newest
+        _folder(root / "training" / f"{digest}ffffffff", age_s=age, decoded_keys=keys.get(digest))  # dddd0006 newest
     for day in range(1, 7):
         _folder(root / "nights" / f"2025030{day}T000000", age_s=0)
     _folder(root / "nights" / "20250301T000000" / "report" / "attempt-1", age_s=0)  # not uploaded yet
@@ -32,6 +37,8 @@ def _workspace(root: Path) -> None:
     _folder(root / "production" / "20250301T000000-dddd0001", age_s=0)
     _folder(root / "partitions" / "p1", age_s=99)
     _folder(root / "discovery" / "tags", age_s=99)
+    for key in ("key-kept", "key-old"):  # decoded images: kept while a kept dataset reads them
+        _folder(root / "decoded" / key, age_s=99)
 
 
 def _config(settings: S3Settings, root: Path) -> NightlyConfig:
@@ -56,14 +63,16 @@ def test_a_night_keeps_the_newest_tonights_and_productions_and_deletes_the_rest(
     _promote(s3_client, s3_settings, tmp_path)
     pruned = retention.clean_up(_config(s3_settings, root), "20250306T000000", digest="dddd0001ffffffff")
     kept = sorted(p.relative_to(root).as_posix() for p in root.glob("*/*"))
-    assert kept == ["discovery/tags", "nights/20250301T000000", "nights/20250303T000000", "nights/20250305T000000",
+    assert kept == ["decoded/key-kept", "discovery/tags", "nights/20250301T000000", "nights/20250303T000000", "nights/20250305T000000",
                     "nights/20250306T000000", "partitions/p1", f"production/{PRODUCTION}",
                     "training/dddd0001ffffffff", "training/dddd0003ffffffff", "training/dddd0005ffffffff",
                     "training/dddd0006ffffffff"]  # 20250301: its report is not uploaded yet
-    assert sorted(pruned["deleted"]) == ["nights/20250302T000000", "nights/20250304T000000",
+    assert sorted(pruned["deleted"]) == ["decoded/key-old", "nights/20250302T000000", "nights/20250304T000000",
                                          "production/20250301T000000-dddd0001", "training/dddd0002ffffffff",
                                          "training/dddd0004ffffffff"]
-    assert pruned["production"] == PRODUCTION and pruned["kept_bytes"] == (len(kept) - 2 + 1) * 1000
+    decoded_records = len('["key-kept"]')
+    assert pruned["production"] == PRODUCTION
+    assert pruned["kept_bytes"] == (len(kept) - 2 + 1) * 1000 + decoded_records  # not partitions/ or discovery/
     again = retention.clean_up(_config(s3_settings, root), "20250306T000000", digest="dddd0001ffffffff")
     assert again["deleted"] == []  # idempotent
 
@@ -76,4 +85,4 @@ def test_an_unreadable_production_pointer_deletes_nothing(
     s3_client.put_object(Bucket=s3_settings.bucket, Key=f"{s3_settings.models_prefix}m/production.json", Body=b"{")
     pruned = retention.clean_up(_config(s3_settings, root), "20250306T000000")
     assert pruned["production"] is None and pruned["deleted"] == []
-    assert [len(list((root / name).iterdir())) for name in ("training", "nights", "production")] == [6, 6, 2]
+    assert [len(list((root / name).iterdir())) for name in ("training", "decoded", "nights", "production")] == [6, 2, 6, 2]
