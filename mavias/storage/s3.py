@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sized
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
@@ -360,11 +360,14 @@ def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag:
                 fh.write(chunk)
 
 
-def run_parallel(fn: Callable[[T], object], items: Sequence[T], workers: int, desc: str) -> None:
-    """``fn`` over ``items`` on a small thread pool with a progress bar; the first error stops the rest. At most
-    ``IN_FLIGHT_PER_WORKER`` items per worker are submitted at a time, so millions of files cost no more memory
-    than a few."""
-    progress = progress_bar(total=len(items), desc=desc, unit="file")
+def run_parallel(fn: Callable[[T], object], items: Iterable[T], workers: int, desc: str,
+                 total: int | None = None) -> None:
+    """``fn`` over ``items`` (drawn lazily) on a small thread pool with a progress bar; the first error stops the
+    rest. At most ``IN_FLIGHT_PER_WORKER`` items per worker are submitted at a time, so millions of files cost no
+    more memory than a few. ``total`` (default: ``len(items)`` when it has one) sizes the progress bar."""
+    if total is None and isinstance(items, Sized):
+        total = len(items)
+    progress = progress_bar(total=total, desc=desc, unit="file")
     pending: set[Future] = set()
     with ThreadPoolExecutor(max_workers=workers) as pool, progress as bar:
         try:

@@ -12,7 +12,8 @@ from botocore.exceptions import ClientError
 from pydantic import SecretStr, ValidationError
 
 from mavias.core.manifest import ManifestError
-from mavias.ops.nightly.incoming import ProcessedLedger, list_partitions, pull_partition
+from mavias.ops.nightly.incoming import ProcessedLedger, list_partitions
+from mavias.ops.nightly.pull import pull_partition
 from mavias.storage.s3 import S3Settings, StorageDeadline, load_settings, make_s3_client
 from tests.support.s3server import (  # noqa: F401 - fixtures
     faulty_proxy,
@@ -125,11 +126,23 @@ def test_a_pull_cut_off_part_way_resumes_with_the_files_it_lacks(s3_client, s3_s
     faulty_proxy.stall_paths(None)
     seen = faulty_proxy.requests_seen
     pull_partition(make_s3_client(proxied), proxied, "big", tmp_path)
-    assert faulty_proxy.requests_seen - seen <= 3  # the listing and the one missing image, not all eleven files
+    assert faulty_proxy.requests_seen - seen <= 3  # the listings and the one missing image, not all eleven files
     assert len(list(tmp_path.rglob("*.png"))) == len(manifest)
     seen = faulty_proxy.requests_seen
     pull_partition(make_s3_client(proxied), proxied, "big", tmp_path)
-    assert faulty_proxy.requests_seen - seen == 1  # complete: only the listing
+    assert faulty_proxy.requests_seen - seen == 2  # complete: only the listings (the manifest's, then the files')
+
+
+@pytest.mark.slow
+def test_a_pull_downloads_while_the_listing_streams_by(s3_client, s3_settings, faulty_proxy, tmp_path):
+    """A partition's listing is never held whole: its first files land before its second page is asked for."""
+    manifest = seed_partition(s3_client, s3_settings, "paged", ["cat", "dog"] * 550)  # 1,101 keys: two pages
+    proxied = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url, "max_workers": 2})
+    pull_partition(make_s3_client(proxied), proxied, "paged", tmp_path)
+    assert len(list(tmp_path.rglob("*.png"))) == len(manifest)
+    order = [("page 2" if "continuation-token" in path else "list") if "list-type=2" in path else "get"
+             for method, path in faulty_proxy.requests if method == "GET"]
+    assert order.count("page 2") == 1 and order.index("get", order.index("list", 1)) < order.index("page 2")
 
 
 def test_credentials_never_logged_or_shown(moto_endpoint, caplog):

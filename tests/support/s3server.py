@@ -148,6 +148,7 @@ class FaultInjectingProxy:
         upstream = urlsplit(upstream_url)
         self.upstream = (upstream.hostname, upstream.port)
         self.requests_seen = 0
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request, in order
         self.failures_served = 0
         self._pending: list[Fault] = []
         self._stalled_paths: dict[str, float] = {}
@@ -186,9 +187,10 @@ class FaultInjectingProxy:
         with self._lock:
             self._pending.extend([Fault(status, after_forwarding, method)] * count)
 
-    def next_fault(self, method: str) -> Fault | None:
+    def next_fault(self, method: str, path: str) -> Fault | None:
         with self._lock:
             self.requests_seen += 1
+            self.requests.append((method, path))
             index = next((i for i, f in enumerate(self._pending) if f.method in (None, method)), None)
             if index is None:
                 return None
@@ -212,7 +214,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             time.sleep(stall)
             self.close_connection = True
             return
-        fault = proxy.next_fault(self.command)
+        fault = proxy.next_fault(self.command, self.path)
         if fault is not None and fault.stall_s:
             time.sleep(fault.stall_s)
             self.close_connection = True

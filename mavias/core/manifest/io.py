@@ -34,7 +34,7 @@ def attribute_columns(df: pd.DataFrame) -> list[str]:
 def resolve_uri(manifest_dir: Path, uri: str) -> Path:
     """Local path of a manifest ``uri``; relative uris are relative to the manifest's folder."""
     if uri.startswith("s3://"):
-        raise ManifestError(f"{uri}: s3:// uris must be fetched to a local folder first (mavias.ops.nightly.incoming.pull_partition)")
+        raise ManifestError(f"{uri}: s3:// uris must be fetched to a local folder first (mavias.ops.nightly.pull.pull_partition)")
     path = Path(uri)
     return path if path.is_absolute() else manifest_dir / path
 

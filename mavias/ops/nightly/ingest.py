@@ -21,17 +21,16 @@ from mavias.core.manifest import ManifestError, read_manifest_table
 from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
 from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.incoming import (
+from mavias.ops.nightly.incoming import ProcessedLedger, find_manifest
+from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
+from mavias.ops.nightly.pull import (
     PartitionChanged,
-    ProcessedLedger,
     changed_since_validation,
-    find_manifest,
     pin_validated,
     read_pins,
     read_pulled,
     still_uploading,
 )
-from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
 from mavias.ops.validation import CheckResult, ValidationResult, validate_manifest_file
 from mavias.storage.s3 import S3Settings, check_name, is_transient, s3_uri
 from mavias.utils.atomic import write_json

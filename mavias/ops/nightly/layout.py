@@ -17,7 +17,8 @@ from mavias.core.discovery import Workspace
 from mavias.core.train.decoded import DecodedStore
 from mavias.errors import UserError
 from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.incoming import MANIFEST_NAMES, MissingManifest, pull_partition
+from mavias.ops.nightly.incoming import MANIFEST_NAMES, MissingManifest
+from mavias.ops.nightly.pull import pull_partition
 from mavias.ops.registry import ModelRegistry
 from mavias.ops.reporting.mail import Outbox
 from mavias.storage.s3 import check_name, make_s3_client, retry_transient, s3_uri

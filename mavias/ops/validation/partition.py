@@ -154,7 +154,7 @@ def validate_manifest_file(
     accumulated_class_counts: Mapping[str, int] | None = None,
     settings: ValidationSettings = DEFAULTS,
 ) -> ValidationResult:
-    """:func:`validate_partition` on a manifest file (e.g. from :func:`~mavias.ops.nightly.incoming.pull_partition`)."""
+    """:func:`validate_partition` on a manifest file (e.g. from :func:`~mavias.ops.nightly.pull.pull_partition`)."""
     manifest_path = Path(manifest_path)
     df = read_manifest_table(manifest_path)
     return validate_partition(df, manifest_path.parent, known_classes, accumulated_class_counts, settings)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from mavias.ops.nightly import ingest, layout
-from mavias.ops.nightly.incoming import PartitionChanged, ProcessedLedger
+from mavias.ops.nightly.incoming import ProcessedLedger
+from mavias.ops.nightly.pull import PartitionChanged
 from mavias.storage.s3 import S3Settings
 from tests.ops.nightly.test_faults import CLASSES, NIGHT, _config, _seed_evaluation
 from tests.support.s3server import (  # noqa: F401 - fixtures

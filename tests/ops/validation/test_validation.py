@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from mavias.ops.nightly.incoming import ProcessedLedger, pull_partition
+from mavias.ops.nightly.incoming import ProcessedLedger
 from mavias.ops.nightly.ingest import quarantine_partition
+from mavias.ops.nightly.pull import pull_partition
 from mavias.ops.validation import (
     ValidationSettings,
     class_distribution_distance,
