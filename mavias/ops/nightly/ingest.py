@@ -9,6 +9,8 @@ then fails the step, never quarantining data.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +26,8 @@ from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.incoming import ProcessedLedger, find_manifest
 from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
 from mavias.ops.nightly.pull import (
+    PULL_JOURNAL,
+    VALIDATED_ETAGS,
     PartitionChanged,
     changed_since_validation,
     pin_validated,
@@ -118,11 +122,36 @@ def quarantine_partition(client: BaseClient, settings: S3Settings, partition: st
     return ProcessedLedger(client, settings).mark_quarantined(partition, result.to_dict())
 
 
+def _linked_copy(folder: Path, staging: Path) -> Path:
+    """``staging`` holding ``folder``'s pulled files as hard links: no bytes are copied, and a pull replaces a file
+    instead of writing into it, so validating again downloads only what changed and the validated copy stays
+    as it was. A staging folder left by a cut-off attempt is resumed."""
+    if staging.exists():
+        return staging
+    for path in folder.rglob("*"):
+        if path.is_file() and path.name not in (PULL_JOURNAL, VALIDATED_ETAGS):
+            (staging / path.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, staging / path.relative_to(folder))
+    staging.mkdir(parents=True, exist_ok=True)
+    return staging
+
+
+def _replace_folder(folder: Path, new: Path, aside: Path) -> None:
+    """Put ``new`` in ``folder``'s place (the old copy goes ``aside`` first, then away)."""
+    shutil.rmtree(aside, ignore_errors=True)
+    folder.rename(aside)
+    new.rename(folder)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
 def _validate_partition(
     cfg: NightlyConfig, client: BaseClient, night: str, partition: str, classes: list[str], counts: dict[str, int]
 ) -> PartitionValidation:
+    folder = layout(cfg).partition(partition)
+    staged = read_pins(folder) is not None  # validated before (forced): the validated copy stays until this passes
+    local = _linked_copy(folder, layout(cfg).revalidation(partition)) if staged else folder
     try:
-        manifest = pull(cfg, client, partition, pinned=False)
+        manifest = pull(cfg, client, partition, pinned=False, into=local)
         waiting = still_uploading(client, cfg.s3, partition, manifest, cfg.validation.max_upload_wait_h)
         if waiting is not None:
             log.info("partition %s: still uploading: %s", partition, waiting)
@@ -134,10 +163,14 @@ def _validate_partition(
         result = _unreadable(err)
     path = write_json(layout(cfg).night(night) / "validation" / f"{partition}.json", result.to_dict())
     if result.success:
-        pins = pin_validated(manifest.parent)
+        if staged:
+            _replace_folder(folder, local, local.with_name(f"_replaced-{partition}"))
+        pins = pin_validated(folder)
         ProcessedLedger(client, cfg.s3).repin(partition, pins)  # a processed partition validated again (forced)
     else:
         quarantine_partition(client, cfg.s3, partition, result)
+        if staged:
+            shutil.rmtree(local, ignore_errors=True)
     log.info("partition %s: %s", partition, result.summary())
     return {"success": result.success, "summary": result.summary(), "path": str(path)}
 

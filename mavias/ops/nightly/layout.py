@@ -34,6 +34,10 @@ class Layout:
     def partition(self, name: str) -> Path:
         return self.root / "partitions" / check_name("partition", name)
 
+    def revalidation(self, name: str) -> Path:
+        """Where a validated partition forced to validate again is pulled, so a failure leaves the validated copy."""
+        return self.root / "revalidation" / check_name("partition", name)
+
     def evaluation(self, version: str) -> Path:
         return self.root / "evaluation" / check_name("evaluation version", version)
 
@@ -94,11 +98,12 @@ def reports_prefix(cfg: NightlyConfig) -> str:
     return f"{cfg.s3.models_prefix}{cfg.model_name}/reports/"
 
 
-def pull(cfg: NightlyConfig, client: BaseClient, partition: str, *, pinned: bool = True) -> Path:
-    """:func:`pull_partition` into the workspace (at its validated ETags unless ``pinned`` is False), retried while
-    the bucket is unreachable."""
-    return retry_transient(cfg.s3)(pull_partition, client, cfg.s3, partition, layout(cfg).partition(partition),
-                                   pinned=pinned)
+def pull(cfg: NightlyConfig, client: BaseClient, partition: str, *, pinned: bool = True,
+         into: Path | None = None) -> Path:
+    """:func:`pull_partition` into the workspace (at its validated ETags unless ``pinned`` is False; into its
+    partition folder unless ``into``), retried while the bucket is unreachable."""
+    return retry_transient(cfg.s3)(pull_partition, client, cfg.s3, partition,
+                                   into or layout(cfg).partition(partition), pinned=pinned)
 
 
 class EvaluationSetMissing(UserError):

@@ -203,7 +203,7 @@ class _Pull:
 
     def files(self, wanted: set[str]) -> None:
         """Hold every file of ``wanted`` (consumed) at its target ETag, then mark the pull complete."""
-        total = len(wanted)
+        new = sum(1 for name in wanted if name not in self.pulled)  # the progress bar's estimate of the downloads
 
         def jobs() -> Iterator[tuple[str, str]]:
             for name, obj in listing(self.client, self.settings, self.partition):
@@ -213,7 +213,7 @@ class _Pull:
             for name in sorted(wanted):  # named by the manifest, absent from the bucket
                 yield from self._plan(name, None)
 
-        run_parallel(self._fetch, jobs(), self.settings.max_workers, desc=f"pull {self.partition}", total=total)
+        run_parallel(self._fetch, jobs(), self.settings.max_workers, desc=f"pull {self.partition}", total=new)
         if self.missing:
             log.warning("partition %s: %d referenced file(s) missing, e.g. %s", self.partition, len(self.missing),
                         sorted(self.missing)[:3])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mavias.core.manifest.io import read_manifest_table
 from mavias.ops.nightly import ingest, layout
 from mavias.ops.nightly.incoming import ProcessedLedger
 from mavias.ops.nightly.pull import PartitionChanged
@@ -73,6 +74,27 @@ def test_a_forced_revalidation_and_a_marker_of_an_older_version_pin_what_was_val
         Bucket=s3_settings.bucket, Key=key)["ETag"]
     fresh = _config(s3_settings, tmp_path / "fresh")
     assert ingest.pull_and_validate(fresh, ingest.sense(fresh, NIGHT))["changed"] == {}
+
+
+def test_a_forced_revalidation_that_fails_keeps_the_validated_copy_training(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    _seed_evaluation(s3_client, s3_settings)
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
+    cfg = _config(s3_settings, tmp_path / "ws")
+    first = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    ingest.record_processed(cfg, {"night": first["night"], "new": first["valid"]})
+    local = tmp_path / "ws" / "partitions" / "p1"
+    validated = {name: (local / name).read_bytes() for name in manifest["uri"]}
+    seed_partition(s3_client, s3_settings, "p1", ["car", "zebra"])  # new contents with a class nobody knows
+    forced = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT, force_partition="p1"))
+    assert forced["failed"] == ["p1"]
+    assert {name: (local / name).read_bytes() for name in manifest["uri"]} == validated  # untouched
+    assert not (tmp_path / "ws" / "revalidation" / "p1").exists()
+    s3_client.delete_object(Bucket=s3_settings.bucket, Key="quarantine/p1/validation.json")
+    later = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    assert later["partitions"] == ["p1"] and later["changed"] == {}  # trains on what was validated
+    assert read_manifest_table(layout.pull(cfg, s3_client, "p1"))["label"].tolist() == manifest["label"].tolist()
 
 
 def test_a_file_the_producer_took_down_is_not_validated_from_an_earlier_copy(
