@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import IO
 
@@ -34,13 +35,15 @@ def image_problem(source: Path | IO[bytes]) -> str | None:
 
 
 def quarantine_undecodable(
-    df: pd.DataFrame, manifest_dir: Path, out_csv: Path | None = None
+    df: pd.DataFrame, manifest_dir: Path, out_csv: Path | None = None, decoded_before: Collection[Path] = ()
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split a manifest into (decodable rows, quarantined rows with a ``reason``).
+    """Split a manifest into (decodable rows, quarantined rows with a ``reason``); images in ``decoded_before``
+    (their current files decoded before) are not decoded again to know.
 
     When ``out_csv`` is given, the quarantined rows are appended to it (deduplicated by ``sample_id``).
     """
-    reasons = [decode_problem(resolve_uri(manifest_dir, uri)) for uri in df["uri"]]
+    paths = [resolve_uri(manifest_dir, uri) for uri in df["uri"]]
+    reasons = [None if path in decoded_before else decode_problem(path) for path in paths]
     bad = pd.Series([r is not None for r in reasons], index=df.index)
     quarantined = df.loc[bad, ["sample_id", "uri"]].assign(reason=[r for r in reasons if r is not None])
     if out_csv is not None and not quarantined.empty:

@@ -49,15 +49,14 @@ class ImageSplit(Dataset):
         elif not random and len(paths) * 3 * size * size <= PRELOAD_LIMIT_BYTES:
             images = self._decode(transform, progress)
             self.cache = torch.stack(images) if images else torch.empty(0, 3, size, size, dtype=torch.uint8)
-        elif random and paths and len(paths) * self._decode(DECODE, None, paths[:1])[0].numel() <= PRELOAD_LIMIT_BYTES:
+        elif random and paths and len(paths) * load_transformed(paths[0], DECODE).numel() <= PRELOAD_LIMIT_BYTES:
             self.sources = self._decode(DECODE, progress)
 
-    def _decode(self, transform: Transform, progress: str | None, paths: list[Path] | None = None) -> list[torch.Tensor]:
-        paths = self.paths if paths is None else paths
+    def _decode(self, transform: Transform, progress: str | None) -> list[torch.Tensor]:
         if self.store is not None:
-            return self.store.load(paths, transform, progress)
+            return self.store.load(self.paths, transform, progress)
         return [load_transformed(p, transform)
-                for p in progress_bar(paths, desc=progress or "loading images", enabled=bool(progress))]
+                for p in progress_bar(self.paths, desc=progress or "loading images", enabled=bool(progress))]
 
     def __len__(self) -> int:
         return len(self.paths)

@@ -10,7 +10,7 @@ import torch
 
 from mavias.core.encode import EmbeddingStore, TextEncoder, bias_embeddings
 from mavias.core.evaluate.metrics import group_key
-from mavias.core.manifest import load_manifest, quarantine_undecodable
+from mavias.core.manifest import load_manifest, quarantine_undecodable, resolve_uri
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData, attach_groups, image_split
@@ -83,7 +83,8 @@ def prepare_image_data(
     manifest = load_manifest(manifest_path, check_files=False)
     if tags_table is None and "tags" not in manifest.columns:
         raise NoTagsError()  # before any image is read
-    manifest, quarantined = quarantine_undecodable(manifest, manifest_path.parent, quarantine_csv)
+    held = decoded.held(resolve_uri(manifest_path.parent, uri) for uri in manifest["uri"]) if decoded else set()
+    manifest, quarantined = quarantine_undecodable(manifest, manifest_path.parent, quarantine_csv, held)
     config, image_notes = choose_image_settings(config, manifest, manifest_path.parent)
     transforms = split_transforms(config)
     manifest["sample_tags"] = sample_tags(manifest, tags_table)

@@ -21,7 +21,8 @@ from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
 from mavias.utils.torchfile import TORCH_LOAD_ERRORS
 
-FORMAT = "mavias-prepared-2"
+FORMAT = "mavias-prepared-3"  # -3 may point at a decoded-image store instead of holding the images
+READABLE = ("mavias-prepared-2", FORMAT)
 
 
 class UnreadablePrepared(UserError):
@@ -82,7 +83,7 @@ def load_prepared(path: str | Path) -> PreparedData:
     except TORCH_LOAD_ERRORS as error:
         raise UnreadablePrepared(f"{path} is not prepared data this version can read ({str(error).splitlines()[0]}): "
                                  "delete it and the data is prepared again") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in READABLE:
         raise UnreadablePrepared(f"{path} is not prepared data of format {FORMAT}: delete it to prepare it again")
     config = TrainConfig.model_validate(state["config"]) if state["config"] else None
     splits = {

@@ -35,6 +35,7 @@ from mavias.ops.nightly.artifacts import Dataset, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.discover import make_text_encoder
 from mavias.ops.nightly.layout import evaluation_partition, layout, pull, registry, s3_client
+from mavias.ops.nightly.pull import read_pulled
 from mavias.ops.registry import CorruptPointer
 from mavias.ops.reporting.context import RelevanceChanges
 from mavias.storage.s3 import get_json
@@ -149,14 +150,20 @@ def _digest(*parts: object) -> str:
     return digest.hexdigest()[:16]
 
 
+def pulled_contents(manifests: Iterable[Path]) -> dict[str, dict[str, str]]:
+    """The ETag of every file each pulled folder holds (``partitions/p1`` -> name -> ETag): what its bytes are."""
+    return {f"{path.parent.parent.name}/{path.parent.name}": read_pulled(path.parent) or {} for path in manifests}
+
+
 def dataset_digest(cfg: NightlyConfig, manifest: pd.DataFrame, tags: pd.DataFrame, relevance: pd.DataFrame,
-                   salt: str = "") -> str:
-    """Identity of a training run: the data (not where it lies), the discovery choices and the training config."""
+                   contents: dict[str, dict[str, str]], salt: str = "") -> str:
+    """Identity of a training run: the data (rows and the ETags of their files, not where they lie), the discovery
+    choices and the training config."""
     rows = manifest[["sample_id", "label", "split"]].sort_values("sample_id")
     tag_rows = tags[tags["sample_id"].isin(manifest["sample_id"])][["sample_id", "tag"]].sort_values(["sample_id", "tag"])
     decisions = relevance[["class", "tag", "relevant"]].sort_values(["class", "tag"])
     choices = {"train": cfg.training.model_dump(mode="json"), "discovery": cfg.discovery.model_dump(), "salt": salt}
-    return _digest(rows, tag_rows, decisions, choices)
+    return _digest(rows, tag_rows, decisions, choices, contents)
 
 
 def production_with_digest(cfg: NightlyConfig, client: BaseClient, digest: str) -> str | None:
@@ -193,7 +200,8 @@ def prepare_dataset(cfg: NightlyConfig, validated: Validated, *, full_retrain: b
     check_trainable(manifest)
     tags, relevance = _discovered_tables(cfg, [*partitions, evaluation_partition(cfg)])
     changes = record_relevance_changes(cfg, validated["night"], relevance)
-    digest = dataset_digest(cfg, manifest, tags, relevance, salt=validated["night"] if full_retrain else "")
+    contents = pulled_contents([*manifests, Path(validated["evaluation"])])
+    digest = dataset_digest(cfg, manifest, tags, relevance, contents, salt=validated["night"] if full_retrain else "")
     out = layout(cfg).training(digest)
     out.mkdir(parents=True, exist_ok=True)
     os.utime(out)  # retention keeps the datasets used last

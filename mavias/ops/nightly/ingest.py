@@ -9,8 +9,6 @@ then fails the step, never quarantining data.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -21,13 +19,12 @@ from botocore.client import BaseClient
 
 from mavias.core.manifest import ManifestError, read_manifest_table
 from mavias.errors import UserError
+from mavias.ops.nightly import revalidation
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.incoming import ProcessedLedger, find_manifest
 from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
 from mavias.ops.nightly.pull import (
-    PULL_JOURNAL,
-    VALIDATED_ETAGS,
     PartitionChanged,
     changed_since_validation,
     pin_validated,
@@ -122,34 +119,13 @@ def quarantine_partition(client: BaseClient, settings: S3Settings, partition: st
     return ProcessedLedger(client, settings).mark_quarantined(partition, result.to_dict())
 
 
-def _linked_copy(folder: Path, staging: Path) -> Path:
-    """``staging`` holding ``folder``'s pulled files as hard links: no bytes are copied, and a pull replaces a file
-    instead of writing into it, so validating again downloads only what changed and the validated copy stays
-    as it was. A staging folder left by a cut-off attempt is resumed."""
-    if staging.exists():
-        return staging
-    for path in folder.rglob("*"):
-        if path.is_file() and path.name not in (PULL_JOURNAL, VALIDATED_ETAGS):
-            (staging / path.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
-            os.link(path, staging / path.relative_to(folder))
-    staging.mkdir(parents=True, exist_ok=True)
-    return staging
-
-
-def _replace_folder(folder: Path, new: Path, aside: Path) -> None:
-    """Put ``new`` in ``folder``'s place (the old copy goes ``aside`` first, then away)."""
-    shutil.rmtree(aside, ignore_errors=True)
-    folder.rename(aside)
-    new.rename(folder)
-    shutil.rmtree(aside, ignore_errors=True)
-
-
 def _validate_partition(
     cfg: NightlyConfig, client: BaseClient, night: str, partition: str, classes: list[str], counts: dict[str, int]
 ) -> PartitionValidation:
-    folder = layout(cfg).partition(partition)
-    staged = read_pins(folder) is not None  # validated before (forced): the validated copy stays until this passes
-    local = _linked_copy(folder, layout(cfg).revalidation(partition)) if staged else folder
+    folder, staging = layout(cfg).partition(partition), layout(cfg).revalidation(partition)
+    revalidation.recover(folder, staging)
+    staged = read_pins(folder) is not None  # validated before: the validated copy stays until this passes
+    local = revalidation.stage(folder, staging) if staged else folder
     try:
         manifest = pull(cfg, client, partition, pinned=False, into=local)
         waiting = still_uploading(client, cfg.s3, partition, manifest, cfg.validation.max_upload_wait_h)
@@ -163,14 +139,14 @@ def _validate_partition(
         result = _unreadable(err)
     path = write_json(layout(cfg).night(night) / "validation" / f"{partition}.json", result.to_dict())
     if result.success:
-        if staged:
-            _replace_folder(folder, local, local.with_name(f"_replaced-{partition}"))
-        pins = pin_validated(folder)
+        pins = pin_validated(local)
         ProcessedLedger(client, cfg.s3).repin(partition, pins)  # a processed partition validated again (forced)
+        if staged:
+            revalidation.adopt(folder, local)
     else:
         quarantine_partition(client, cfg.s3, partition, result)
         if staged:
-            shutil.rmtree(local, ignore_errors=True)
+            revalidation.discard(local)
     log.info("partition %s: %s", partition, result.summary())
     return {"success": result.success, "summary": result.summary(), "path": str(path)}
 
@@ -182,12 +158,17 @@ def pull_and_validate(cfg: NightlyConfig, sensed: Sensed) -> Validated:
     classes = known_classes(cfg, evaluation)
     ledger = ProcessedLedger(client, cfg.s3)
     markers = {p: ledger.marker(p) or {} for p in sensed["processed"]}
-    changed = _changed_partitions(cfg, ledger, markers)
+    again = {p: marker for p in sensed["new"] if (marker := ledger.marker(p))}  # processed, forced to validate again
+    for partition in again:
+        revalidation.recover(layout(cfg).partition(partition), layout(cfg).revalidation(partition))
+    changed = _changed_partitions(cfg, ledger, markers | again)
     counts = _accumulated_class_counts({p: m for p, m in markers.items() if p not in changed})
     checked = {p: _validate_partition(cfg, client, sensed["night"], p, classes, counts) for p in sensed["new"]}
     waiting = {p: v["summary"] for p, v in checked.items() if v.get("waiting")}
     validations = {p: v for p, v in checked.items() if p not in waiting}
     valid = [p for p, v in validations.items() if v["success"]]
+    changed = {p: why for p, why in changed.items() if p not in valid}  # validated again tonight: as it is now
+    kept = [p for p in again if p not in valid]  # its validated copy trains until a validation again passes
     return {
         "night": sensed["night"],
         "valid": valid,
@@ -195,7 +176,7 @@ def pull_and_validate(cfg: NightlyConfig, sensed: Sensed) -> Validated:
         "waiting": waiting,
         "validations": validations,
         "changed": changed,
-        "partitions": sorted({*sensed["processed"], *valid} - changed.keys()),
+        "partitions": sorted({*sensed["processed"], *kept, *valid} - changed.keys()),
         "evaluation": str(evaluation),
         "classes": classes,
     }

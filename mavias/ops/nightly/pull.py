@@ -131,7 +131,7 @@ class _Pull:
         self.journal = _PullJournal(local_dir)
         self.pulled = self.journal.load()
         self.held: dict[str, str] = {}  # name -> the ETag it is held at after this pull
-        self.changed: list[str] = []
+        self.changed: set[str] = set()
         self.missing: list[str] = []
         self.downloads = 0
 
@@ -146,7 +146,7 @@ class _Pull:
         if name not in self.pins:
             return None
         if (obj is None or obj.etag != self.pins[name]) and not self._kept_as_validated(name):
-            self.changed.append(name)
+            self.changed.add(name)
         return self.pins[name]
 
     def _stale(self, name: str, obj: RemoteObject | None, etag: str) -> bool:
@@ -197,6 +197,7 @@ class _Pull:
                                   f"manifest ({' or '.join(MANIFEST_NAMES)})")
         jobs = list(self._plan(name, manifests.get(name)))
         self._raise_if_changed()
+        self.local.mkdir(parents=True, exist_ok=True)
         for job in jobs:
             self._fetch(job)
         return self.local / name
@@ -234,7 +235,6 @@ def pull_partition(client: BaseClient, settings: S3Settings, partition: str, loc
     (raised once the rest is pulled); ``pinned=False`` pulls what the bucket has now (for validating it again).
     """
     local_dir = Path(local_dir)
-    local_dir.mkdir(parents=True, exist_ok=True)
     pull = _Pull(client, settings, partition, local_dir, read_pins(local_dir) if pinned else None)
     manifest = pull.manifest()
     pull.files(referenced_files(manifest))

@@ -22,6 +22,7 @@ from mavias.ops.nightly.layout import layout, registry
 from mavias.ops.nightly.release import version_origin
 from mavias.ops.nightly.report import ATTEMPT_PREFIX, UPLOADED_SUFFIX
 from mavias.ops.registry import CorruptPointer
+from mavias.utils.disk import tree_size
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,6 @@ class Pruned(TypedDict):
     deleted: list[str]  # workspace-relative folders
     production: str | None  # the version whose data was kept (None: none, or unreadable: then nothing was deleted)
     kept_bytes: int  # what retention manages (training/, decoded/, nights/, production/) after it
-
-
-def _size(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) if folder.exists() else 0
 
 
 def _report_pending(night: Path) -> bool:
@@ -90,7 +87,10 @@ def clean_up(cfg: NightlyConfig, tonight: str, digest: str | None = None) -> Pru
     for folder in _stale(cfg, tonight, digest, production) if known else []:
         shutil.rmtree(folder, ignore_errors=True)
         deleted.append(folder.relative_to(root).as_posix())
-    kept = sum(_size(root / name) for name in MANAGED)
+    if known:
+        dropped = layout(cfg).decoded.prune(path.name for path in (root / "decoded").glob("*") if path.is_dir())
+        log.info("retention: %d decoded image(s) of files gone or replaced dropped", dropped)
+    kept = sum(tree_size(root / name) for name in MANAGED)
     log.info("retention: deleted %d folder(s) %s; %.1f MB kept in training/, decoded/, nights/ and production/",
              len(deleted), deleted, kept / 1e6)
     return {"deleted": deleted, "production": production, "kept_bytes": kept}

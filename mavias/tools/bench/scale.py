@@ -31,6 +31,7 @@ from mavias.storage.s3 import ENV_PREFIX, S3Settings, make_s3_client
 from mavias.tools.demo.run import make_demo_data, upload_manifest_folder
 from mavias.tools.demo.services import CREDENTIALS, moto_server
 from mavias.utils.atomic import write_json
+from mavias.utils.disk import tree_size
 
 SCALE_TRAINING = {"image_size": 32, "epochs": 3, "batch_size": 64, "backbone.width": 16, "optim.name": "sgd",
                   "optim.lr": 0.05, "optim.schedule": "none", "device": "auto"}
@@ -96,14 +97,9 @@ STEPS: dict[str, Callable[[Any, dict], dict]] = {
 
 
 def disk_use(workspace: Path) -> dict[str, int]:
-    """Bytes under each top-level folder of a workspace (files directly in it count as "(files)"), and "total"."""
-    use: dict[str, int] = {}
-    for path in workspace.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            parts = path.relative_to(workspace).parts
-            folder = parts[0] if len(parts) > 1 else "(files)"
-            use[folder] = use.get(folder, 0) + path.stat().st_size
-    return dict(sorted(use.items())) | {"total": sum(use.values())}
+    """Bytes under each top-level folder of a workspace, and "total" (with the files directly in it)."""
+    use = {path.name: tree_size(path) for path in sorted(workspace.iterdir()) if path.is_dir()}
+    return use | {"total": tree_size(workspace)}
 
 
 def _set_environment(values: dict[str, str]) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from mavias.core.manifest import quarantine
 from mavias.core.relevance import RELEVANCE_COLUMNS
 from mavias.core.train import decoded
 from mavias.core.train.config import TrainConfig
@@ -38,6 +39,20 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return seen
 
 
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every image decoded to know whether it decodes (the quarantine check, counted)."""
+    seen: list[Path] = []
+    real = quarantine.decode_problem
+
+    def counted(path):  # noqa: ANN001, ANN202
+        seen.append(Path(path))
+        return real(path)
+
+    monkeypatch.setattr(quarantine, "decode_problem", counted)
+    return seen
+
+
 def _partition(root: Path, name: str, n: int) -> pd.DataFrame:
     folder = root / "partitions" / name
     manifest = write_local_partition(folder, (CLASSES * n)[:n])
@@ -55,14 +70,17 @@ def _prepare(root: Path, rows: pd.DataFrame, store: DecodedStore | None, augment
                               decoded=store)
 
 
-def test_a_partition_is_decoded_once_for_every_dataset_it_joins(tmp_path: Path, decodes: list[Path]) -> None:
+def test_a_partition_is_decoded_once_for_every_dataset_it_joins(tmp_path: Path, decodes: list[Path],
+                                                                 checks: list[Path]) -> None:
     store = DecodedStore(tmp_path / "decoded", tmp_path)
     first, second = _partition(tmp_path, "p1", 9), _partition(tmp_path, "p2", 6)
     _prepare(tmp_path, first, store)
-    assert len(decodes) == 9
+    assert len(decodes) == 9 and len(checks) == 9
     decodes.clear()
+    checks.clear()
     both = _prepare(tmp_path, pd.concat([first, second], ignore_index=True), store)
     assert sorted({path.parent.parent.name for path in decodes}) == ["p2"] and len(decodes) == 6
+    assert sorted({path.parent.parent.name for path in checks}) == ["p2"] and len(checks) == 6  # p1's are known
     key = transform_key(eval_transform(TrainConfig(image_size=8, preprocessing={"resize": 8})))
     assert sorted(p.name for p in (tmp_path / "decoded" / key).iterdir()) == ["partitions__p1.pt", "partitions__p2.pt"]
     plain = _prepare(tmp_path, pd.concat([first, second], ignore_index=True), None)  # decoded without a store
@@ -83,7 +101,7 @@ def test_a_replaced_image_is_decoded_again(tmp_path: Path, decodes: list[Path]) 
 
 
 @pytest.mark.parametrize("augment", [False, True])
-def test_a_saved_dataset_holds_no_image_and_reads_them_from_the_store(tmp_path: Path, decodes: list[Path],
+def test_a_saved_dataset_holds_no_image_and_reads_them_from_the_store_without_decoding(tmp_path: Path, decodes: list[Path],
                                                                       augment: bool) -> None:
     store = DecodedStore(tmp_path / "decoded", tmp_path)
     rows = _partition(tmp_path, "p1", 9)
@@ -91,8 +109,6 @@ def test_a_saved_dataset_holds_no_image_and_reads_them_from_the_store(tmp_path: 
     with_store = save_prepared(data, tmp_path / "with-store.pt")
     inline = save_prepared(_prepare(tmp_path, rows, None, augment=augment), tmp_path / "inline.pt")
     assert with_store.stat().st_size < inline.stat().st_size
-    for uri in rows["uri"]:
-        Path(uri).unlink()  # a dataset loads from the store alone
     decodes.clear()
     loaded = load_prepared(with_store)
     assert decodes == [] and loaded["train"].augmented == augment
@@ -122,3 +138,18 @@ def test_groups_are_partitions_and_keys_follow_the_transform(tmp_path: Path) -> 
     small, large = (eval_transform(TrainConfig(image_size=size)) for size in (8, 16))
     assert transform_key(small) == transform_key(eval_transform(TrainConfig(image_size=8)))
     assert transform_key(small) != transform_key(large)
+
+
+def test_entries_of_files_gone_or_replaced_are_pruned(tmp_path: Path) -> None:
+    store = DecodedStore(tmp_path / "decoded", tmp_path)
+    rows = _partition(tmp_path, "p1", 6)
+    _prepare(tmp_path, rows, store)
+    keys = [path.name for path in (tmp_path / "decoded").iterdir()]
+    assert store.prune(keys) == 0
+    taken_down, replaced = Path(rows["uri"].iloc[0]), Path(rows["uri"].iloc[1])
+    taken_down.unlink()
+    replaced.unlink()
+    Image.new("RGB", (20, 20), (0, 0, 250)).save(replaced, format="PNG")  # a new file under the same name
+    assert len(keys) == 1 and store.prune(keys) == 2  # one transform (no augmentation): two entries dropped
+    assert store.prune(keys) == 0
+    assert store.held(Path(uri) for uri in rows["uri"]) == {Path(uri) for uri in rows["uri"].iloc[2:]}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mavias.core.manifest.io import read_manifest_table
-from mavias.ops.nightly import ingest, layout
+from mavias.ops.nightly import ingest, layout, revalidation
 from mavias.ops.nightly.incoming import ProcessedLedger
 from mavias.ops.nightly.pull import PartitionChanged
 from mavias.storage.s3 import S3Settings
@@ -88,7 +88,7 @@ def test_a_forced_revalidation_that_fails_keeps_the_validated_copy_training(
     validated = {name: (local / name).read_bytes() for name in manifest["uri"]}
     seed_partition(s3_client, s3_settings, "p1", ["car", "zebra"])  # new contents with a class nobody knows
     forced = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT, force_partition="p1"))
-    assert forced["failed"] == ["p1"]
+    assert forced["failed"] == ["p1"] and forced["partitions"] == ["p1"]  # tonight too, as validated
     assert {name: (local / name).read_bytes() for name in manifest["uri"]} == validated  # untouched
     assert not (tmp_path / "ws" / "revalidation" / "p1").exists()
     s3_client.delete_object(Bucket=s3_settings.bucket, Key="quarantine/p1/validation.json")
@@ -110,3 +110,20 @@ def test_a_file_the_producer_took_down_is_not_validated_from_an_earlier_copy(
     assert not (local / manifest["uri"][4]).exists()
     quarantined = json.loads(Path(validated["validations"]["p1"]["path"]).read_text())["quarantined"]
     assert [(row["uri"], row["reason"]) for row in quarantined] == [(manifest["uri"][4], "file not found")]
+
+
+@pytest.mark.parametrize("cut_after", ["first rename", "both renames"])
+def test_a_replacement_cut_off_between_its_renames_is_finished_by_the_next_night(tmp_path: Path, cut_after: str) -> None:
+    folder, staging = tmp_path / "partitions" / "p1", tmp_path / "revalidation" / "p1"
+    for path, text in ((folder, "validated"), (staging, "validated again")):
+        path.mkdir(parents=True)
+        (path / "manifest.csv").write_text(text)
+    revalidation.adopt(folder, staging)  # the whole replacement, then undo the parts a cut-off night never did
+    aside = tmp_path / "revalidation" / "_replaced-p1"
+    aside.mkdir()
+    (aside / "manifest.csv").write_text("validated")
+    if cut_after == "first rename":
+        folder.rename(staging)
+    revalidation.recover(folder, staging)
+    assert (folder / "manifest.csv").read_text() == "validated again"
+    assert not aside.exists() and not staging.exists()

@@ -20,7 +20,7 @@ def test_one_night_is_measured_step_by_step(tmp_path, moto_endpoint: str) -> Non
     assert run.work["images tagged"] == 50 + 27 * 2  # the partition and the evaluation set, each image once
     assert 0 < run.work["tag sets encoded"] <= run.work["images tagged"]
     assert {"partitions", "evaluation", "decoded", "discovery", "training", "nights"} <= set(run.disk)
-    assert run.disk["total"] == sum(size for folder, size in run.disk.items() if folder != "total")
+    assert run.disk["total"] >= sum(size for folder, size in run.disk.items() if folder != "total")
     workspace = tmp_path / "x1" / "workspace"
     assert run.disk["total"] == sum(path.stat().st_size for path in workspace.rglob("*") if path.is_file())
     prepared = next(workspace.glob("training/*/prepared-data.pt")).stat().st_size
