@@ -2,7 +2,8 @@
 
 Append-only: each write adds one part, ``part-<time>-<id>.npy`` (float16, n x d) then ``part-<time>-<id>.parquet``
 (key, prompt), so a write costs what it adds, never a rewrite of what is stored, and two writers never clobber each
-other; a part without its index (a write cut off) is ignored. ``meta.json`` names the encoders. A store written as
+other; a part without its index (a write cut off) is ignored. ``meta.json`` names the encoders (updated under a
+file lock). A store written as
 one ``embeddings.npy`` + ``index.parquet`` is read as its first part.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from filelock import FileLock
 
 from mavias.core.encode.base import TextEncoder
 from mavias.utils.atomic import atomic_path, write_json
@@ -79,6 +81,10 @@ class EmbeddingStore:
 
     def _check_encoder(self, encoder: TextEncoder) -> None:
         meta_path = self.root / "meta.json"
+        with FileLock(self.root / "meta.json.lock"):  # read-modify-write: a second writer waits
+            self._record_encoder(meta_path, encoder)
+
+    def _record_encoder(self, meta_path: Path, encoder: TextEncoder) -> None:
         if meta_path.exists():
             meta = json.loads(meta_path.read_text())
             if meta["dim"] != encoder.dim:

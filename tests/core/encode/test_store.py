@@ -1,6 +1,10 @@
+import json
+import threading
+
 import numpy as np
 import pandas as pd
 import pytest
+from filelock import FileLock
 
 from mavias.core.encode import EmbeddingStore, SentenceTransformerEncoder, bias_prompt
 from mavias.core.encode.store import embedding_key
@@ -74,3 +78,17 @@ def test_shipped_minilm_encoder_works_offline(monkeypatch):
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     # real weights: related scenes are closer than unrelated ones
     assert vectors[0] @ vectors[2] > vectors[0] @ vectors[1]
+
+
+def test_a_second_writer_of_the_encoder_list_waits_for_the_first(tmp_path):
+    store = EmbeddingStore(tmp_path / "store")
+    store.ensure(CountingEncoder(), ["a photo of sky"])
+    other = CountingEncoder()
+    other.encoder_id = "counting:v2"
+    with FileLock(store.root / "meta.json.lock"):  # a writer in another process holds it
+        writer = threading.Thread(target=store.ensure, args=(other, ["a photo of sea"]))
+        writer.start()
+        writer.join(timeout=1.0)
+        assert writer.is_alive()  # waiting, not writing over the first writer's list
+    writer.join(timeout=10)
+    assert json.loads((store.root / "meta.json").read_text())["encoder_ids"] == ["counting:v1", "counting:v2"]
