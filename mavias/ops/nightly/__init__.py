@@ -15,6 +15,7 @@ own. Stages are idempotent: run twice, they do the work once. Heavy artifacts li
 (:mod:`mavias.ops.nightly.layout`)::
 
     partitions/<partition>/       pulled incoming partitions (manifest + images), refreshed by ETag
+    revalidation/<partition>/     a validated partition validated again, until it passes (ops/nightly/revalidation)
     evaluation/<version>/         the pulled, fixed evaluation set
     discovery/                    the mavias.core.discovery workspace: tags, judge decisions, bias embeddings
     decoded/<key>/<partition>.pt  each partition's images decoded once per transform (key), for every dataset
