@@ -150,20 +150,21 @@ def _digest(*parts: object) -> str:
     return digest.hexdigest()[:16]
 
 
-def pulled_contents(manifests: Iterable[Path]) -> dict[str, dict[str, str]]:
-    """The ETag of every file each pulled folder holds (``partitions/p1`` -> name -> ETag): what its bytes are."""
-    return {f"{path.parent.parent.name}/{path.parent.name}": read_pulled(path.parent) or {} for path in manifests}
+def pulled_etags(manifests: Iterable[Path]) -> dict[str, str]:
+    """Absolute path -> ETag of every file the pulled folders of ``manifests`` hold: what its bytes are."""
+    return {str(path.parent / name): etag for path in manifests for name, etag in (read_pulled(path.parent) or {}).items()}
 
 
 def dataset_digest(cfg: NightlyConfig, manifest: pd.DataFrame, tags: pd.DataFrame, relevance: pd.DataFrame,
-                   contents: dict[str, dict[str, str]], salt: str = "") -> str:
+                   etags: dict[str, str], salt: str = "") -> str:
     """Identity of a training run: the data (rows and the ETags of their files, not where they lie), the discovery
     choices and the training config."""
-    rows = manifest[["sample_id", "label", "split"]].sort_values("sample_id")
+    rows = manifest.assign(etag=manifest["uri"].map(etags))[["sample_id", "label", "split", "etag"]]
+    rows = rows.sort_values("sample_id")
     tag_rows = tags[tags["sample_id"].isin(manifest["sample_id"])][["sample_id", "tag"]].sort_values(["sample_id", "tag"])
     decisions = relevance[["class", "tag", "relevant"]].sort_values(["class", "tag"])
     choices = {"train": cfg.training.model_dump(mode="json"), "discovery": cfg.discovery.model_dump(), "salt": salt}
-    return _digest(rows, tag_rows, decisions, choices, contents)
+    return _digest(rows, tag_rows, decisions, choices)
 
 
 def production_with_digest(cfg: NightlyConfig, client: BaseClient, digest: str) -> str | None:
@@ -200,8 +201,8 @@ def prepare_dataset(cfg: NightlyConfig, validated: Validated, *, full_retrain: b
     check_trainable(manifest)
     tags, relevance = _discovered_tables(cfg, [*partitions, evaluation_partition(cfg)])
     changes = record_relevance_changes(cfg, validated["night"], relevance)
-    contents = pulled_contents([*manifests, Path(validated["evaluation"])])
-    digest = dataset_digest(cfg, manifest, tags, relevance, contents, salt=validated["night"] if full_retrain else "")
+    etags = pulled_etags([*manifests, Path(validated["evaluation"])])
+    digest = dataset_digest(cfg, manifest, tags, relevance, etags, salt=validated["night"] if full_retrain else "")
     out = layout(cfg).training(digest)
     out.mkdir(parents=True, exist_ok=True)
     os.utime(out)  # retention keeps the datasets used last

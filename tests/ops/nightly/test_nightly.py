@@ -16,6 +16,7 @@ from mavias.core.relevance import load_relevance
 from mavias.errors import UserError
 from mavias.ops.nightly import dataset, discover, ingest, release, report
 from mavias.ops.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
+from mavias.ops.nightly.dataset import dataset_digest
 from mavias.ops.registry import ModelRegistry
 from mavias.storage.s3 import S3Settings, get_json
 from tests.support.s3server import (  # noqa: F401 - fixtures
@@ -222,3 +223,14 @@ def test_the_report_lists_the_relevance_decisions_changed_since_the_previous_nig
     html = Path(result["html"]).read_text()
     section = html[html.index("Relevance decisions changed"):html.index("Main-model logits")]
     assert "road" in section and "traffic light" in section and f"edit {review}" in section
+
+
+def test_the_digest_changes_with_the_bytes_of_the_files_that_train_and_only_theirs(tmp_path: Path) -> None:
+    cfg = _config(S3Settings(bucket="b"), tmp_path)
+    rows = pd.DataFrame({"sample_id": ["a", "b"], "label": ["car", "boat"], "split": ["train", "test"],
+                         "uri": ["/ws/partitions/p1/a.png", "/ws/evaluation/v1/b.png"]})
+    tags, decisions = pd.DataFrame(columns=["sample_id", "tag"]), pd.DataFrame(columns=["class", "tag", "relevant"])
+    etags = {"/ws/partitions/p1/a.png": '"e1"', "/ws/evaluation/v1/b.png": '"e2"'}
+    digest = dataset_digest(cfg, rows, tags, decisions, etags)
+    assert dataset_digest(cfg, rows, tags, decisions, etags | {"/ws/partitions/copy/a.png": '"e1"'}) == digest
+    assert dataset_digest(cfg, rows, tags, decisions, etags | {"/ws/partitions/p1/a.png": '"e9"'}) != digest
