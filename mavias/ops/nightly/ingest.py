@@ -123,7 +123,6 @@ def _validate_partition(
     cfg: NightlyConfig, client: BaseClient, night: str, partition: str, classes: list[str], counts: dict[str, int]
 ) -> PartitionValidation:
     folder, staging = layout(cfg).partition(partition), layout(cfg).revalidation(partition)
-    revalidation.recover(folder, staging)
     staged = read_pins(folder) is not None  # validated before: the validated copy stays until this passes
     local = revalidation.stage(folder, staging) if staged else folder
     try:
@@ -158,9 +157,9 @@ def pull_and_validate(cfg: NightlyConfig, sensed: Sensed) -> Validated:
     classes = known_classes(cfg, evaluation)
     ledger = ProcessedLedger(client, cfg.s3)
     markers = {p: ledger.marker(p) or {} for p in sensed["processed"]}
-    again = {p: marker for p in sensed["new"] if (marker := ledger.marker(p))}  # processed, forced to validate again
-    for partition in again:
+    for partition in sensed["new"]:  # a replacement by a copy validated again, cut off last night, is finished first
         revalidation.recover(layout(cfg).partition(partition), layout(cfg).revalidation(partition))
+    again = {p: marker for p in sensed["new"] if (marker := ledger.marker(p))}  # processed, forced to validate again
     changed = _changed_partitions(cfg, ledger, markers | again)
     counts = _accumulated_class_counts({p: m for p, m in markers.items() if p not in changed})
     checked = {p: _validate_partition(cfg, client, sensed["night"], p, classes, counts) for p in sensed["new"]}

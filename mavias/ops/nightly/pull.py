@@ -174,15 +174,20 @@ class _Pull:
                       self.local / name, etag=etag)
         self.journal.record(name, etag)
 
+    def _listed(self, wanted: set[str]) -> Iterator[tuple[str, RemoteObject | None]]:
+        """(name, object) of each name of ``wanted`` (consumed) as the listing brings it, then (name, None) for those
+        the bucket lacks."""
+        for name, obj in listing(self.client, self.settings, self.partition):
+            if name in wanted:
+                wanted.discard(name)
+                yield name, obj
+        for name in sorted(wanted):
+            yield name, None
+
     def changes_in_bucket(self) -> list[str]:
         """The pinned files no pull can bring back as validated."""
-        unseen = set(self.pins or {})
-        for name, obj in listing(self.client, self.settings, self.partition):
-            if name in unseen:
-                unseen.discard(name)
-                self._target(name, obj)
-        for name in unseen:
-            self._target(name, None)
+        for name, obj in self._listed(set(self.pins or {})):
+            self._target(name, obj)
         return sorted(self.changed)
 
     def _raise_if_changed(self) -> None:
@@ -206,15 +211,8 @@ class _Pull:
         """Hold every file of ``wanted`` (consumed) at its target ETag, then mark the pull complete."""
         new = sum(1 for name in wanted if name not in self.pulled)  # the progress bar's estimate of the downloads
 
-        def jobs() -> Iterator[tuple[str, str]]:
-            for name, obj in listing(self.client, self.settings, self.partition):
-                if name in wanted:
-                    wanted.discard(name)
-                    yield from self._plan(name, obj)
-            for name in sorted(wanted):  # named by the manifest, absent from the bucket
-                yield from self._plan(name, None)
-
-        run_parallel(self._fetch, jobs(), self.settings.max_workers, desc=f"pull {self.partition}", total=new)
+        jobs = (job for name, obj in self._listed(wanted) for job in self._plan(name, obj))
+        run_parallel(self._fetch, jobs, self.settings.max_workers, desc=f"pull {self.partition}", total=new)
         if self.missing:
             log.warning("partition %s: %d referenced file(s) missing, e.g. %s", self.partition, len(self.missing),
                         sorted(self.missing)[:3])

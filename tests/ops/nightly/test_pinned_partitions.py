@@ -24,15 +24,23 @@ from tests.support.s3server import (  # noqa: F401 - fixtures
 )
 
 
+def _validated_p1(s3_client, s3_settings: S3Settings, workspace: Path, *, record: bool = True):  # noqa: ANN001, ANN202
+    """The evaluation set and partition p1 (30 images) in the bucket, validated in ``workspace`` (and recorded
+    processed): (config, p1's manifest, the night's validation)."""
+    _seed_evaluation(s3_client, s3_settings)
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
+    cfg = _config(s3_settings, workspace)
+    first = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    if record:
+        ingest.record_processed(cfg, {"night": first["night"], "new": first["valid"]})
+    return cfg, manifest, first
+
+
 def test_a_processed_partition_changed_in_the_bucket_trains_as_validated_or_not_at_all(
     s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
     """Each file is pinned at the ETag it was validated at: a later change never enters training unvalidated."""
-    _seed_evaluation(s3_client, s3_settings)
-    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
-    cfg = _config(s3_settings, tmp_path / "ws")
-    first = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
-    ingest.record_processed(cfg, {"night": first["night"], "new": first["valid"]})
+    cfg, manifest, _ = _validated_p1(s3_client, s3_settings, tmp_path / "ws")
     marker = ProcessedLedger(s3_client, s3_settings).marker("p1")
     assert len(marker["etags"]) == len(manifest) + 1  # every image and the manifest
     swapped = f"incoming/p1/{manifest['uri'][3]}"
@@ -57,10 +65,7 @@ def test_a_processed_partition_changed_in_the_bucket_trains_as_validated_or_not_
 def test_a_forced_revalidation_and_a_marker_of_an_older_version_pin_what_was_validated(
     s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
-    _seed_evaluation(s3_client, s3_settings)
-    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
-    cfg = _config(s3_settings, tmp_path / "ws")
-    first = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    cfg, manifest, first = _validated_p1(s3_client, s3_settings, tmp_path / "ws", record=False)
     ledger = ProcessedLedger(s3_client, s3_settings)
     ledger.mark_processed("p1", {"night": first["night"]})  # as versions before pins recorded it
     ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
@@ -79,11 +84,7 @@ def test_a_forced_revalidation_and_a_marker_of_an_older_version_pin_what_was_val
 def test_a_forced_revalidation_that_fails_keeps_the_validated_copy_training(
     s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
-    _seed_evaluation(s3_client, s3_settings)
-    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
-    cfg = _config(s3_settings, tmp_path / "ws")
-    first = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
-    ingest.record_processed(cfg, {"night": first["night"], "new": first["valid"]})
+    cfg, manifest, _ = _validated_p1(s3_client, s3_settings, tmp_path / "ws")
     local = tmp_path / "ws" / "partitions" / "p1"
     validated = {name: (local / name).read_bytes() for name in manifest["uri"]}
     seed_partition(s3_client, s3_settings, "p1", ["car", "zebra"])  # new contents with a class nobody knows
