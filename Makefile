@@ -21,7 +21,7 @@ demo: install
 TEST_WORKERS ?= 2
 test: install $(VENV)/.installed-test
 	PYTHONPATH=plugins $(VENV)/bin/lint-imports
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # WordNet 3.0 for the offline relevance judge (no PyPI package ships its data); PostgreSQL 15 and Redis 7 for the
 # CeleryExecutor stack (`mavias airflow up --executor celery`, started by its test on 127.0.0.1).

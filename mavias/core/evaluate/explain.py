@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from mavias.core.evaluate.shortcuts import MIN_ODDS_RATIO, is_associated, tag_presence
+from mavias.core.evaluate.shortcuts import MIN_ODDS_RATIO, MIN_SIDE, as_flag, is_associated, tag_presence
 
 
 def _top_pair(labels: pd.Series, irrelevant: pd.Series) -> tuple[str, str, int]:
@@ -47,8 +47,12 @@ def explain_empty_biased_tags(train_labels: pd.Series, train_tags: pd.Series, tr
         return (f"no irrelevant tag is more frequent in one class than in the others by a shortcut's margin (odds ratio "
                 f"{MIN_ODDS_RATIO}; {len(evidence)} pairs with at least min-support samples tested): the tags name no "
                 "shortcut in this data")
-    accuracy = "unknown" if reference_val_acc is None else f"{reference_val_acc:.1%}"
     tags = ", ".join(f"'{t}' ({c})" for c, t in zip(associated["class"][:3], associated["tag"][:3]))
+    if "decidable" in associated and not as_flag(associated["decidable"]).any():
+        return (f"cannot decide: {len(associated)} tag(s) go with a class ({tags}), but too few images carry them, or "
+                "lack them, to measure whether the reference leans on them: treat them as leads and collect more "
+                "images of those classes with and without them")
+    accuracy = "unknown" if reference_val_acc is None else f"{reference_val_acc:.1%}"
     return (f"reference too weak to show reliance: {len(associated)} tag(s) go with a class ({tags}), but the ERM "
             f"reference (validation accuracy {accuracy} on {n_val} images) does not measurably lean on them; "
             "a longer-trained reference or a larger validation split can show it")
@@ -72,9 +76,6 @@ def small_group_caveats(metrics: Mapping[str, Any], what: str, *, groups: bool =
     return caveats
 
 
-THIN_EVIDENCE = 10  # images on a side of a reliance test, or twice the minimum support of training carriers
-
-
 def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, judge_quality: str | None,
                 train_irrelevant: pd.Series, evidence: pd.DataFrame | None, min_support: int) -> list[str]:
     """How far the tags behind B' and the bias embeddings can be trusted: who tagged and judged and how well (when
@@ -91,7 +92,7 @@ def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, jud
         **{column: lambda frame, c=column: pd.to_numeric(frame[c], errors="coerce").fillna(0) for column in counts}
     ).to_dict("records")  # read back from CSV, the numbers may be text
     for row in biased:
-        if row["support"] < 2 * min_support or min(row["within_n_with"], row["within_n_without"]) < THIN_EVIDENCE:
+        if row["support"] < 2 * min_support or min(row["within_n_with"], row["within_n_without"]) < MIN_SIDE:
             lines.append(f"{row['class']}: the shortcut '{row['tag']}' rests on few images ({int(row['support'])} "
                          f"training images carry it; its reliance was measured on {int(row['within_n_with'])} "
                          f"validation images of the class with it and {int(row['within_n_without'])} without): treat "

@@ -10,6 +10,8 @@ Statuses, the first that applies:
 - ``no_validation_samples``: the associated tags have no validation images to measure reliance on;
 - ``reference_too_weak``: the reference is less accurate on the class's validation images than halfway between
   chance and perfect, so it learned neither the class nor a shortcut worth measuring;
+- ``cannot_decide``: too few images to measure the reference's reliance on an associated tag (see
+  :mod:`mavias.core.evaluate.shortcuts`): "not relied on" would claim what the data cannot show;
 - ``not_relied_on``: the reference does not lean on the associated tags.
 
 A class with no image in the evaluation set is flagged besides (``n_eval`` 0): its groups are not measured.
@@ -22,7 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mavias.core.evaluate.shortcuts import MIN_ODDS_RATIO, is_associated, tag_presence
+from mavias.core.evaluate.shortcuts import MIN_ODDS_RATIO, as_flag, is_associated, tag_presence
 
 STATUS_COLUMNS = ["class", "status", "reason", "n_shortcuts", "shortcuts", "n_train", "top_tag", "top_support",
                   "n_tested", "n_associated", "reference_accuracy", "n_eval"]
@@ -57,6 +59,10 @@ def _reason(row: dict, min_support: int, chance: float) -> tuple[str, str]:
         return "reference_too_weak", (f"reference too weak: it is {accuracy:.0%} accurate on this class's validation "
                                       f"images (chance {chance:.0%}), so its reliance on a tag says nothing; it needs "
                                       "more data or training")
+    if row["undecided"]:
+        return "cannot_decide", (f"cannot decide: {row['undecided']} associated tag(s) ({row['undecided_tags']}) have "
+                                 "too few images to measure the reference's reliance on them; collect more images "
+                                 "of the class, with and without them")
     return "not_relied_on", (f"the reference does not lean on its {row['n_associated']} associated tag(s): they "
                              "co-occur with the class but do not drive the reference's predictions")
 
@@ -70,7 +76,7 @@ def class_status(class_names: Sequence[str], train_labels: np.ndarray, train_irr
     top = _top_irrelevant(labels, train_irrelevant, len(class_names))
     evidence = evidence.assign(**{col: pd.to_numeric(evidence[col], errors="coerce")  # CSV blanks are NaN
                                   for col in ("association_q", "log_odds_ci_low", "reliance_p", "rank")},
-                               biased=evidence["biased"].astype(str).str.lower() == "true")
+                               biased=as_flag(evidence["biased"]), decidable=as_flag(evidence.get("decidable", True)))
     associated = is_associated(evidence)
     rows = []
     for k, name in enumerate(class_names):
@@ -80,6 +86,8 @@ def class_status(class_names: Sequence[str], train_labels: np.ndarray, train_irr
                "n_train": int((labels == k).sum()), "top_tag": top[k][0], "top_support": top[k][1],
                "n_tested": int(own.sum()), "n_associated": int((own & associated).sum()),
                "measured": int((own & associated & evidence["reliance_p"].notna()).sum()),
+               "undecided": int(len(undecided := evidence.loc[own & associated & ~evidence["decidable"], "tag"])),
+               "undecided_tags": ", ".join(undecided),
                "reference_accuracy": (reference_accuracy or {}).get(name),
                "n_eval": None if eval_counts is None else int(eval_counts.get(name, 0))}
         row["status"], row["reason"] = _reason(row, min_support, 1 / len(class_names))

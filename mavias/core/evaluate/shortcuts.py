@@ -6,28 +6,35 @@ A tag t (irrelevant to class c) is a shortcut of c when two kinds of evidence, m
    Log odds ratio with the Haldane-Anscombe correction and a 95% Wald interval; one-sided hypergeometric (Fisher
    exact) test; Benjamini-Hochberg over every (class, tag) pair with at least ``min_support`` training samples of c
    carrying t.
-2. *reliance*, on the validation split, which the reference never trained on: the reference's log-probability of c
-   is higher where t is present. *Within*: class-c samples with t against class-c samples without it. *Cross*:
+2. *reliance*, on samples the model measured never trained on: the reference's log-probability of c is higher where
+   t is present (on the validation split; on a small split also the cross-fitted references' on the training split,
+   :mod:`mavias.core.protocol.crossfit`). *Within*: class-c samples with t against class-c samples without it. *Cross*:
    samples of the other classes with t against those without it, each centred on its own class's median. One-sided
    Mann-Whitney tests, combined by Stouffer's method, Benjamini-Hochberg over the pairs the association screened in.
    Probabilities, not 0/1 accuracy, so a reference that is 99.5% accurate on biased validation data still shows how
    much more confident t makes it. Where the reference run kept an early checkpoint (a bias-amplified proxy: an
-   early-stopped ERM leans on shortcuts more openly, as in FACTS), each pair takes the stronger of the two models'
-   evidence, its p-value doubled (Bonferroni over the two).
+   early-stopped ERM leans on shortcuts more openly, as in FACTS), each pair takes the strongest of the models'
+   evidence, its p-value multiplied by their number (Bonferroni).
 
 Because the pairs are screened on training samples and confirmed on validation samples, the samples that choose a
-pair are not the samples that test it. A pair is in B' when its association q-value and its reliance q-value are both
+pair are not the samples that test it (cross-fitted evidence reuses the training samples, each predicted by a model
+that never trained on it; the screening reads only their tag counts). A pair is in B' when its association q-value and its reliance q-value are both
 at most ``MAX_Q_VALUE``, the association is at least of medium size (the interval's lower bound of the odds ratio at
 least ``MIN_ODDS_RATIO``), both effects point the same way, and the reliance carries over to other classes: where at
 least ``MIN_CROSS_SUPPORT`` validation images of other classes carry the tag, the cross AUC is at least of medium size
 (``MIN_CROSS_AUC``). A cue the model uses as evidence for c raises c's probability on any image; a tag that only
 goes with clearer pictures of c (a part the tagger sees when the object is plain, which a judge mistook for context)
 does not. ``score`` = the reliance effect 2·AUC − 1 (averaged over the parts measured) ranks the tags of a class.
+
+A pair no model's samples can decide (fewer than ``MIN_SIDE`` images on the smaller side of the within-class test and
+fewer than ``MIN_CROSS_SUPPORT`` of other classes with the tag, for every model) and that is not shown relied on is
+*undecided* (``decidable`` false), not "not relied on": 19 images with a tag against 1 without cannot show anything.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -40,13 +47,24 @@ MIN_ODDS_RATIO = 3.47
 # The same medium effect as an AUC (Cohen's d 0.5 -> Phi(0.5 / sqrt 2)); fewer cross images than this cannot tell.
 MIN_CROSS_AUC = 0.64
 MIN_CROSS_SUPPORT = 10
+MIN_SIDE = 10  # images on the smaller side of a within-class reliance test, below which it cannot decide
 Z_95 = 1.959964
 SHORTCUT = "shortcut"
 SHORTCUT_COLUMNS = [
     "class", "tag", "support", "class_n", "others_with_tag", "log_odds", "log_odds_ci_low", "log_odds_ci_high",
     "association_q", "within_auc", "within_n_with", "within_n_without", "cross_auc", "cross_n_with",
-    "reliance_p", "reliance_q", "score", "model", "biased", "reason", "rank", "rule",
+    "reliance_p", "reliance_q", "score", "model", "decidable", "biased", "reason", "rank", "rule",
 ]
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """One model's log-probabilities on samples it never trained on, with their labels and tags."""
+
+    name: str
+    labels: np.ndarray
+    tags: pd.Series
+    log_probs: np.ndarray
 
 
 def tag_presence(tags: pd.Series) -> pd.DataFrame:
@@ -87,25 +105,27 @@ def _irrelevant_pairs(labels: np.ndarray, irrelevant: pd.Series) -> pd.DataFrame
     return presence[["label", "tag"]].drop_duplicates()
 
 
-def reliance(pairs: pd.DataFrame, labels: np.ndarray, tags: pd.Series,
-             log_probs: np.ndarray | Sequence[np.ndarray]) -> pd.DataFrame:
-    """Within- and cross-class reliance on each pair (validation split) of one model, or of the strongest of several
-    (``log_probs`` per model; the p-value multiplied by their number)."""
-    models = [log_probs] if isinstance(log_probs, np.ndarray) else list(log_probs)
-    has = _has_tag(tags.reset_index(drop=True), set(pairs["tag"]))
+def reliance(pairs: pd.DataFrame, predictions: Sequence[Predictions]) -> pd.DataFrame:
+    """Within- and cross-class reliance on each pair of the strongest of the models' evidence (its p-value multiplied
+    by their number); ``decidable``: some model's samples are enough to decide (``MIN_SIDE``)."""
+    masks = [_has_tag(model.tags.reset_index(drop=True), set(pairs["tag"])) for model in predictions]
     rows = []
     for label, tag in zip(pairs["label"], pairs["tag"]):
-        mask = has.get(tag, np.zeros(len(labels), bool))
-        per_model = [_pair_reliance(int(label), tag, labels, mask, model) for model in models]
-        best = min(range(len(models)), key=lambda i: np.inf if np.isnan(per_model[i]["reliance_p"])
+        per_model = [_pair_reliance(int(label), model.labels, has.get(tag, np.zeros(len(model.labels), bool)),
+                                    model.log_probs) for model, has in zip(predictions, masks)]
+        best = min(range(len(per_model)), key=lambda i: np.inf if np.isnan(per_model[i]["reliance_p"])
                    else per_model[i]["reliance_p"])
-        row = per_model[best]
-        rows.append({**row, "reliance_p": min(1.0, row["reliance_p"] * len(models)), "model": best})
+        rows.append({**per_model[best], "reliance_p": min(1.0, per_model[best]["reliance_p"] * len(per_model)),
+                     "model": predictions[best].name, "decidable": any(not _thin(row) for row in per_model)})
     return pd.DataFrame(rows, index=pairs.index, columns=RELIANCE_COLUMNS)
 
 
 RELIANCE_COLUMNS = ["within_auc", "within_n_with", "within_n_without", "cross_auc", "cross_n_with", "reliance_p",
-                    "score", "model"]
+                    "score", "model", "decidable"]
+
+
+def _thin(row: dict) -> bool:
+    return min(row["within_n_with"], row["within_n_without"]) < MIN_SIDE and row["cross_n_with"] < MIN_CROSS_SUPPORT
 
 
 def _has_tag(tags: pd.Series, wanted: set[str]) -> dict[str, np.ndarray]:
@@ -119,7 +139,7 @@ def _has_tag(tags: pd.Series, wanted: set[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def _pair_reliance(label: int, tag: str, labels: np.ndarray, has: np.ndarray, log_probs: np.ndarray) -> dict:
+def _pair_reliance(label: int, labels: np.ndarray, has: np.ndarray, log_probs: np.ndarray) -> dict:
     score = log_probs[:, label]
     own = labels == label
     within = _one_sided(score[own & has], score[own & ~has])
@@ -148,21 +168,20 @@ def _one_sided(with_tag: np.ndarray, without_tag: np.ndarray) -> tuple[float, fl
 
 def find_shortcuts(
     train_labels: np.ndarray, train_tags: pd.Series, train_irrelevant: pd.Series,
-    val_labels: np.ndarray, val_tags: pd.Series, val_log_probs: np.ndarray | Sequence[np.ndarray],
-    class_names: Sequence[str],
-    *, min_support: int,
+    predictions: Sequence[Predictions], class_names: Sequence[str], *, min_support: int,
 ) -> pd.DataFrame:
     """Every screened (class, tag) pair with its evidence; ``biased`` marks B' (see the module docstring).
-    ``val_log_probs``: the reference's log-probabilities, or a list of models' (``model`` is the index of the one whose
-    evidence a pair took)."""
+    ``predictions``: the reference's on the validation split, and any other model's on samples it never trained on
+    (``model`` names the one whose evidence a pair took)."""
     pairs = association(np.asarray(train_labels), train_tags, train_irrelevant, len(class_names), min_support)
     screened = pairs[is_associated(pairs)]
-    evidence = reliance(screened, np.asarray(val_labels), val_tags, val_log_probs)
+    evidence = reliance(screened, predictions)
     pairs = pairs.join(evidence)
     tested = pairs["reliance_p"].notna()
     pairs["reliance_q"] = np.nan
     if tested.any():
         pairs.loc[tested, "reliance_q"] = false_discovery_control(pairs.loc[tested, "reliance_p"].to_numpy())
+    pairs["decidable"] = pairs["decidable"].astype("boolean").fillna(False).astype(bool)  # untested: not decided
     pairs["biased"] = (pairs["reliance_q"] <= MAX_Q_VALUE) & (pairs["score"] > 0) & carries_over(pairs)
     pairs["reason"] = [_reason(row) for row in pairs.itertuples()]
     pairs["class"] = [class_names[label] for label in pairs["label"]]
@@ -171,6 +190,11 @@ def find_shortcuts(
     pairs["rank"] = pairs.groupby("label").cumcount() + 1
     pairs["rule"] = SHORTCUT
     return pairs.reindex(columns=SHORTCUT_COLUMNS).reset_index(drop=True)
+
+
+def as_flag(values: pd.Series | bool) -> pd.Series | bool:
+    """A boolean column, also as read back from CSV ("True"/"False"); a scalar (a column older tables lack) as is."""
+    return values if isinstance(values, bool) else values.astype(str).str.lower() == "true"
 
 
 def carries_over(evidence: pd.DataFrame) -> pd.Series:
@@ -198,6 +222,10 @@ def _reason(row) -> str:
         return (f"relied on only within the class: other classes' images with it are not pulled towards it (cross "
                 f"AUC {row.cross_auc:.2f} on {row.cross_n_with:.0f} images, a shortcut needs {MIN_CROSS_AUC}); more "
                 "likely part of the object, which the judge may have called irrelevant")
+    if not row.biased and not row.decidable:
+        return (f"cannot decide: too few images to measure the reference's reliance ({row.within_n_with:.0f} of the "
+                f"class with it against {row.within_n_without:.0f} without, {row.cross_n_with:.0f} of other classes "
+                f"with it; {MIN_SIDE} on a side are needed): treat it as a lead and collect more images")
     if not row.biased:
         return f"the reference does not lean on it (reliance q {row.reliance_q:.2g}, effect {row.score:+.2f})"
     return f"associated (log odds {row.log_odds:.1f}) and relied on (effect {row.score:+.2f}, q {row.reliance_q:.2g})"

@@ -20,10 +20,13 @@ from mavias.core.evaluate.shortcuts import (
     MIN_CROSS_AUC,
     MIN_CROSS_SUPPORT,
     MIN_ODDS_RATIO,
+    MIN_SIDE,
     SHORTCUT,
     SHORTCUT_COLUMNS,
+    Predictions,
     find_shortcuts,
 )
+from mavias.core.protocol.crossfit import cross_fitted, log_probs_path
 from mavias.core.train.checkpoints import EARLY_CHECKPOINT, best_checkpoint, epoch_path, load_main_model
 from mavias.core.train.config import load_config
 from mavias.core.train.data import SplitData
@@ -68,21 +71,28 @@ def tag_groups(split: SplitData, biased: pd.DataFrame, classes: list[str]) -> pd
 def compute_biased_tags(data: PreparedData, checkpoint: Path, *, rule: str = SHORTCUT,
                          min_support: int = MIN_SUPPORT) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(B' by ``rule``, the evidence of every pair tested, B' by the paper's rule) from the reference checkpoint's
-    validation predictions (and its run's early checkpoint, the bias-amplified proxy, where kept) and the training
-    split's tags."""
+    validation predictions (and its run's early checkpoint, the bias-amplified proxy, where kept; and the cross-fitted
+    references' training-split predictions, where made) and the training split's tags."""
     if rule not in RULES:
         raise UserError(f"unknown biased-tag rule {rule!r}; use {' or '.join(RULES)}")
     val = predict(load_main_model(checkpoint)[0], data["val"])
     paper = find_biased_tags(val, val["irrelevant_tags"], data.classes, min_support=min_support)
     if rule == PAPER:
         return paper, paper, paper
+    train = data["train"]
+    predictions = [_validation(val, "reference", data.classes)]
     early = checkpoint.parent / EARLY_CHECKPOINT
-    models = [val] + ([predict(load_main_model(early)[0], data["val"])] if early.is_file() else [])
-    train = data["train"].frame
-    evidence = find_shortcuts(data["train"].labels.numpy(), train["sample_tags"], train["irrelevant_tags"],
-                              val["label"].to_numpy(), val["sample_tags"], [_log_probs(m, data.classes) for m in models],
-                              data.classes, min_support=min_support)
+    if early.is_file():
+        predictions.append(_validation(predict(load_main_model(early)[0], data["val"]), "early", data.classes))
+    if (folds := cross_fitted(checkpoint.parent, train)) is not None:
+        predictions.append(folds)
+    evidence = find_shortcuts(train.labels.numpy(), train.frame["sample_tags"], train.frame["irrelevant_tags"],
+                              predictions, data.classes, min_support=min_support)
     return evidence[evidence["biased"]].reset_index(drop=True), evidence, paper
+
+
+def _validation(pred: pd.DataFrame, name: str, classes: list[str]) -> Predictions:
+    return Predictions(name, pred["label"].to_numpy(), pred["sample_tags"], _log_probs(pred, classes))
 
 
 def _log_probs(pred: pd.DataFrame, classes: list[str]) -> np.ndarray:
@@ -107,11 +117,13 @@ def load_reference(run_dir: str | Path, data: PreparedData, *, rule: str = SHORT
     run_dir = Path(run_dir)
     checkpoint = _reference_checkpoint(run_dir, data)
     early = run_dir / EARLY_CHECKPOINT
-    thresholds = [MAX_Q_VALUE, MIN_ODDS_RATIO, MIN_CROSS_AUC, MIN_CROSS_SUPPORT]
+    folds = log_probs_path(run_dir)
+    thresholds = [MAX_Q_VALUE, MIN_ODDS_RATIO, MIN_CROSS_AUC, MIN_CROSS_SUPPORT, MIN_SIDE]
     key = {"rule": rule, "min_support": min_support, "thresholds": thresholds,
            "data": _fingerprint(data), "checkpoint": checkpoint.name,
            "checkpoint_mtime": checkpoint.stat().st_mtime_ns,
-           "early_mtime": early.stat().st_mtime_ns if early.is_file() else None}
+           "early_mtime": early.stat().st_mtime_ns if early.is_file() else None,
+           "cross_fit_mtime": folds.stat().st_mtime_ns if folds.is_file() else None}
     meta = run_dir / DISCOVERY_FILE
     if meta.is_file() and json.loads(meta.read_text()) == key:
         tables = [read_csv(run_dir / f, keep_default_na=False) for f in (BIASED_TAGS_FILE, EVIDENCE_FILE, PAPER_TAGS_FILE)]

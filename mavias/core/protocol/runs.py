@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.evaluate.shortcuts import SHORTCUT
+from mavias.core.protocol.crossfit import cross_fit, needs_cross_fit
 from mavias.core.protocol.reference import Reference, load_reference
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.distributed import fit_distributed
@@ -32,14 +33,20 @@ def resolve_run(data: PreparedData, cfg: TrainConfig, out_dir: str | Path) -> Re
 
 def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *, tag_min_support: int = MIN_SUPPORT,
                     rule: str = SHORTCUT, progress: bool = True, keep_epochs: bool = False, nproc: int = 1) -> Reference:
-    """The ERM reference; with ``keep_epochs`` it keeps every epoch's model (for the benches' analyses)."""
+    """The ERM reference; with ``keep_epochs`` it keeps every epoch's model (for the benches' analyses). When the
+    validation split cannot decide whether it leans on an associated tag, it is cross-fitted on the training split
+    (:mod:`~mavias.core.protocol.crossfit`)."""
     recipe = resolve_run(data, cfg.model_copy(update={"method": "erm", "selection": "val_acc"}), out_dir)
     if nproc > 1:
         run = fit_distributed(data, recipe, out_dir, nproc, keep_epochs=keep_epochs)
     else:
         run = Trainer(recipe, data["train"], data["val"], data.classes, out_dir, progress=progress,
                       keep_epochs=keep_epochs).fit()
-    return load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
+    reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
+    if rule == SHORTCUT and needs_cross_fit(reference.evidence):
+        cross_fit(data, recipe, Path(out_dir), progress=progress)
+        reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
+    return reference
 
 
 def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference | None,

@@ -74,6 +74,13 @@ class ImageSplit(Dataset):
             return self
         return ImageSplit(self.paths, self.plain or self.transform, self.size, store=self.store)
 
+    def subset(self, rows: np.ndarray) -> ImageSplit:
+        """The images at ``rows``, sharing what is held in memory (nothing is decoded again)."""
+        cache = None if self.cache is None else self.cache[torch.as_tensor(rows)]
+        sources = None if self.sources is None else [self.sources[i] for i in rows]
+        return ImageSplit([self.paths[i] for i in rows], self.transform, self.size, random=self.random,
+                          plain=self.plain, preloaded=(cache, sources), store=self.store)
+
 
 class FeatureSplit(Dataset):
     def __init__(self, features: np.ndarray):
@@ -84,6 +91,9 @@ class FeatureSplit(Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return self.cache[i]
+
+    def subset(self, rows: np.ndarray) -> FeatureSplit:
+        return FeatureSplit(self.cache[torch.as_tensor(rows)].numpy())
 
 
 class IndexedInputs(Dataset):
@@ -135,6 +145,14 @@ class SplitData:
         if not self.augmented:
             return self
         return dataclasses.replace(self, inputs=self.inputs.unaugmented())
+
+    def subset(self, rows: np.ndarray) -> SplitData:
+        """The samples at ``rows`` (in that order) with their tables, embeddings and groups."""
+        index = torch.as_tensor(np.asarray(rows, dtype=np.int64))
+        return dataclasses.replace(
+            self, inputs=self.inputs.subset(index.numpy()), frame=self.frame.iloc[index.numpy()].reset_index(drop=True),
+            labels=self.labels[index], embeddings=None if self.embeddings is None else self.embeddings[index],
+            groups=None if self.groups is None else self.groups[index])
 
 
 def class_index(classes: list[str], labels: pd.Series) -> torch.Tensor:

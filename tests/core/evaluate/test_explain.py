@@ -32,9 +32,9 @@ def test_too_few_samples_per_tag_names_the_largest_pair():
     assert "(the most: 'grass' on 6 'dog' images)" in reason
 
 
-def _evidence(association_q: float) -> pd.DataFrame:
+def _evidence(association_q: float, decidable: bool = True) -> pd.DataFrame:
     row = dict.fromkeys(SHORTCUT_COLUMNS) | {"class": "dog", "tag": "grass", "association_q": association_q,
-                                             "log_odds_ci_low": 1.5, "biased": False}
+                                             "log_odds_ci_low": 1.5, "biased": False, "decidable": decidable}
     return pd.DataFrame([row], columns=SHORTCUT_COLUMNS)
 
 
@@ -47,6 +47,12 @@ def test_association_then_reliance(q, start):
     assert reason.startswith(start)
     if q < 0.05:
         assert "validation accuracy 90.0% on 12 images" in reason
+
+
+def test_associated_tags_too_few_images_can_measure_are_undecided():
+    tags = [["grass"]] * 12
+    reason = _explain(tags, tags, _evidence(0.001, decidable=False))
+    assert reason.startswith("cannot decide: 1 tag(s) go with a class ('grass' (dog)), but too few images carry them")
 
 
 def test_small_groups_are_named_with_their_size():

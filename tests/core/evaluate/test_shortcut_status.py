@@ -49,3 +49,12 @@ def test_a_capable_reference_that_does_not_lean_on_an_associated_tag_is_said_so(
                           reference_accuracy={"car": 0.95})
     assert status.loc[0, "status"] == "not_relied_on" and "does not lean on its 1 associated tag" in status.loc[0, "reason"]
     assert status["n_eval"].isna().all()  # no evaluation set given
+
+
+def test_an_associated_tag_too_few_images_can_measure_is_undecided_not_unrelied_on():
+    labels = np.repeat(np.arange(3), 30)
+    irrelevant = pd.Series([["tree"]] * 90)
+    evidence = pd.DataFrame([{**_pair("car", "tree", p=0.1), "decidable": "False"}])  # as read back from CSV
+    status = class_status(CLASSES[:3], labels, irrelevant, evidence, min_support=20, reference_accuracy={"car": 0.95})
+    assert status.loc[0, "status"] == "cannot_decide"
+    assert status.loc[0, "reason"].startswith("cannot decide: 1 associated tag(s) (tree) have too few images")

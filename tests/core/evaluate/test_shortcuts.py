@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
-from mavias.core.evaluate.shortcuts import association, find_shortcuts, reliance
+from mavias.core.evaluate.shortcuts import Predictions, association, find_shortcuts, reliance
 
 CLASSES = ["cat", "dog", "fox"]
 
@@ -47,7 +47,7 @@ def test_reliance_aucs_and_stouffer_by_hand():
     log_p_cat = np.array([-0.1, -0.2, -0.3, -0.05, -2.0, -5.0, -4.0, -6.0])
     log_probs = np.stack([log_p_cat, np.log1p(-np.exp(log_p_cat))], axis=1)
     pairs = pd.DataFrame({"label": [0], "tag": ["red"]})
-    row = reliance(pairs, labels, tags, log_probs).iloc[0]
+    row = reliance(pairs, [Predictions("reference", labels, tags, log_probs)]).iloc[0]
     # within cats: with red {-0.1, -0.2} against without {-0.3, -0.05}: 2 of 4 comparisons won -> AUC 0.5
     assert row["within_auc"] == pytest.approx(0.5)
     assert (row["within_n_with"], row["within_n_without"], row["cross_n_with"]) == (2, 2, 1)
@@ -74,7 +74,8 @@ def test_no_false_alarm_when_tags_are_independent_of_the_class():
     for seed in range(20):
         labels, tags, _ = _independent(seed)
         val_labels, val_tags, val_log_probs = _independent(1000 + seed, 300)
-        found = find_shortcuts(labels, tags, tags, val_labels, val_tags, val_log_probs, CLASSES, min_support=20)
+        found = find_shortcuts(labels, tags, tags, [Predictions("reference", val_labels, val_tags, val_log_probs)],
+                           CLASSES, min_support=20)
         empty += int(not found["biased"].any())
     assert empty >= 19  # B' empty in at least 95% of 20 seeds
 
@@ -95,7 +96,8 @@ def test_a_planted_tag_is_found_and_an_associated_tag_the_model_ignores_is_not()
     labels, tags, _ = split(2000)
     val_labels, val_tags, val_log_probs = split(600)
     assert (val_log_probs.argmax(1) == val_labels).mean() >= 0.995  # near-perfect on biased validation data
-    found = find_shortcuts(labels, tags, tags, val_labels, val_tags, val_log_probs, CLASSES, min_support=20)
+    found = find_shortcuts(labels, tags, tags, [Predictions("reference", val_labels, val_tags, val_log_probs)],
+                           CLASSES, min_support=20)
     biased = set(zip(found.loc[found["biased"], "class"], found.loc[found["biased"], "tag"]))
     assert biased == {("cat", "red")}
     collar = found[(found["class"] == "dog") & (found["tag"] == "collar")].iloc[0]
@@ -115,7 +117,8 @@ def test_a_tag_only_twice_as_common_in_a_class_is_not_a_shortcut_even_when_the_m
 
     labels, tags, _ = split(4000)
     val_labels, val_tags, val_log_probs = split(1500)
-    found = find_shortcuts(labels, tags, tags, val_labels, val_tags, val_log_probs, CLASSES, min_support=20)
+    found = find_shortcuts(labels, tags, tags, [Predictions("reference", val_labels, val_tags, val_log_probs)],
+                           CLASSES, min_support=20)
     brown = found[(found["class"] == "fox") & (found["tag"] == "brown")].iloc[0]
     assert brown["association_q"] <= 0.05 and brown["log_odds_ci_low"] > 0  # a real, significant enrichment
     assert not found["biased"].any()
@@ -141,9 +144,38 @@ def test_a_tag_relied_on_only_within_its_class_is_a_part_not_a_shortcut():
 
     labels, tags, _ = split(3000)
     val_labels, val_tags, val_log_probs = split(900)
-    found = find_shortcuts(labels, tags, tags, val_labels, val_tags, val_log_probs, CLASSES, min_support=20)
+    found = find_shortcuts(labels, tags, tags, [Predictions("reference", val_labels, val_tags, val_log_probs)],
+                           CLASSES, min_support=20)
     biased = set(zip(found.loc[found["biased"], "class"], found.loc[found["biased"], "tag"]))
     assert biased == {("cat", "red")}
     rim = found[(found["class"] == "cat") & (found["tag"] == "rim")].iloc[0]
     assert rim["within_auc"] > 0.7 and rim["reliance_q"] <= 0.05 and rim["cross_n_with"] >= 10  # relied on, within
     assert rim["cross_auc"] < 0.64 and "relied on only within the class" in rim["reason"]
+
+
+def _small_validation(seed: int, n: int, lean: float):
+    """A 95% 'red' shortcut of cat and a model that leans on it by ``lean`` logits."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    red = np.where(labels == 0, rng.random(n) < 0.95, rng.random(n) < 0.03)
+    tags = _series([["red"] if r else [] for r in red])
+    logits = rng.normal(0, 0.5, (n, 3)) + 6.0 * np.eye(3)[labels] + lean * np.outer(red, [1, 0, 0])
+    return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+
+
+def test_a_pair_too_few_images_can_test_is_undecided_until_more_predictions_decide_it():
+    """60 validation images leave about 19 red cats against 1 without: not "not relied on", but undecided; the
+    out-of-fold predictions on 900 training images decide it."""
+    labels, tags, _ = _small_validation(0, 900, 1.0)
+    small = Predictions("reference", *_small_validation(1, 60, 1.0))
+    found = find_shortcuts(labels, tags, tags, [small], CLASSES, min_support=20)
+    red = found[(found["class"] == "cat") & (found["tag"] == "red")].iloc[0]
+    assert min(red["within_n_with"], red["within_n_without"]) < 10 and red["cross_n_with"] < 10
+    assert not red["decidable"] and not red["biased"] and red["reason"].startswith("cannot decide")
+    folds = Predictions("cross-fitted", *_small_validation(0, 900, 1.0))
+    found = find_shortcuts(labels, tags, tags, [small, folds], CLASSES, min_support=20)
+    red = found[(found["class"] == "cat") & (found["tag"] == "red")].iloc[0]
+    assert red["biased"] and red["decidable"] and red["model"] == "cross-fitted"
+    blind = Predictions("cross-fitted", *_small_validation(0, 900, 0.0))  # enough images, and no reliance
+    red = find_shortcuts(labels, tags, tags, [small, blind], CLASSES, min_support=20).iloc[0]
+    assert red["decidable"] and not red["biased"] and "does not lean on it" in red["reason"]

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mavias.core.protocol import BIASED_TAGS_FILE, load_reference, train_reference
+from mavias.core.protocol.crossfit import CROSSFIT_DIR, FOLDS, fold_of
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import feature_split
 from mavias.core.train.prepare import PreparedData
@@ -47,7 +48,29 @@ def test_a_near_perfect_reference_still_gives_the_planted_shortcut(data, tmp_pat
     assert reference.run.best["val_acc"]["score"] >= 0.995  # near-perfect on validation data biased like training
     assert list(zip(reference.biased_tags["class"], reference.biased_tags["tag"])) == [("cat", "red")]
     assert (tmp_path / "erm" / BIASED_TAGS_FILE).is_file() and (tmp_path / "erm" / "early.pt").is_file()
+    assert not (tmp_path / "erm" / CROSSFIT_DIR).exists()  # 600 validation samples decide: no cross-fitting
     assert set(reference.val_groups) <= {f"{c}|{k}" for c in CLASSES for k in ("aligned", "conflicting")}
+
+
+def test_a_validation_split_too_small_to_decide_is_helped_by_cross_fitted_references(data, tmp_path):
+    """30 validation samples leave about 10 red cats against 0 or 1 without: the reference is cross-fitted on the training
+    split, whose out-of-fold predictions decide."""
+    small = PreparedData(CLASSES, {"train": data["train"], "val": _split(30, 4, "s")}, pd.DataFrame())
+    reference = train_reference(small, CFG, tmp_path / "erm", progress=False)
+    assert list(zip(reference.biased_tags["class"], reference.biased_tags["tag"])) == [("cat", "red")]
+    assert reference.biased_tags.loc[0, "model"] == "cross-fitted"
+    assert all((tmp_path / "erm" / CROSSFIT_DIR / f"fold-{k}" / "best_val_acc.pt").is_file() for k in range(FOLDS))
+    cached = load_reference(tmp_path / "erm", small).biased_tags  # read back from the run folder
+    assert cached[["class", "tag", "model"]].values.tolist() == [["cat", "red", "cross-fitted"]]
+
+
+def test_folds_keep_every_class_balanced_and_follow_the_seed():
+    labels = np.repeat([0, 1, 2], [101, 40, 7])
+    folds = fold_of(labels, seed=0)
+    for label in range(3):
+        counts = np.bincount(folds[labels == label], minlength=FOLDS)
+        assert counts.max() - counts.min() <= 1
+    assert np.array_equal(folds, fold_of(labels, seed=0)) and not np.array_equal(folds, fold_of(labels, seed=1))
 
 
 def test_any_erm_run_is_a_reference_and_other_runs_are_refused(data, tmp_path):

@@ -1,0 +1,101 @@
+"""Cross-fitted references: reliance measured on the training split when the validation split is too small to decide.
+
+A folder of 3 x 200 images leaves 20 validation images per class; with a shortcut on 90% of a class, the within-class
+test compares about 18 images with the tag against 2 without and cannot decide. The training split holds eight
+times as many. Its samples are split into ``FOLDS`` class-stratified folds; for each, an ERM model with the
+reference's resolved recipe (same settings, same epochs, selected by validation accuracy like the reference) trains on
+the other folds and predicts the held-out one, un-augmented. Every training sample then has log-probabilities from a
+model that never trained on it: a second set of reliance evidence, measured like the validation split's
+(:func:`mavias.core.evaluate.shortcuts.reliance`, Bonferroni over the sets). These models are the reference's
+stand-ins trained on part of its data; B' still names what such an ERM leans on. The pairs were screened on these same
+samples, but by their tag counts alone; the reliance test ranks log-probabilities given those counts, so the
+screening leaves its null distribution as it was.
+
+Two folds cost about one more reference training (each fits half the data for the same epochs). It runs only when an
+associated pair is undecided (:func:`needs_cross_fit`), so data with a large validation split never pays for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mavias.core.evaluate.shortcuts import Predictions, as_flag, is_associated
+from mavias.core.train.checkpoints import load_main_model
+from mavias.core.train.data import SplitData
+from mavias.core.train.inference import predict_logits
+from mavias.core.train.prepare import PreparedData
+from mavias.core.train.recipe import ResolvedRecipe
+from mavias.core.train.trainer import Trainer
+from mavias.utils.atomic import atomic_path
+
+FOLDS = 2
+CROSSFIT_DIR = "crossfit"
+LOG_PROBS_FILE = "log_probs.parquet"  # sample_id, log_prob_<k> of every training sample, out of fold
+NAME = "cross-fitted"
+
+
+def log_probs_path(run_dir: Path) -> Path:
+    return Path(run_dir) / CROSSFIT_DIR / LOG_PROBS_FILE
+
+
+def needs_cross_fit(evidence: pd.DataFrame | None) -> bool:
+    """Whether some associated pair is neither in B' nor decidable on the samples measured so far."""
+    if evidence is None or evidence.empty or "decidable" not in evidence:
+        return False
+    undecided = ~as_flag(evidence["decidable"]) & ~as_flag(evidence["biased"])
+    return bool((is_associated(evidence) & undecided).any())
+
+
+def fold_of(labels: np.ndarray, seed: int, folds: int = FOLDS) -> np.ndarray:
+    """Each sample's fold: within every class a seeded shuffle dealt round-robin, so folds keep the class balance."""
+    rng = np.random.default_rng([seed, 77])
+    out = np.empty(len(labels), dtype=np.int64)
+    for label in np.unique(labels):
+        rows = rng.permutation(np.flatnonzero(labels == label))
+        out[rows] = np.arange(len(rows)) % folds
+    return out
+
+
+def cross_fit(data: PreparedData, recipe: ResolvedRecipe, run_dir: Path, *, progress: bool = False) -> Path:
+    """Train the fold models (``run_dir/crossfit/fold-<k>``, each resumable) and write every training sample's
+    out-of-fold log-probabilities; returns that file."""
+    train = data["train"]
+    labels = train.labels.numpy()
+    folds = fold_of(labels, recipe.config.seed)
+    log_probs = np.full((len(train), len(data.classes)), np.nan, dtype=np.float32)
+    for k in range(FOLDS):
+        held = np.flatnonzero(folds == k)
+        fold_dir = Path(run_dir) / CROSSFIT_DIR / f"fold-{k}"
+        fold_dir.mkdir(parents=True, exist_ok=True)
+        recipe.write(fold_dir)
+        run = Trainer(recipe, train.subset(np.flatnonzero(folds != k)), data["val"], data.classes, fold_dir,
+                      progress=progress).fit()
+        log_probs[held] = _out_of_fold(run.checkpoint("val_acc"), train.subset(held))
+    table = pd.DataFrame(log_probs, columns=[f"log_prob_{k}" for k in range(len(data.classes))])
+    table.insert(0, "sample_id", train.frame["sample_id"].astype(str).to_numpy())
+    path = log_probs_path(run_dir)
+    with atomic_path(path) as tmp:
+        table.to_parquet(tmp, index=False)
+    return path
+
+
+def _out_of_fold(checkpoint: Path, held: SplitData) -> np.ndarray:
+    logits = predict_logits(load_main_model(checkpoint)[0], held.unaugmented())
+    return torch.log_softmax(logits, dim=1).numpy()
+
+
+def cross_fitted(run_dir: Path, train: SplitData) -> Predictions | None:
+    """The out-of-fold predictions of a reference run on this training split, or None when it has none for exactly
+    these samples (never cross-fitted, or fitted on other data)."""
+    path = log_probs_path(run_dir)
+    if not path.is_file():
+        return None
+    table = pd.read_parquet(path)
+    if table["sample_id"].tolist() != train.frame["sample_id"].astype(str).tolist():
+        return None
+    log_probs = table.drop(columns="sample_id").to_numpy()
+    return Predictions(NAME, train.labels.numpy(), train.frame["sample_tags"], log_probs)
