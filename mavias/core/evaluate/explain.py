@@ -14,7 +14,14 @@ from typing import Any
 
 import pandas as pd
 
-from mavias.core.evaluate.shortcuts import MIN_ODDS_RATIO, MIN_SIDE, as_flag, is_associated, tag_presence
+from mavias.core.evaluate.shortcuts import (
+    CROSS_FITTED,
+    MIN_ODDS_RATIO,
+    MIN_SIDE,
+    as_flag,
+    is_associated,
+    tag_presence,
+)
 
 
 def _top_pair(labels: pd.Series, irrelevant: pd.Series) -> tuple[str, str, int]:
@@ -95,6 +102,10 @@ def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, jud
         if row["support"] < 2 * min_support or min(row["within_n_with"], row["within_n_without"]) < MIN_SIDE:
             lines.append(f"{row['class']}: the shortcut '{row['tag']}' rests on few images ({int(row['support'])} "
                          f"training images carry it; its reliance was measured on {int(row['within_n_with'])} "
-                         f"validation images of the class with it and {int(row['within_n_without'])} without): treat "
-                         "it as a lead, not a finding")
+                         f"{_measured_on(row)} of the class with it and {int(row['within_n_without'])} without): "
+                         "treat it as a lead, not a finding")
     return lines
+
+
+def _measured_on(row: dict) -> str:
+    return "training images (cross-fitted)" if row.get("model") == CROSS_FITTED else "validation images"

@@ -50,6 +50,7 @@ MIN_CROSS_SUPPORT = 10
 MIN_SIDE = 10  # images on the smaller side of a within-class reliance test, below which it cannot decide
 Z_95 = 1.959964
 SHORTCUT = "shortcut"
+CROSS_FITTED = "cross-fitted"  # the name of the cross-fitted references' predictions (mavias.core.protocol.crossfit)
 SHORTCUT_COLUMNS = [
     "class", "tag", "support", "class_n", "others_with_tag", "log_odds", "log_odds_ci_low", "log_odds_ci_high",
     "association_q", "within_auc", "within_n_with", "within_n_without", "cross_auc", "cross_n_with",

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mavias.core.evaluate.shortcuts import Predictions, as_flag, is_associated
+from mavias.core.evaluate.shortcuts import CROSS_FITTED, Predictions, as_flag, is_associated
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.data import SplitData
 from mavias.core.train.inference import predict_logits
@@ -31,11 +31,11 @@ from mavias.core.train.prepare import PreparedData
 from mavias.core.train.recipe import ResolvedRecipe
 from mavias.core.train.trainer import Trainer
 from mavias.utils.atomic import atomic_path
+from mavias.utils.progress import progress_line
 
 FOLDS = 2
 CROSSFIT_DIR = "crossfit"
 LOG_PROBS_FILE = "log_probs.parquet"  # sample_id, log_prob_<k> of every training sample, out of fold
-NAME = "cross-fitted"
 
 
 def log_probs_path(run_dir: Path) -> Path:
@@ -66,6 +66,10 @@ def cross_fit(data: PreparedData, recipe: ResolvedRecipe, run_dir: Path, *, prog
     train = data["train"]
     labels = train.labels.numpy()
     folds = fold_of(labels, recipe.config.seed)
+    if progress:
+        progress_line(f"reference: the validation split is too small to decide whether it leans on some tags; "
+                      f"cross-fitting it on the training split ({FOLDS} more ERM trainings on {FOLDS - 1}/{FOLDS} of "
+                      "it each)")
     log_probs = np.full((len(train), len(data.classes)), np.nan, dtype=np.float32)
     for k in range(FOLDS):
         held = np.flatnonzero(folds == k)
@@ -98,4 +102,4 @@ def cross_fitted(run_dir: Path, train: SplitData) -> Predictions | None:
     if table["sample_id"].tolist() != train.frame["sample_id"].astype(str).tolist():
         return None
     log_probs = table.drop(columns="sample_id").to_numpy()
-    return Predictions(NAME, train.labels.numpy(), train.frame["sample_tags"], log_probs)
+    return Predictions(CROSS_FITTED, train.labels.numpy(), train.frame["sample_tags"], log_probs)

@@ -70,6 +70,8 @@ def test_trust_lines_say_who_tagged_and_judged_how_much_is_empty_and_what_rests_
     evidence = pd.DataFrame([
         {"class": "car", "tag": "street", "biased": True, "support": 400, "within_n_with": 120, "within_n_without": 30},
         {"class": "boat", "tag": "sea", "biased": True, "support": 25, "within_n_with": 19, "within_n_without": 1},
+        {"class": "ship", "tag": "port", "biased": True, "support": 30, "within_n_with": 28, "within_n_without": 2,
+         "model": "cross-fitted"},
         {"class": "bird", "tag": "sky", "biased": False, "support": 5, "within_n_with": 2, "within_n_without": 0},
     ])
     irrelevant = pd.Series([["street"], [], ["sea"], []])
@@ -79,5 +81,7 @@ def test_trust_lines_say_who_tagged_and_judged_how_much_is_empty_and_what_rests_
     assert lines[0].startswith("Tags: the data's own tags; their quality on these images is unknown")
     assert lines[1] == "Relevance: the offline judge; measured precision 98% / recall 76%"
     assert lines[2].startswith("50% of the training images have no irrelevant tag")
-    (thin,) = lines[3:]  # the well-supported car/street and the untested bird/sky get no line
+    thin, folds = lines[3:]  # the well-supported car/street and the untested bird/sky get no line
     assert thin.startswith("boat: the shortcut 'sea' rests on few images (25 training images") and "1 without" in thin
+    assert "measured on 19 validation images of the class" in thin
+    assert "measured on 28 training images (cross-fitted) of the class with it and 2 without" in folds
