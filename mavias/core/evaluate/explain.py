@@ -95,7 +95,7 @@ def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, jud
     lines.append(f"{empty:.0%} of the training images have no irrelevant tag: the bias path sees nothing of them "
                  "(their prompt is the empty 'a photo')")
     counts = ["support", "within_n_with", "within_n_without"]
-    biased = [] if evidence is None or evidence.empty else evidence[evidence["biased"].astype(str) == "True"].assign(
+    biased = [] if evidence is None or evidence.empty else evidence[as_flag(evidence["biased"])].assign(
         **{column: lambda frame, c=column: pd.to_numeric(frame[c], errors="coerce").fillna(0) for column in counts}
     ).to_dict("records")  # read back from CSV, the numbers may be text
     for row in biased:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mavias.core.evaluate.shortcuts import MIN_ODDS_RATIO, as_flag, is_associated, tag_presence
+from mavias.core.evaluate.shortcuts import MIN_ODDS_RATIO, as_flag, is_associated, is_undecided, tag_presence
 
 STATUS_COLUMNS = ["class", "status", "reason", "n_shortcuts", "shortcuts", "n_train", "top_tag", "top_support",
                   "n_tested", "n_associated", "reference_accuracy", "n_eval"]
@@ -76,8 +76,8 @@ def class_status(class_names: Sequence[str], train_labels: np.ndarray, train_irr
     top = _top_irrelevant(labels, train_irrelevant, len(class_names))
     evidence = evidence.assign(**{col: pd.to_numeric(evidence[col], errors="coerce")  # CSV blanks are NaN
                                   for col in ("association_q", "log_odds_ci_low", "reliance_p", "rank")},
-                               biased=as_flag(evidence["biased"]), decidable=as_flag(evidence.get("decidable", True)))
-    associated = is_associated(evidence)
+                               biased=as_flag(evidence["biased"]))
+    associated, undecided_pairs = is_associated(evidence), is_undecided(evidence)
     rows = []
     for k, name in enumerate(class_names):
         own = evidence["class"] == name
@@ -86,7 +86,7 @@ def class_status(class_names: Sequence[str], train_labels: np.ndarray, train_irr
                "n_train": int((labels == k).sum()), "top_tag": top[k][0], "top_support": top[k][1],
                "n_tested": int(own.sum()), "n_associated": int((own & associated).sum()),
                "measured": int((own & associated & evidence["reliance_p"].notna()).sum()),
-               "undecided": int(len(undecided := evidence.loc[own & associated & ~evidence["decidable"], "tag"])),
+               "undecided": int(len(undecided := evidence.loc[own & undecided_pairs, "tag"])),
                "undecided_tags": ", ".join(undecided),
                "reference_accuracy": (reference_accuracy or {}).get(name),
                "n_eval": None if eval_counts is None else int(eval_counts.get(name, 0))}

@@ -14,17 +14,18 @@ A tag t (irrelevant to class c) is a shortcut of c when two kinds of evidence, m
    Probabilities, not 0/1 accuracy, so a reference that is 99.5% accurate on biased validation data still shows how
    much more confident t makes it. Where the reference run kept an early checkpoint (a bias-amplified proxy: an
    early-stopped ERM leans on shortcuts more openly, as in FACTS), each pair takes the strongest of the models'
-   evidence, its p-value multiplied by their number (Bonferroni).
+   evidence among those with the images to decide it, its p-value multiplied by their number (Bonferroni).
 
 Because the pairs are screened on training samples and confirmed on validation samples, the samples that choose a
 pair are not the samples that test it (cross-fitted evidence reuses the training samples, each predicted by a model
-that never trained on it; the screening reads only their tag counts). A pair is in B' when its association q-value and its reliance q-value are both
-at most ``MAX_Q_VALUE``, the association is at least of medium size (the interval's lower bound of the odds ratio at
-least ``MIN_ODDS_RATIO``), both effects point the same way, and the reliance carries over to other classes: where at
-least ``MIN_CROSS_SUPPORT`` validation images of other classes carry the tag, the cross AUC is at least of medium size
-(``MIN_CROSS_AUC``). A cue the model uses as evidence for c raises c's probability on any image; a tag that only
-goes with clearer pictures of c (a part the tagger sees when the object is plain, which a judge mistook for context)
-does not. ``score`` = the reliance effect 2·AUC − 1 (averaged over the parts measured) ranks the tags of a class.
+that never trained on it; the screening reads only their tag counts). A pair is in B' when its association q-value
+and its reliance q-value are both at most ``MAX_Q_VALUE``, the association is at least of medium size (the interval's
+lower bound of the odds ratio at least ``MIN_ODDS_RATIO``), both effects point the same way, and the reliance carries
+over to other classes: where at least ``MIN_CROSS_SUPPORT`` validation images of other classes carry the tag, the
+cross AUC is at least of medium size (``MIN_CROSS_AUC``). A cue the model uses as evidence for c raises c's
+probability on any image; a tag that only goes with clearer pictures of c (a part the tagger sees when the object is
+plain, which a judge mistook for context) does not. ``score`` = the reliance effect 2·AUC − 1 (averaged over the
+parts measured) ranks the tags of a class.
 
 A pair no model's samples can decide (fewer than ``MIN_SIDE`` images on the smaller side of the within-class test and
 fewer than ``MIN_CROSS_SUPPORT`` of other classes with the tag, for every model) and that is not shown relied on is
@@ -107,17 +108,22 @@ def _irrelevant_pairs(labels: np.ndarray, irrelevant: pd.Series) -> pd.DataFrame
 
 
 def reliance(pairs: pd.DataFrame, predictions: Sequence[Predictions]) -> pd.DataFrame:
-    """Within- and cross-class reliance on each pair of the strongest of the models' evidence (its p-value multiplied
-    by their number); ``decidable``: some model's samples are enough to decide (``MIN_SIDE``)."""
+    """Within- and cross-class reliance on each pair: the strongest evidence among the models whose samples are enough
+    to decide it (``MIN_SIDE``; all of them when none is), its p-value multiplied by their number; ``decidable``: some
+    model's samples are enough."""
     masks = [_has_tag(model.tags.reset_index(drop=True), set(pairs["tag"])) for model in predictions]
     rows = []
     for label, tag in zip(pairs["label"], pairs["tag"]):
         per_model = [_pair_reliance(int(label), model.labels, has.get(tag, np.zeros(len(model.labels), bool)),
                                     model.log_probs) for model, has in zip(predictions, masks)]
-        best = min(range(len(per_model)), key=lambda i: np.inf if np.isnan(per_model[i]["reliance_p"])
+        # Only the sets with the images to decide compete (chosen by counts alone, so Bonferroni over them holds)
+        thin = [_thin(row) for row in per_model]
+        decisive = [i for i, too_few in enumerate(thin) if not too_few] or list(range(len(per_model)))
+        best = min(decisive, key=lambda i: np.inf if np.isnan(per_model[i]["reliance_p"])
                    else per_model[i]["reliance_p"])
-        rows.append({**per_model[best], "reliance_p": min(1.0, per_model[best]["reliance_p"] * len(per_model)),
-                     "model": predictions[best].name, "decidable": any(not _thin(row) for row in per_model)})
+        p_value = float(np.minimum(1.0, per_model[best]["reliance_p"] * len(decisive)))  # NaN (untestable) stays NaN
+        rows.append({**per_model[best], "reliance_p": p_value, "model": predictions[best].name,
+                     "decidable": not all(thin)})
     return pd.DataFrame(rows, index=pairs.index, columns=RELIANCE_COLUMNS)
 
 
@@ -196,6 +202,12 @@ def find_shortcuts(
 def as_flag(values: pd.Series | bool) -> pd.Series | bool:
     """A boolean column, also as read back from CSV ("True"/"False"); a scalar (a column older tables lack) as is."""
     return values if isinstance(values, bool) else values.astype(str).str.lower() == "true"
+
+
+def is_undecided(evidence: pd.DataFrame) -> pd.Series:
+    """The associated pairs neither in B' nor decidable on the samples measured (also as read back from CSV)."""
+    decidable = as_flag(evidence["decidable"]) if "decidable" in evidence else True
+    return is_associated(evidence) & ~as_flag(evidence["biased"]) & ~pd.Series(decidable, index=evidence.index)
 
 
 def carries_over(evidence: pd.DataFrame) -> pd.Series:

@@ -6,8 +6,9 @@ times as many. Its samples are split into ``FOLDS`` class-stratified folds; for 
 reference's resolved recipe (same settings, same epochs, selected by validation accuracy like the reference) trains on
 the other folds and predicts the held-out one, un-augmented. Every training sample then has log-probabilities from a
 model that never trained on it: a second set of reliance evidence, measured like the validation split's
-(:func:`mavias.core.evaluate.shortcuts.reliance`, Bonferroni over the sets). These models are the reference's
-stand-ins trained on part of its data; B' still names what such an ERM leans on. The pairs were screened on these same
+(:func:`mavias.core.evaluate.shortcuts.reliance`: per pair, the strongest of the sets with the images to decide
+it). These models are the reference's stand-ins trained on part of its data; B' still names what such an ERM leans
+on. They train like the reference (``fit``: in this process, or data-parallel). The pairs were screened on these same
 samples, but by their tag counts alone; the reliance test ranks log-probabilities given those counts, so the
 screening leaves its null distribution as it was.
 
@@ -17,37 +18,41 @@ associated pair is undecided (:func:`needs_cross_fit`), so data with a large val
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from mavias.core.evaluate.shortcuts import CROSS_FITTED, Predictions, as_flag, is_associated
+from mavias.core.evaluate.shortcuts import CROSS_FITTED, Predictions, is_undecided
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.data import SplitData
 from mavias.core.train.inference import predict_logits
 from mavias.core.train.prepare import PreparedData
-from mavias.core.train.recipe import ResolvedRecipe
-from mavias.core.train.trainer import Trainer
-from mavias.utils.atomic import atomic_path
+from mavias.core.train.trainer import TrainResult
+from mavias.utils.atomic import atomic_path, write_json
 from mavias.utils.progress import progress_line
 
 FOLDS = 2
 CROSSFIT_DIR = "crossfit"
 LOG_PROBS_FILE = "log_probs.parquet"  # sample_id, log_prob_<k> of every training sample, out of fold
+KEY_FILE = "folds.json"  # the samples and folds the fold runs were trained on
 
 
 def log_probs_path(run_dir: Path) -> Path:
     return Path(run_dir) / CROSSFIT_DIR / LOG_PROBS_FILE
 
 
-def needs_cross_fit(evidence: pd.DataFrame | None) -> bool:
-    """Whether some associated pair is neither in B' nor decidable on the samples measured so far."""
-    if evidence is None or evidence.empty or "decidable" not in evidence:
+def needs_cross_fit(evidence: pd.DataFrame | None, run_dir: Path, train: SplitData) -> bool:
+    """Whether some associated pair is neither in B' nor decidable, and the run is not cross-fitted on this split."""
+    if evidence is None or evidence.empty or not is_undecided(evidence).any():
         return False
-    undecided = ~as_flag(evidence["decidable"]) & ~as_flag(evidence["biased"])
-    return bool((is_associated(evidence) & undecided).any())
+    return cross_fitted(run_dir, train) is None
 
 
 def fold_of(labels: np.ndarray, seed: int, folds: int = FOLDS) -> np.ndarray:
@@ -60,12 +65,16 @@ def fold_of(labels: np.ndarray, seed: int, folds: int = FOLDS) -> np.ndarray:
     return out
 
 
-def cross_fit(data: PreparedData, recipe: ResolvedRecipe, run_dir: Path, *, progress: bool = False) -> Path:
-    """Train the fold models (``run_dir/crossfit/fold-<k>``, each resumable) and write every training sample's
-    out-of-fold log-probabilities; returns that file."""
+Fit = Callable[[PreparedData, Path], TrainResult]  # trains the reference's recipe on data into a run folder
+
+
+def cross_fit(data: PreparedData, fit: Fit, seed: int, run_dir: Path, *, progress: bool = False) -> Path:
+    """Train the fold models with ``fit`` (``run_dir/crossfit/fold-<k>``, each resumable) and write every training
+    sample's out-of-fold log-probabilities; returns that file. Fold runs of other samples or folds are started over."""
     train = data["train"]
     labels = train.labels.numpy()
-    folds = fold_of(labels, recipe.config.seed)
+    folds = fold_of(labels, seed)
+    _start_over_unless(Path(run_dir) / CROSSFIT_DIR, train, folds)
     if progress:
         progress_line(f"reference: the validation split is too small to decide whether it leans on some tags; "
                       f"cross-fitting it on the training split ({FOLDS} more ERM trainings on {FOLDS - 1}/{FOLDS} of "
@@ -73,11 +82,8 @@ def cross_fit(data: PreparedData, recipe: ResolvedRecipe, run_dir: Path, *, prog
     log_probs = np.full((len(train), len(data.classes)), np.nan, dtype=np.float32)
     for k in range(FOLDS):
         held = np.flatnonzero(folds == k)
-        fold_dir = Path(run_dir) / CROSSFIT_DIR / f"fold-{k}"
-        fold_dir.mkdir(parents=True, exist_ok=True)
-        recipe.write(fold_dir)
-        run = Trainer(recipe, train.subset(np.flatnonzero(folds != k)), data["val"], data.classes, fold_dir,
-                      progress=progress).fit()
+        fitted = dataclasses.replace(data, splits={**data.splits, "train": train.subset(np.flatnonzero(folds != k))})
+        run = fit(fitted, Path(run_dir) / CROSSFIT_DIR / f"fold-{k}")
         log_probs[held] = _out_of_fold(run.checkpoint("val_acc"), train.subset(held))
     table = pd.DataFrame(log_probs, columns=[f"log_prob_{k}" for k in range(len(data.classes))])
     table.insert(0, "sample_id", train.frame["sample_id"].astype(str).to_numpy())
@@ -85,6 +91,17 @@ def cross_fit(data: PreparedData, recipe: ResolvedRecipe, run_dir: Path, *, prog
     with atomic_path(path) as tmp:
         table.to_parquet(tmp, index=False)
     return path
+
+
+def _start_over_unless(folder: Path, train: SplitData, folds: np.ndarray) -> None:
+    """Empty ``folder`` when its fold runs were trained on other samples or folds (a reused run folder)."""
+    key = {"samples": hashlib.sha256("\n".join(train.frame["sample_id"].astype(str)).encode()).hexdigest(),
+           "folds": hashlib.sha256(folds.tobytes()).hexdigest()}
+    path = folder / KEY_FILE
+    if path.is_file() and json.loads(path.read_text()) == key:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    write_json(path, key)
 
 
 def _out_of_fold(checkpoint: Path, held: SplitData) -> np.ndarray:

@@ -37,14 +37,17 @@ def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *
     validation split cannot decide whether it leans on an associated tag, it is cross-fitted on the training split
     (:mod:`~mavias.core.protocol.crossfit`)."""
     recipe = resolve_run(data, cfg.model_copy(update={"method": "erm", "selection": "val_acc"}), out_dir)
-    if nproc > 1:
-        run = fit_distributed(data, recipe, out_dir, nproc, keep_epochs=keep_epochs)
-    else:
-        run = Trainer(recipe, data["train"], data["val"], data.classes, out_dir, progress=progress,
-                      keep_epochs=keep_epochs).fit()
+
+    def fit(fitted: PreparedData, run_dir: Path, keep: bool = False) -> TrainResult:
+        if nproc > 1:
+            return fit_distributed(fitted, recipe, run_dir, nproc, keep_epochs=keep)
+        return Trainer(recipe, fitted["train"], fitted["val"], fitted.classes, run_dir, progress=progress,
+                       keep_epochs=keep).fit()
+
+    run = fit(data, Path(out_dir), keep_epochs)
     reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
-    if rule == SHORTCUT and needs_cross_fit(reference.evidence):
-        cross_fit(data, recipe, Path(out_dir), progress=progress)
+    if rule == SHORTCUT and needs_cross_fit(reference.evidence, Path(out_dir), data["train"]):
+        cross_fit(data, fit, recipe.config.seed, Path(out_dir), progress=progress)
         reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
     return reference
 

@@ -75,7 +75,7 @@ class ImageSplit(Dataset):
         return ImageSplit(self.paths, self.plain or self.transform, self.size, store=self.store)
 
     def subset(self, rows: np.ndarray) -> ImageSplit:
-        """The images at ``rows``, sharing what is held in memory (nothing is decoded again)."""
+        """The images at ``rows``, from what is held in memory (copied rows; nothing is decoded again)."""
         cache = None if self.cache is None else self.cache[torch.as_tensor(rows)]
         sources = None if self.sources is None else [self.sources[i] for i in rows]
         return ImageSplit([self.paths[i] for i in rows], self.transform, self.size, random=self.random,

@@ -14,8 +14,11 @@ import shutil
 import time
 from pathlib import Path
 
+import pandas as pd
+
 from mavias.core.datasets.generate import SHORTCUT_CLASSES, write_shortcut_imagefolder
 from mavias.core.evaluate.openset import biased_tag_recovery
+from mavias.core.evaluate.shortcuts import is_undecided
 from mavias.core.protocol.crossfit import CROSSFIT_DIR
 from mavias.ops.audit import AuditOptions, run_audit
 from mavias.utils.atomic import write_json
@@ -45,7 +48,8 @@ def audit_folder(work: Path, seed: int, *, per_class: int, classes: int, align: 
 
 
 def _undecided(evidence) -> tuple[list[str], list[str]]:
-    rows = evidence[evidence["reason"].astype(str).str.startswith("cannot decide")]
+    rows = evidence[is_undecided(evidence.assign(**{c: pd.to_numeric(evidence[c], errors="coerce")
+                                                    for c in ("association_q", "log_odds_ci_low")}))]
     return rows["class"].tolist(), rows["tag"].tolist()
 
 

@@ -176,6 +176,19 @@ def test_a_pair_too_few_images_can_test_is_undecided_until_more_predictions_deci
     found = find_shortcuts(labels, tags, tags, [small, folds], CLASSES, min_support=20)
     red = found[(found["class"] == "cat") & (found["tag"] == "red")].iloc[0]
     assert red["biased"] and red["decidable"] and red["model"] == "cross-fitted"
+    alone = reliance(pd.DataFrame({"label": [0], "tag": ["red"]}), [folds]).iloc[0]
+    assert red["reliance_p"] == alone["reliance_p"]  # the thin set neither competes nor doubles the p-value
     blind = Predictions("cross-fitted", *_small_validation(0, 900, 0.0))  # enough images, and no reliance
-    red = find_shortcuts(labels, tags, tags, [small, blind], CLASSES, min_support=20).iloc[0]
+    found = find_shortcuts(labels, tags, tags, [small, blind], CLASSES, min_support=20)
+    red = found[(found["class"] == "cat") & (found["tag"] == "red")].iloc[0]
     assert red["decidable"] and not red["biased"] and "does not lean on it" in red["reason"]
+
+
+def test_a_pair_no_image_can_test_has_no_p_value_and_says_so():
+    labels, tags, _ = _small_validation(0, 900, 1.0)
+    val_labels, _, val_log_probs = _small_validation(1, 60, 1.0)
+    untagged = Predictions("reference", val_labels, _series([[] for _ in val_labels]), val_log_probs)
+    found = find_shortcuts(labels, tags, tags, [untagged], CLASSES, min_support=20)
+    red = found[(found["class"] == "cat") & (found["tag"] == "red")].iloc[0]
+    assert np.isnan(red["reliance_p"]) and np.isnan(red["reliance_q"]) and not red["decidable"]
+    assert red["reason"].startswith("no validation sample to measure")

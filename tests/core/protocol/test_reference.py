@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mavias.core.protocol import BIASED_TAGS_FILE, load_reference, train_reference
-from mavias.core.protocol.crossfit import CROSSFIT_DIR, FOLDS, fold_of
+from mavias.core.protocol.crossfit import CROSSFIT_DIR, FOLDS, KEY_FILE, LOG_PROBS_FILE, cross_fit, fold_of
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import feature_split
 from mavias.core.train.prepare import PreparedData
@@ -62,6 +62,27 @@ def test_a_validation_split_too_small_to_decide_is_helped_by_cross_fitted_refere
     assert all((tmp_path / "erm" / CROSSFIT_DIR / f"fold-{k}" / "best_val_acc.pt").is_file() for k in range(FOLDS))
     cached = load_reference(tmp_path / "erm", small).biased_tags  # read back from the run folder
     assert cached[["class", "tag", "model"]].values.tolist() == [["cat", "red", "cross-fitted"]]
+    log_probs = tmp_path / "erm" / CROSSFIT_DIR / LOG_PROBS_FILE
+    written = log_probs.stat().st_mtime_ns
+    train_reference(small, CFG, tmp_path / "erm", progress=False)  # run again (a resumed audit): nothing retrained
+    assert log_probs.stat().st_mtime_ns == written
+
+
+def test_fold_runs_of_other_samples_are_started_over(data, tmp_path):
+    """A run folder reused for other data: its fold runs (trained on samples now held out) are not resumed."""
+    stale = tmp_path / "erm" / CROSSFIT_DIR / "fold-0"
+    stale.mkdir(parents=True)
+    (stale / "last.pt").write_bytes(b"a fold run of other samples")
+    (tmp_path / "erm" / CROSSFIT_DIR / KEY_FILE).write_text('{"samples": "other", "folds": "other"}')
+    fitted = []
+
+    def fit(fold_data, run_dir):
+        fitted.append(len(fold_data["train"]))  # each fold model fits the other half
+        assert not (run_dir / "last.pt").exists()  # started over
+        return make_trainer(CFG, fold_data["train"], fold_data["val"], CLASSES, run_dir, progress=False).fit()
+
+    cross_fit(data, fit, 0, tmp_path / "erm")
+    assert len(fitted) == 2 and sum(fitted) == 1500 and (tmp_path / "erm" / CROSSFIT_DIR / LOG_PROBS_FILE).is_file()
 
 
 def test_folds_keep_every_class_balanced_and_follow_the_seed():
