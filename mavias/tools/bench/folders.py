@@ -14,8 +14,6 @@ import shutil
 import time
 from pathlib import Path
 
-import pandas as pd
-
 from mavias.core.datasets.generate import SHORTCUT_CLASSES, write_shortcut_imagefolder
 from mavias.core.evaluate.openset import biased_tag_recovery
 from mavias.core.evaluate.shortcuts import is_undecided
@@ -48,8 +46,7 @@ def audit_folder(work: Path, seed: int, *, per_class: int, classes: int, align: 
 
 
 def _undecided(evidence) -> tuple[list[str], list[str]]:
-    rows = evidence[is_undecided(evidence.assign(**{c: pd.to_numeric(evidence[c], errors="coerce")
-                                                    for c in ("association_q", "log_odds_ci_low")}))]
+    rows = evidence[is_undecided(evidence)]  # reads the CSV's text as is_associated and as_flag do
     return rows["class"].tolist(), rows["tag"].tolist()
 
 
