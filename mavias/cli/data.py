@@ -1,5 +1,5 @@
-"""`mavias data`: ``make synthetic-scenes|shape-colours|shape-textures|digit-backgrounds|two-moons-3d`` writes a
-built-in benchmark into a folder (options left out keep the config's defaults, e.g. :class:`SyntheticScenesConfig`);
+"""`mavias data`: ``make synthetic-scenes|three-cue-scenes|shape-colours|shape-textures|digit-backgrounds|two-moons-3d``
+writes a built-in benchmark into a folder (options left out keep the config's defaults, e.g. :class:`SyntheticScenesConfig`);
 ``import imagefolder|s3|waterbirds|celeba|urbancars|imagenet9`` writes OUT/manifest.parquet, dataset.json and
 quarantine.csv (the data folder itself is only read).
 """
@@ -77,28 +77,44 @@ def _print_sources(out: Path) -> None:
                + (f", {relevance['leak']} defining tag(s) per class leaked" if relevance["leak"] else ""))
 
 
-@make_app.command("synthetic-scenes")
-def synthetic_scenes(
-    out: OutOption,
-    seed: SeedOption = None,
-    n_train: Annotated[int | None, typer.Option()] = None,
-    n_val: Annotated[int | None, typer.Option()] = None,
-    n_test_per_cell: Annotated[int | None, typer.Option(help="test images per (class, background, co-object)")] = None,
-    image_size: Annotated[int | None, typer.Option()] = None,
-    classes: Annotated[str | None, typer.Option(help="comma-separated, e.g. car,bird,boat")] = None,
-    bg_align: Annotated[float | None, typer.Option()] = None,
-    coobj_align: Annotated[float | None, typer.Option()] = None,
-    tag_miss_rate: Annotated[float | None, typer.Option(help="oracle tags: P(a true tag is not emitted)")] = None,
-    spurious_tags_per_image: Annotated[float | None, typer.Option(help="oracle tags: wrong tags per image")] = None,
-    tags: TagsOption = None,
-    relevance: RelevanceOption = None,
-    leak: LeakOption = 0,
-    tagger_quality: TaggerQualityOption = "default",
-    tagger_checkpoint: TaggerCheckpointOption = None,
-) -> None:
-    """Images of objects on backgrounds with co-objects, tags, ground-truth relevance (UrbanCars-like)."""
-    options = locals() | {"classes": tuple(c.strip() for c in classes.split(",")) if classes else None}
-    _make("synthetic-scenes", options.pop("out"), options)
+def _add_scene_command(name: str, summary: str, color_shortcut: bool) -> None:
+    def command(
+        out: OutOption,
+        seed: SeedOption = None,
+        n_train: Annotated[int | None, typer.Option()] = None,
+        n_val: Annotated[int | None, typer.Option()] = None,
+        n_test_per_cell: Annotated[int | None, typer.Option(help="test images per combination of class and "
+                                                                 "shortcut values")] = None,
+        image_size: Annotated[int | None, typer.Option()] = None,
+        classes: Annotated[str | None, typer.Option(help="comma-separated, e.g. car,bird,boat")] = None,
+        bg_align: Annotated[float | None, typer.Option()] = None,
+        coobj_align: Annotated[float | None, typer.Option()] = None,
+        color_align: Annotated[float | None, typer.Option(help="three-cue-scenes: P(object colour aligned with the "
+                                                               "class)")] = None,
+        tag_miss_rate: Annotated[float | None, typer.Option(help="oracle tags: P(a true tag is not emitted)")] = None,
+        spurious_tags_per_image: Annotated[float | None, typer.Option(help="oracle tags: wrong tags per image")] = None,
+        tags: TagsOption = None,
+        relevance: RelevanceOption = None,
+        leak: LeakOption = 0,
+        tagger_quality: TaggerQualityOption = "default",
+        tagger_checkpoint: TaggerCheckpointOption = None,
+    ) -> None:
+        if color_align is not None and not color_shortcut:
+            raise typer.BadParameter(f"{name} draws colours independently of the class; --color-align is an "
+                                     "option of three-cue-scenes")
+        options = locals() | {"classes": tuple(c.strip() for c in classes.split(",")) if classes else None}
+        for key in ("name", "summary", "color_shortcut"):  # the factory's own arguments, not the generator's
+            options.pop(key, None)
+        _make(name, options.pop("out"), options)
+
+    command.__doc__ = summary
+    make_app.command(name)(command)
+
+
+_add_scene_command("synthetic-scenes", "Objects on backgrounds with co-objects, tags, ground-truth relevance "
+                   "(UrbanCars-like: two shortcuts per class).", color_shortcut=False)
+_add_scene_command("three-cue-scenes", "Like synthetic-scenes with three shortcuts per class at once: background, "
+                   "co-object and the object's colour (airplane, fish, house by default).", color_shortcut=True)
 
 
 def _add_single_shortcut_command(name: str, summary: str) -> None:

@@ -29,9 +29,23 @@ def test_make_two_moons_and_reject_invalid_options(tmp_path):
 
 
 def test_registry_names_every_benchmark():
-    assert set(BENCHMARKS) == {"synthetic-scenes", "shape-colours", "shape-textures", "digit-backgrounds", "two-moons-3d"}
+    assert set(BENCHMARKS) == {"synthetic-scenes", "three-cue-scenes", "shape-colours", "shape-textures",
+                               "digit-backgrounds", "two-moons-3d"}
     for benchmark in BENCHMARKS.values():
         benchmark.config()  # defaults are valid
+
+
+def test_make_three_cue_scenes_passes_the_colour_rate_and_synthetic_scenes_refuses_it(tmp_path):
+    args = ["make", "three-cue-scenes", "--out", str(tmp_path), "--n-train", "30", "--n-val", "6",
+            "--n-test-per-cell", "1", "--image-size", "32", "--color-align", "1", "--tags", "oracle",
+            "--relevance", "oracle"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    train = load_manifest(tmp_path / "manifest.parquet").query("split == 'train'")
+    assert (train["attr_color_aligned"] == "1").all()
+    refused = CliRunner().invoke(app, ["make", "synthetic-scenes", "--out", str(tmp_path / "s"), "--color-align", "1"])
+    assert refused.exit_code != 0
+    assert "--color-align is an option of three-cue-scenes" in refused.output
 
 
 def test_make_shape_textures_passes_options(tmp_path):

@@ -1,5 +1,5 @@
-"""Built-in offline benchmarks: ``synthetic-scenes``, ``shape-colours``, ``shape-textures``, ``digit-backgrounds`` (images,
-tags, ground-truth relevance) and ``two-moons-3d``.
+"""Built-in offline benchmarks: ``synthetic-scenes``, ``three-cue-scenes``, ``shape-colours``, ``shape-textures``,
+``digit-backgrounds`` (images, tags, ground-truth relevance) and ``two-moons-3d``.
 
 :func:`make_benchmark` draws one as a user meets it: tags from the benchmark's image tagger and relevance from the
 judge by default, the generator's attributes and the ground truth kept apart for scoring (:mod:`.sources`).
@@ -19,6 +19,7 @@ from mavias.core.synthetic.shapes import ShapesConfig, ShapeTexturesConfig, make
 from mavias.core.synthetic.sources import Sources, apply_sources, keep_truth
 from mavias.core.synthetic.synthetic_scenes import (
     SyntheticScenesConfig,
+    ThreeCueScenesConfig,
     benchmark_vocabulary,
     ground_truth_relevance,
     make_synthetic_scenes,
@@ -39,6 +40,9 @@ BIAS_ALIGNED = ("attr_bias_aligned",)
 BENCHMARKS: dict[str, Benchmark] = {
     "synthetic-scenes": Benchmark(SyntheticScenesConfig, make_synthetic_scenes,
                                   ("attr_bg_aligned", "attr_coobj_aligned"), synthetic_scenes.tagging_samples),
+    "three-cue-scenes": Benchmark(ThreeCueScenesConfig, make_synthetic_scenes,
+                                  ("attr_bg_aligned", "attr_coobj_aligned", "attr_color_aligned"),
+                                  synthetic_scenes.tagging_samples),
     "shape-colours": Benchmark(ShapesConfig, make_shapes, BIAS_ALIGNED, shapes.tagging_samples),
     "shape-textures": Benchmark(ShapeTexturesConfig, make_shapes, BIAS_ALIGNED, shapes.tagging_samples),
     "digit-backgrounds": Benchmark(DigitsConfig, make_digits, BIAS_ALIGNED, digits.tagging_samples),
@@ -71,6 +75,7 @@ __all__ = [
     "ShapeTexturesConfig",
     "ShapesConfig",
     "SyntheticScenesConfig",
+    "ThreeCueScenesConfig",
     "TwoMoons3DConfig",
     "benchmark_vocabulary",
     "ground_truth_relevance",

@@ -3,7 +3,8 @@
 Each image shows a main object whose *shape* gives its class, on a background and next to a small co-occurring
 object. In the training distribution the background and the co-object each agree with the class at a configured
 rate (independently); the test split is balanced over every (class, background, co-object) combination, like
-UrbanCars' test set. Each image carries the tags an image tagger would emit (class word, visible parts, scene
+UrbanCars' test set. ``three-cue-scenes`` (:class:`ThreeCueScenesConfig`) adds a third shortcut, the object's
+colour, on classes, backgrounds and co-objects ``synthetic-scenes`` does not use by default. Each image carries the tags an image tagger would emit (class word, visible parts, scene
 words, colour, size, lighting; some missed, some spurious), and ``relevance.parquet`` holds the ground truth that
 an LLM judge should reproduce: a tag is relevant to a class exactly when it is the class word or one of its parts.
 """
@@ -14,6 +15,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -39,15 +41,16 @@ class SceneClass:
     parts: tuple[str, ...]  # meronyms drawn on the object, the words a tagger may name
     background: str  # the background aligned with this class
     coobject: str  # the co-occurring object aligned with this class
+    color: str  # the object colour aligned with this class where colour is a shortcut (three-cue-scenes)
 
 
 SCENE_CLASSES: dict[str, SceneClass] = {
-    "car": SceneClass(("wheel", "windshield", "headlight"), "street", "traffic light"),
-    "bird": SceneClass(("beak", "wing", "tail", "eye"), "forest", "mushroom"),
-    "boat": SceneClass(("hull", "sail", "mast"), "sea", "lighthouse"),
-    "airplane": SceneClass(("fuselage", "propeller", "cockpit"), "desert", "cactus"),
-    "fish": SceneClass(("fin", "gill", "scale"), "room", "lamp"),
-    "house": SceneClass(("roof", "door", "chimney", "window"), "snow", "snowman"),
+    "car": SceneClass(("wheel", "windshield", "headlight"), "street", "traffic light", "red"),
+    "bird": SceneClass(("beak", "wing", "tail", "eye"), "forest", "mushroom", "yellow"),
+    "boat": SceneClass(("hull", "sail", "mast"), "sea", "lighthouse", "pink"),
+    "airplane": SceneClass(("fuselage", "propeller", "cockpit"), "desert", "cactus", "white"),
+    "fish": SceneClass(("fin", "gill", "scale"), "room", "lamp", "orange"),
+    "house": SceneClass(("roof", "door", "chimney", "window"), "snow", "snowman", "purple"),
 }
 BACKGROUND_TAGS: dict[str, tuple[str, ...]] = {
     "street": ("street", "road", "asphalt"),
@@ -80,6 +83,7 @@ LIGHTING: dict[str, tuple[float, float, float]] = {"daylight": (1.0, 1.0, 1.0), 
 
 class SyntheticScenesConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    NAME: ClassVar[str] = "synthetic-scenes"
 
     n_train: int = Field(4000, ge=1)
     n_val: int = Field(1200, ge=1)
@@ -109,6 +113,28 @@ class SyntheticScenesConfig(BaseModel):
     @property
     def coobjects(self) -> tuple[str, ...]:
         return tuple(SCENE_CLASSES[c].coobject for c in self.classes)
+
+    @property
+    def colors(self) -> tuple[str, ...]:
+        return tuple(SCENE_CLASSES[c].color for c in self.classes)
+
+    @property
+    def color_shortcut_rate(self) -> float | None:
+        """P(object colour aligned with the class), train/val; None: the colour is drawn independently of the class."""
+        return None
+
+
+class ThreeCueScenesConfig(SyntheticScenesConfig):
+    """Three shortcuts per class at once: background, co-object and the object's colour (its own classes)."""
+
+    NAME: ClassVar[str] = "three-cue-scenes"
+    n_test_per_cell: int = Field(20, ge=1, description="test images per (class, background, co-object, colour) cell")
+    classes: tuple[str, ...] = Field(("airplane", "fish", "house"), description=f"K >= 3 of {sorted(SCENE_CLASSES)}")
+    color_align: float = Field(0.9, ge=0.0, le=1.0, description="P(object colour aligned with the class), train/val")
+
+    @property
+    def color_shortcut_rate(self) -> float | None:
+        return self.color_align
 
 
 @dataclass(frozen=True)
@@ -173,23 +199,29 @@ def emit_tags(
     return sorted(set(kept) | set(spurious))
 
 
-Groups = tuple[np.ndarray, np.ndarray, np.ndarray]  # class, background and co-object index per image
+Groups = list[np.ndarray]  # class, background, co-object (and, where a shortcut, colour) index per image
+
+
+def _shortcut_rates(cfg: SyntheticScenesConfig) -> list[float]:
+    rates = [cfg.bg_align, cfg.coobj_align]
+    return rates if cfg.color_shortcut_rate is None else [*rates, cfg.color_shortcut_rate]
 
 
 def _training_groups(n: int, n_classes: int, cfg: SyntheticScenesConfig, rng: np.random.Generator) -> Groups:
-    """(class, background, co-object) indices of the biased training distribution."""
+    """(class, background, co-object[, colour]) indices of the biased training distribution."""
     labels = balanced_labels(n, n_classes, rng)
 
     def aligned_or_other(rate: float) -> np.ndarray:  # when not aligned: uniform over the other K-1 values
         other = (labels + rng.integers(1, n_classes, size=n)) % n_classes
         return np.where(stratified_flags(labels, rate, rng), labels, other)
 
-    return labels, aligned_or_other(cfg.bg_align), aligned_or_other(cfg.coobj_align)
+    return [labels, *(aligned_or_other(rate) for rate in _shortcut_rates(cfg))]
 
 
-def _test_groups(n_classes: int, per_cell: int) -> Groups:
-    cells = np.array(list(itertools.product(range(n_classes), repeat=3))).repeat(per_cell, axis=0)
-    return cells[:, 0], cells[:, 1], cells[:, 2]
+def _test_groups(n_classes: int, cfg: SyntheticScenesConfig) -> Groups:
+    """Every (class, background, co-object[, colour]) cell ``n_test_per_cell`` times."""
+    cells = itertools.product(range(n_classes), repeat=1 + len(_shortcut_rates(cfg)))
+    return list(np.array(list(cells)).repeat(cfg.n_test_per_cell, axis=0).T)
 
 
 def plan_split(split: str, cfg: SyntheticScenesConfig) -> list[PlannedImage]:
@@ -197,14 +229,14 @@ def plan_split(split: str, cfg: SyntheticScenesConfig) -> list[PlannedImage]:
     rng = np.random.default_rng([cfg.seed, SPLIT_NUMBERS[split]])
     n_classes = len(cfg.classes)
     if split == "test":
-        labels, backgrounds, coobjects = _test_groups(n_classes, cfg.n_test_per_cell)
+        groups = _test_groups(n_classes, cfg)
     else:
-        n_images = cfg.n_train if split == "train" else cfg.n_val
-        labels, backgrounds, coobjects = _training_groups(n_images, n_classes, cfg, rng)
+        groups = _training_groups(cfg.n_train if split == "train" else cfg.n_val, n_classes, cfg, rng)
     plans = []
-    for index, (label, background, coobject) in enumerate(zip(labels, backgrounds, coobjects)):
+    for index, (label, background, coobject, *color) in enumerate(zip(*groups)):
         parts = SCENE_CLASSES[cfg.classes[label]].parts
         n_parts = int(rng.integers(1, min(MAX_PART_TAGS, len(parts)) + 1))
+        drawn_color = str(rng.choice(list(COLORS)))  # drawn either way: synthetic-scenes keeps its random stream
         plans.append(
             PlannedImage(
                 split=split,
@@ -212,7 +244,7 @@ def plan_split(split: str, cfg: SyntheticScenesConfig) -> list[PlannedImage]:
                 label=cfg.classes[label],
                 background=cfg.backgrounds[background],
                 coobject=cfg.coobjects[coobject],
-                color=str(rng.choice(list(COLORS))),
+                color=cfg.colors[color[0]] if color else drawn_color,
                 size=str(rng.choice(list(SIZES))),
                 lighting=str(rng.choice(list(LIGHTING))),
                 visible_parts=tuple(sorted(str(p) for p in rng.choice(parts, size=n_parts, replace=False))),
@@ -262,7 +294,8 @@ def _manifest_rows(out_dir: Path, plans: list[PlannedImage], cfg: SyntheticScene
             f"{ATTR_PREFIX}color": plan.color,
             f"{ATTR_PREFIX}size": plan.size,
             f"{ATTR_PREFIX}lighting": plan.lighting,
-        }
+        } | ({} if cfg.color_shortcut_rate is None else
+             {f"{ATTR_PREFIX}color_aligned": _flag(plan.color == SCENE_CLASSES[plan.label].color)})
         for plan in plans
     ]
 
@@ -271,16 +304,24 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
+def _aligned_values(cfg: SyntheticScenesConfig, name: str) -> dict:
+    """A class's parts and the values aligned with it (its colour only where colour is a shortcut)."""
+    values = vars(SCENE_CLASSES[name])
+    return values if cfg.color_shortcut_rate is not None else {k: v for k, v in values.items() if k != "color"}
+
+
 def _benchmark_info(cfg: SyntheticScenesConfig, manifest: pd.DataFrame) -> dict:
+    columns = ["label", f"{ATTR_PREFIX}background", f"{ATTR_PREFIX}coobject"]
+    columns += [] if cfg.color_shortcut_rate is None else [f"{ATTR_PREFIX}color"]
     counts = {}
     for split, rows in manifest.groupby("split"):
-        groups = Counter(zip(rows["label"], rows[f"{ATTR_PREFIX}background"], rows[f"{ATTR_PREFIX}coobject"]))
+        groups = Counter(zip(*(rows[column] for column in columns)))
         counts[split] = {"total": len(rows), "groups": {"/".join(key): n for key, n in sorted(groups.items())}}
     return {
-        "benchmark": "synthetic-scenes",
+        "benchmark": cfg.NAME,
         "config": cfg.model_dump(mode="json"),
         "classes": sorted(cfg.classes),
-        "scene": {name: vars(SCENE_CLASSES[name]) for name in cfg.classes},
+        "scene": {name: _aligned_values(cfg, name) for name in cfg.classes},
         "tags": {
             "background": {b: BACKGROUND_TAGS[b] for b in cfg.backgrounds},
             "coobject": {c: COOBJECT_TAGS[c] for c in cfg.coobjects},
@@ -289,7 +330,7 @@ def _benchmark_info(cfg: SyntheticScenesConfig, manifest: pd.DataFrame) -> dict:
             "lighting": list(LIGHTING),
         },
         "vocabulary": benchmark_vocabulary(cfg.classes),
-        "group_key": "label/background/coobject",
+        "group_key": "/".join(column.removeprefix(ATTR_PREFIX) for column in columns),
         "counts": counts,
     }
 

@@ -39,7 +39,7 @@ CHECKPOINT, QUALITY_TABLE, QUALITY_SUMMARY = "tagger.pt", "quality.csv", "qualit
 
 # the generator settings that do not change the images a tagger sees
 NOT_DRAWN = {"n_train", "n_val", "n_test_per_cell", "tag_miss_rate", "spurious_tags_per_image", "bias_align",
-             "bg_align", "coobj_align", "shortcut_fraction"}
+             "bg_align", "coobj_align", "color_align", "shortcut_fraction"}
 
 
 def check_quality(quality: str) -> float:

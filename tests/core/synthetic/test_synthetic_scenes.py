@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from mavias.core.manifest import content_sample_id, load_manifest
 from mavias.core.relevance import load_relevance
-from mavias.core.synthetic import SyntheticScenesConfig, make_synthetic_scenes
+from mavias.core.synthetic import SyntheticScenesConfig, ThreeCueScenesConfig, make_synthetic_scenes
 from mavias.core.synthetic.synthetic_scenes import (
     BACKGROUND_TAGS,
     COLORS,
@@ -171,3 +171,34 @@ def test_every_class_of_the_catalogue_renders(tmp_path):
 def test_config_rejects_invalid_values(bad):
     with pytest.raises(ValidationError):
         SyntheticScenesConfig(**bad)
+
+
+def test_three_cue_scenes_align_background_co_object_and_colour_at_their_rates():
+    cfg = ThreeCueScenesConfig(n_train=3000, bg_align=0.9, coobj_align=0.8, color_align=0.7)
+    plans = pd.DataFrame([vars(p) for p in plan_split("train", cfg)])
+    aligned = {key: plans[key] == plans["label"].map(lambda c, key=key: getattr(SCENE_CLASSES[c], key))
+               for key in ("background", "coobject", "color")}
+    for key, rate in (("background", 0.9), ("coobject", 0.8), ("color", 0.7)):
+        assert np.allclose(aligned[key].groupby(plans["label"]).mean(), rate), key
+    assert aligned["color"][~aligned["background"]].mean() == pytest.approx(0.7, abs=0.06)  # independent cues
+    assert set(plans["color"]) == set(cfg.colors)  # a conflicting colour is another class's
+    assert set(cfg.classes).isdisjoint(SyntheticScenesConfig().classes)
+
+
+def test_three_cue_scenes_test_split_covers_every_cell_and_flags_the_colour(tmp_path):
+    cfg = ThreeCueScenesConfig(n_train=30, n_val=6, n_test_per_cell=1, image_size=32)
+    manifest = load_manifest(make_synthetic_scenes(tmp_path, cfg))
+    test = manifest[manifest["split"] == "test"]
+    cells = Counter(zip(test["label"], test["attr_background"], test["attr_coobject"], test["attr_color"]))
+    assert cells == dict.fromkeys(itertools.product(cfg.classes, cfg.backgrounds, cfg.coobjects, cfg.colors), 1)
+    aligned = manifest["attr_color"] == manifest["label"].map(lambda c: SCENE_CLASSES[c].color)
+    assert (manifest["attr_color_aligned"] == np.where(aligned, "1", "0")).all()
+    info = json.loads((tmp_path / "benchmark.json").read_text())
+    assert (info["benchmark"], info["group_key"]) == ("three-cue-scenes", "label/background/coobject/color")
+    assert info["scene"]["fish"]["color"] == "orange"
+
+
+def test_synthetic_scenes_names_no_colour_shortcut(small_dataset, manifest):
+    info = json.loads((small_dataset.parent / "benchmark.json").read_text())
+    assert all("color" not in aligned for aligned in info["scene"].values())
+    assert "attr_color_aligned" not in manifest.columns
