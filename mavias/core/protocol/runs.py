@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.evaluate.shortcuts import SHORTCUT
 from mavias.core.protocol.crossfit import cross_fit, needs_cross_fit
@@ -39,10 +41,7 @@ def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *
     recipe = resolve_run(data, cfg.model_copy(update={"method": "erm", "selection": "val_acc"}), out_dir)
 
     def fit(fitted: PreparedData, run_dir: Path, keep: bool = False) -> TrainResult:
-        if nproc > 1:
-            return fit_distributed(fitted, recipe, run_dir, nproc, keep_epochs=keep)
-        return Trainer(recipe, fitted["train"], fitted["val"], fitted.classes, run_dir, progress=progress,
-                       keep_epochs=keep).fit()
+        return _fit(fitted, recipe, run_dir, nproc=nproc, progress=progress, keep_epochs=keep)
 
     run = fit(data, Path(out_dir), keep_epochs)
     reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
@@ -61,9 +60,16 @@ def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, refe
         raise UserError("selection val_true_wg needs the true groups of the validation split",
                         hint="give the group attributes (--group-attrs), or another selection")
     val_groups = None if reference is None else reference.val_groups
-    recipe = resolve_run(data, cfg, out_dir)
+    return _fit(data, resolve_run(data, cfg, out_dir), out_dir, nproc=nproc, progress=progress, val_groups=val_groups,
+                stop_after=stop_after, reference=None if reference is None else Path(reference.checkpoint))
+
+
+def _fit(data: PreparedData, recipe: ResolvedRecipe, out_dir: str | Path, *, nproc: int, progress: bool,
+         keep_epochs: bool = False, val_groups: pd.Series | None = None, stop_after: int | None = None,
+         reference: Path | None = None) -> TrainResult:
+    """One training of ``recipe``: in this process, or data-parallel over ``nproc`` processes."""
     if nproc > 1:
-        return fit_distributed(data, recipe, out_dir, nproc, val_groups=val_groups, stop_after=stop_after)
-    trainer = Trainer(recipe, data["train"], data["val"], data.classes, out_dir, val_groups=val_groups,
-                      progress=progress, reference=None if reference is None else Path(reference.checkpoint))
-    return trainer.fit(stop_after=stop_after)
+        return fit_distributed(data, recipe, out_dir, nproc, val_groups=val_groups, keep_epochs=keep_epochs,
+                               stop_after=stop_after)
+    return Trainer(recipe, data["train"], data["val"], data.classes, out_dir, val_groups=val_groups, progress=progress,
+                   keep_epochs=keep_epochs, reference=reference).fit(stop_after=stop_after)
