@@ -162,7 +162,8 @@ def data_changed(dataset: dict) -> bool:
 def train_reference(dataset: dict) -> dict:
     from mavias.ops.nightly import train
 
-    return run_stage(train.train_reference_model, dataset)
+    full_retrain = get_current_context()["params"]["full_retrain"]
+    return run_stage(train.train_reference_model, dataset, full_retrain=full_retrain)
 
 
 @task
@@ -181,10 +182,10 @@ def tune_trial(dataset: dict, reference: dict, job: dict) -> dict:
 
 
 @task
-def train_mavias(dataset: dict, trials: list[dict]) -> dict:
+def train_mavias(dataset: dict, reference: dict, trials: list[dict]) -> dict:
     from mavias.ops.nightly import train
 
-    return run_stage(train.select_candidate, dataset, list(trials))
+    return run_stage(train.select_candidate, dataset, reference, list(trials))
 
 
 @task(multiple_outputs=True)
@@ -230,8 +231,11 @@ def promote(published: dict, evaluated: dict) -> dict:
 
 @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # after promotion, or after a blocked candidate
 def record_processed(dataset: dict) -> dict:
-    from mavias.ops.nightly import ingest
+    from mavias.ops.nightly import ingest, warm
 
+    ti = get_current_context()["ti"]
+    outcomes = [ti.xcom_pull(task_ids=task) for task in ("train_reference", "train_mavias", "quality_gates", "promote")]
+    run_stage(warm.record_outcome, dataset, *outcomes)  # before the ledger: a rerun repeats it harmlessly
     return run_stage(ingest.record_processed, dataset)
 
 
@@ -343,7 +347,7 @@ def mavias_nightly() -> None:
     planned_trials = plan_trials(dataset, reference)
     data_changed(dataset) >> [reference, planned_trials]
     trials = tune_trial.partial(dataset=dataset, reference=reference).expand(job=planned_trials)
-    candidate = train_mavias(dataset, trials)
+    candidate = train_mavias(dataset, reference, trials)
     evaluated = evaluate(dataset, reference, candidate)
     gates = QualityGateOperator(
         task_id="quality_gates",

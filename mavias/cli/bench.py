@@ -1,4 +1,4 @@
-"""`mavias bench core|audit|folders|criteria|discovery|pipeline|data|serve|scale`."""
+"""`mavias bench core|audit|folders|warm|criteria|discovery|pipeline|data|serve|scale`."""
 
 from __future__ import annotations
 
@@ -177,6 +177,40 @@ def folders(
                   f"{_score(report['summary']['recall'])}, "
                   f"{report['summary']['false_found']} false pair(s); "
                   + ", ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in met.items()))
+
+
+@app.command("warm")
+def warm(
+    benchmark: Annotated[str, typer.Option(help="the built-in benchmark whose training split is dealt into 4 "
+                                                "partitions")] = "synthetic-scenes",
+    seed: Annotated[int, typer.Option(help="training seed (and the partitions')", min=0)] = 0,
+    replay: Annotated[float, typer.Option(help="share of the old images' steps a warm night replays (the nightly "
+                                               "train.warm_replay)", min=0.0, max=1.0)] = 0.25,
+    work: Annotated[Path, typer.Option(help="working folder (resumes)")] = Path("runs/bench-warm"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
+    tags: TagsOption = None,
+    relevance: RelevanceOption = None,
+) -> None:
+    """Four nights of growing data: night 4 warm (from night 3) against night 4 from scratch: training time, the
+    closed-set test worst group of the reference and MAVias, and B'."""
+    from mavias.tools.bench.warm import run_warm_bench
+
+    report = run_warm_bench(work, benchmark=benchmark, seed=seed, replay=replay, json_path=json_out, progress=True,
+                            sources=discovery_sources(tags=tags, relevance=relevance))
+    table = Table(title=f"{report['benchmark']}: nights of growing data, warm against cold (seed {seed})")
+    for column in ("night", "training images", "share of cold steps", "epochs (ERM / MAVias)", "training time",
+                   "WG ERM / MAVias (test, closed set)", "B'"):
+        table.add_column(column)
+    for name, night in report["nights"].items():
+        worst = night["worst_group"]
+        table.add_row(name, str(night["train_images"]), f"{night.get('fraction', 1.0):.2f}",
+                      f"{night['epochs']['reference']} / {night['epochs']['mavias']}", f"{night['seconds']:.0f} s",
+                      f"{100 * worst['reference']:.1f} / {100 * worst['mavias']:.1f}", ", ".join(night["biased"]) or "-")
+    console.print(table)
+    compared = report["comparison"]
+    console.print(f"night 4 warm / cold: {compared['time_ratio']:.2f}x the time, MAVias WG "
+                  f"{-compared['wg_drop_points']:+.1f} points, same B': {compared['same_biased_tags']}; "
+                  + ", ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in compared["met"].items()))
 
 
 def _score(value: float) -> str:

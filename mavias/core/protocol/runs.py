@@ -18,6 +18,7 @@ from mavias.core.train.failures import explained_training_errors
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.recipe import ResolvedRecipe, resolve_recipe
 from mavias.core.train.trainer import Trainer, TrainResult
+from mavias.core.train.warm import WarmStart
 from mavias.errors import UserError
 
 
@@ -34,18 +35,22 @@ def resolve_run(data: PreparedData, cfg: TrainConfig, out_dir: str | Path) -> Re
 
 
 def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *, tag_min_support: int = MIN_SUPPORT,
-                    rule: str = SHORTCUT, progress: bool = True, keep_epochs: bool = False, nproc: int = 1) -> Reference:
-    """The ERM reference; with ``keep_epochs`` it keeps every epoch's model (for the benches' analyses). When the
-    validation split cannot decide whether it leans on an associated tag, it is cross-fitted on the training split
-    (:mod:`~mavias.core.protocol.crossfit`)."""
-    recipe = resolve_run(data, cfg.model_copy(update={"method": "erm", "selection": "val_acc"}), out_dir)
-
-    def fit(fitted: PreparedData, run_dir: Path, keep: bool = False) -> TrainResult:
-        return _fit(fitted, recipe, run_dir, nproc=nproc, progress=progress, keep_epochs=keep)
-
-    run = fit(data, Path(out_dir), keep_epochs)
+                    rule: str = SHORTCUT, progress: bool = True, keep_epochs: bool = False, nproc: int = 1,
+                    warm: WarmStart | None = None) -> Reference:
+    """The ERM reference (from ``warm``'s model for its share of the steps, when given); with ``keep_epochs`` it keeps
+    every epoch's model (for the benches' analyses). When the validation split cannot decide whether it leans on an
+    associated tag, it is cross-fitted on the training split (:mod:`~mavias.core.protocol.crossfit`), always from
+    scratch: a fold model must never have seen the fold it predicts."""
+    erm = cfg.model_copy(update={"method": "erm", "selection": "val_acc"})
+    recipe = resolve_run(data, erm if warm is None else warm.apply(erm), out_dir)
+    run = _fit(data, recipe, out_dir, nproc=nproc, progress=progress, keep_epochs=keep_epochs)
     reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
     if rule == SHORTCUT and needs_cross_fit(reference.evidence, Path(out_dir), data["train"]):
+        cold = recipe if warm is None else resolve_recipe(erm, data["train"], len(data.classes))
+
+        def fit(fitted: PreparedData, run_dir: Path) -> TrainResult:
+            return _fit(fitted, cold, run_dir, nproc=nproc, progress=progress)
+
         cross_fit(data, fit, recipe.config.seed, Path(out_dir), progress=progress)
         reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
     return reference

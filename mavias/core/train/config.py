@@ -136,6 +136,11 @@ class TrainConfig(_Strict):
     epochs: int | None = Field(None, ge=1, description="unset: scaled to the training set size (recipe)")
     length_factor: float | None = Field(None, gt=0, description="with epochs unset: the run's length as a multiple "
                                         "of the recipe's steps; unset: the method's own (3 for MAVias, 1 otherwise)")
+    init_from: str | None = Field(None, description="a checkpoint of a model of the same backbone and classes whose "
+                                  "main-model weights start the training (a warm start); unset: the backbone's own "
+                                  "initialisation")
+    length_share: float | None = Field(None, gt=0, le=1, description="with epochs unset: train this share of the "
+                                       "recipe's epochs (a warm start's); unset: all of them")
     validate_every: int | None = Field(None, ge=1, description="epochs between validations (and always after the last "
                                        "epoch); unset: the recipe's, about every VALIDATION_STEPS steps, or every "
                                        "epoch for a config trained as written")

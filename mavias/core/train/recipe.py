@@ -246,6 +246,9 @@ def _length(cfg: TrainConfig, recipe: Recipe, n_train: int) -> tuple[dict, dict[
         notes["epochs"] = (f"about {factor * recipe.target_steps} steps of {batch_size} samples over {n_train} "
                            f"training samples, within [{low}, {high}] epochs"
                            + (f" ({factor} x the {recipe.family} recipe's for {cfg.method})" if factor != 1 else ""))
+        if cfg.length_share is not None:
+            update["epochs"] = max(1, math.ceil(update["epochs"] * cfg.length_share))
+            notes["epochs"] += f", x {cfg.length_share:.2f}: a warm start's share"
     epochs, validate_every = update.get("epochs", cfg.epochs), cfg.validate_every
     if validate_every is None:
         validate_every = update["validate_every"] = max(1, math.ceil(VALIDATION_STEPS / steps_per_epoch))

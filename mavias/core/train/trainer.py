@@ -28,6 +28,7 @@ from mavias.core.train.optim import batches_per_epoch, drop_last, make_optimizer
 from mavias.core.train.recipe import ResolvedRecipe, as_recipe
 from mavias.core.train.sanity import chance_warnings, check_finite
 from mavias.core.train.selection import is_uninformative, robust_selection_score
+from mavias.core.train.warm import load_initial_weights
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.utils.csvfile import write_csv
 from mavias.utils.progress import progress_bar, progress_line
@@ -270,6 +271,8 @@ class Trainer:
             self.load_checkpoint(self.last_path)
         else:
             seed_everything(self.cfg.seed)
+            if self.cfg.init_from:
+                load_initial_weights(self.model, self.cfg.init_from, self.classes)
         self.method.prepare(self._fit_plain)
         writer = SummaryWriter(str(self.out_dir / "tensorboard")) if self.primary else None
         run_epochs = 0
@@ -316,6 +319,7 @@ class Trainer:
     def _plan_line(self) -> str:
         steps = batches_per_epoch(len(self.train_split), self.cfg.batch_size)
         start = f", resuming after epoch {self.epoch}" if self.epoch else ""
+        start += f", starting from {self.cfg.init_from}" if self.cfg.init_from and not self.epoch else ""
         return (f"{self.cfg.method}: {self.cfg.epochs} epochs of {steps} batches of {self.cfg.batch_size}, "
                 f"lr {self.cfg.optim.lr:.3g} ({self.recipe.notes.get('optim.lr', 'as configured')}){start}")
 

@@ -7,7 +7,7 @@ types below are the schema of each dict, in the order a night produces them.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 class NightInfo(TypedDict):
@@ -90,14 +90,26 @@ class Dataset(TypedDict):
     same_as_production: NotRequired[str | None]  # production's version when it was made from this very digest
 
 
+class StartPlan(TypedDict):
+    """``warm.plan_start``: whether tonight's trainings start from the promoted night's models, and why."""
+
+    mode: Literal["warm", "cold"]
+    reason: str
+    fraction: float  # of a cold training's steps
+    from_night: str | None  # the promoted night a warm start starts from
+
+
 class TrainedReference(TypedDict):
-    """``train.train_reference_model``: the ERM reference run (its folder holds biased_tags.csv), and the candidate's
-    recipe it resolved (a run folder's ``recipe.json``: the settings the trials start from)."""
+    """``train.train_reference_model``: the ERM reference run (its folder holds biased_tags.csv and the training
+    sample ids), the candidate's recipe it resolved (a run folder's ``recipe.json``: the settings the trials start
+    from), the classes, and how tonight's trainings start."""
 
     dir: str
     checkpoint: str
     best: dict[str, Any]
     candidate_recipe: str
+    classes: list[str]
+    start: StartPlan
 
 
 class TrialJob(TypedDict):
@@ -178,6 +190,7 @@ class Promoted(TypedDict):
     uri: str
     previous: NotRequired[str | None]
     serving: NotRequired[Serving | None]  # None: no InferenceService configured
+    in_production: NotRequired[bool]  # promoted tonight, or by an earlier try of this night
 
 
 class Recorded(TypedDict):

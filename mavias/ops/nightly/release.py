@@ -108,11 +108,11 @@ def promote(cfg: NightlyConfig, published: Published, evaluated: Evaluated) -> P
         return {"version": version, "promoted": False, "reason": f"not promoted: {err}", "uri": published["uri"]}
     if current is not None and current.version == version:
         return {"version": version, "promoted": False, "reason": f"{version} was already in production (rerun)",
-                "uri": published["uri"], "serving": point_serving(cfg, reg, version)}
+                "uri": published["uri"], "serving": point_serving(cfg, reg, version), "in_production": True}
     if reg.promote(version, evaluated["production_etag"]):
         log.info("model %s: %s is production", cfg.model_name, version)
         return {"version": version, "promoted": True, "previous": evaluated["production_version"], "reason": "",
-                "uri": published["uri"], "serving": point_serving(cfg, reg, version)}
+                "uri": published["uri"], "serving": point_serving(cfg, reg, version), "in_production": True}
     reason = "production changed after tonight's evaluation (a concurrent promotion or rollback won): not promoted"
     return {"version": version, "promoted": False, "reason": reason, "uri": published["uri"]}
 

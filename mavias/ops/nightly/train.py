@@ -20,30 +20,39 @@ from mavias.core.tune.batch import finish_batch, plan_batch, run_planned_trial
 from mavias.core.tune.search import BASE_DIR
 from mavias.core.tune.space import current_values, search_space
 from mavias.errors import ExplainedFailure
-from mavias.ops.nightly.artifacts import Candidate, Dataset, TrainedReference, TrialJob, TrialResult
+from mavias.ops.nightly import warm
+from mavias.ops.nightly.artifacts import Candidate, Dataset, StartPlan, TrainedReference, TrialJob, TrialResult
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.dataset import load_prepared
 from mavias.ops.nightly.layout import layout
 from mavias.utils.atomic import atomic_path
+from mavias.utils.progress import progress_line
 
 TUNING_DIR = "tuning"
 PREVIOUS_BEST = "best_params.json"
 
 
-def train_reference_model(cfg: NightlyConfig, dataset: Dataset) -> TrainedReference:
-    """The ERM reference of the open-set protocol (resumes from its last epoch; a finished run is reused). This GPU
-    task also resolves the candidate's recipe (``tuning/base``; the range test is shared with the reference), so the
-    planning task that follows trains nothing."""
+def train_reference_model(cfg: NightlyConfig, dataset: Dataset, *, full_retrain: bool = False) -> TrainedReference:
+    """The ERM reference of the open-set protocol, warm or from scratch as :func:`warm.plan_start` decides (resumes
+    from its last epoch; a finished run is reused). This GPU task also resolves the candidate's recipe
+    (``tuning/base``; the range test is shared with the reference), so the planning task that follows trains
+    nothing."""
     data = load_prepared(dataset)
-    out = Path(dataset["dir"]) / "reference"
-    reference = train_reference(data, cfg.training, out, progress=True, nproc=cfg.train.nproc)  # epoch lines
-    resolve_run(data, _candidate_base(cfg), _base_dir(dataset))
+    plan = warm.plan_start(cfg, data.classes, data["train"].frame["sample_id"], full_retrain=full_retrain)
+    progress_line(f"training {'warm' if plan['mode'] == 'warm' else 'from scratch'}: {plan['reason']}")
+    out = Path(dataset["dir"]) / ("reference-warm" if plan["mode"] == "warm" else "reference")
+    reference = train_reference(data, cfg.training, out, progress=True, nproc=cfg.train.nproc,  # epoch lines
+                                warm=warm.warm_start(cfg, plan, "reference"))
+    warm.write_train_ids(data["train"].frame["sample_id"], out)
+    resolve_run(data, _candidate_base(cfg, plan), _base_dir(dataset))  # trial folders are keyed by the whole config
     return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {},
-            "candidate_recipe": str(_base_dir(dataset))}
+            "candidate_recipe": str(_base_dir(dataset)), "classes": data.classes, "start": plan}
 
 
-def _candidate_base(cfg: NightlyConfig) -> TrainConfig:
-    return cfg.training.model_copy(update={"method": "mavias"})
+def _candidate_base(cfg: NightlyConfig, plan: StartPlan) -> TrainConfig:
+    base = cfg.training.model_copy(update={"method": "mavias"})
+    start = warm.warm_start(cfg, plan, "candidate")
+    return base if start is None else start.apply(base)
 
 
 def _base_dir(dataset: Dataset) -> Path:
@@ -53,7 +62,7 @@ def _base_dir(dataset: Dataset) -> Path:
 def _candidate_settings(cfg: NightlyConfig, reference: TrainedReference) -> TrainConfig:
     """The candidate's settings with the recipe's choices for tonight's data, as ``train_reference`` resolved them."""
     folder = Path(reference["candidate_recipe"])
-    resolved = ResolvedRecipe.read(folder, _candidate_base(cfg).model_dump(mode="json"))
+    resolved = ResolvedRecipe.read(folder, _candidate_base(cfg, reference["start"]).model_dump(mode="json"))
     if resolved is None:
         raise ExplainedFailure(f"the candidate's training recipe is not resolved for tonight's settings ({folder}): "
                                "the train_reference task resolves it; clear that task")
@@ -81,9 +90,11 @@ def run_trial(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference,
                              Path(dataset["dir"]) / TUNING_DIR, dict(job), nproc=cfg.train.nproc)
 
 
-def select_candidate(cfg: NightlyConfig, dataset: Dataset, trials: list[TrialResult]) -> Candidate:
-    """The trial with the best validation criterion becomes the candidate; its settings warm-start the next night."""
-    base = _candidate_base(cfg)
+def select_candidate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference,
+                     trials: list[TrialResult]) -> Candidate:
+    """The trial with the best validation criterion becomes the candidate; its settings are the next night's first
+    trial."""
+    base = _candidate_base(cfg, reference["start"])
     selection = base.selection
     tuned = finish_batch(Path(dataset["dir"]) / TUNING_DIR, trials, base)
     with atomic_path(layout(cfg).root / TUNING_DIR / PREVIOUS_BEST) as tmp:

@@ -74,7 +74,7 @@ def _train_mavias(cfg, done: dict) -> dict:  # noqa: ANN001
 
     trials = [train.run_trial(cfg, done["dataset"], done["reference"], job)
               for job in train.plan_trials(cfg, done["dataset"], done["reference"])]
-    return {"candidate": train.select_candidate(cfg, done["dataset"], trials)}
+    return {"candidate": train.select_candidate(cfg, done["dataset"], done["reference"], trials)}
 
 
 def _evaluate(cfg, done: dict) -> dict:  # noqa: ANN001

@@ -1,0 +1,53 @@
+"""Warm starts: a training that starts from the main model of an earlier one (same backbone and classes) on data
+that grew, for a share of a cold training's steps."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from mavias.core.train.config import TrainConfig
+from mavias.core.train.model import MainModel
+from mavias.errors import UserError
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    checkpoint: Path  # a best_*.pt or last.pt whose main model starts the training
+    fraction: float  # of a cold training's steps
+
+    def apply(self, cfg: TrainConfig) -> TrainConfig:
+        """``cfg`` starting from the checkpoint, for ``fraction`` of the epochs it would train cold: of its explicit
+        epochs, else of those its recipe chooses (after the recipe's bounds)."""
+        if cfg.epochs is not None:
+            return cfg.model_copy(update={"init_from": str(self.checkpoint),
+                                          "epochs": max(1, math.ceil(cfg.epochs * self.fraction))})
+        return cfg.model_copy(update={"init_from": str(self.checkpoint), "length_share": self.fraction})
+
+
+def warm_fraction(new: int, old: int, replay: float) -> float:
+    """The share of a cold training's steps a warm one trains: the new samples' share plus ``replay`` of the old
+    ones' (batches still drawn from all of them)."""
+    return min(1.0, (new + replay * old) / max(new + old, 1))
+
+
+def load_initial_weights(model: MainModel, checkpoint: str | Path, classes: list[str]) -> None:
+    """Start ``model`` from the main model of ``checkpoint``; another class list or architecture is a user error."""
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError) as err:
+        raise UserError(f"cannot read the warm-start checkpoint {checkpoint}: {err}",
+                        hint="unset init_from to train from scratch") from None
+    if list(state.get("classes", [])) != list(classes):
+        raise UserError(f"the warm-start checkpoint {checkpoint} was trained on the classes {state.get('classes')}, "
+                        f"this training has {classes}", hint="unset init_from to train from scratch")
+    weights = state["model"] if "model" in state else state["modules"]["model"]
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError:
+        raise UserError(f"the warm-start checkpoint {checkpoint} holds another architecture than "
+                        f"{model.__class__.__name__} of this config's backbone",
+                        hint="use the backbone it was trained with, or unset init_from") from None

@@ -1,0 +1,128 @@
+"""When a night trains from the promoted night's models, for which share of the steps, and when from scratch; what
+a night records for the next one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from mavias.ops.nightly import warm
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.storage.s3 import S3Settings
+
+CLASSES = ["bird", "boat", "car"]
+
+
+def _config(root: Path, **train) -> NightlyConfig:
+    return NightlyConfig(model_name="m", s3=S3Settings(bucket="never-reached"), workspace=root,
+                         train={"warm_start": True, **train})
+
+
+def _ids(n: int, start: int = 0) -> pd.Series:
+    return pd.Series([f"img-{i}" for i in range(start, start + n)])
+
+
+def _night(root: Path, night: str, ids: pd.Series, mode: str = "cold") -> tuple[dict, dict, dict]:
+    """A trained night's dataset, reference and candidate (their checkpoints and training ids on disk)."""
+    run = root / "training" / night
+    run.mkdir(parents=True, exist_ok=True)
+    for name in ("reference.pt", "candidate.pt"):
+        torch.save({"model": {}, "classes": CLASSES}, run / name)
+    warm.write_train_ids(ids, run)
+    plan = {"mode": mode, "reason": "", "fraction": 1.0, "from_night": None}
+    reference = {"dir": str(run), "checkpoint": str(run / "reference.pt"), "best": {}, "candidate_recipe": "",
+                 "classes": CLASSES, "start": plan}
+    candidate = {"dir": str(run), "checkpoint": str(run / "candidate.pt"), "best": {}, "method": "mavias",
+                 "selection": "val_robust", "tuning": {}}
+    return {"night": night, "dir": str(run)}, reference, candidate
+
+
+def _promoted(version: str = "v") -> dict:
+    return {"version": version, "promoted": True, "reason": "", "uri": "", "in_production": True}
+
+
+def _promote(cfg: NightlyConfig, night: str, ids: pd.Series, mode: str = "cold") -> None:
+    dataset, reference, candidate = _night(cfg.workspace, night, ids, mode)
+    warm.record_outcome(cfg, dataset, reference, candidate, {"passed": True}, _promoted())
+
+
+def test_a_night_that_adds_images_trains_warm_for_the_new_share_plus_the_replay(tmp_path):
+    cfg = _config(tmp_path, warm_replay=0.25)
+    _promote(cfg, "n1", _ids(300))
+    plan = warm.plan_start(cfg, CLASSES, _ids(400), full_retrain=False)
+    assert plan["mode"] == "warm" and plan["from_night"] == "n1"
+    assert plan["fraction"] == pytest.approx((100 + 0.25 * 300) / 400)
+    assert "100 new training images beside 300" in plan["reason"]
+    start = warm.warm_start(cfg, plan, "candidate")
+    assert start.checkpoint == tmp_path / "warm" / "n1" / "candidate.pt" and start.checkpoint.is_file()
+    assert warm.warm_start(cfg, plan, "reference").checkpoint.name == "reference.pt"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"train": {"warm_start": False}}, "warm starts are off"),
+    ({"full_retrain": True}, "triggered with full_retrain"),
+    ({"classes": ["bird", "boat"]}, "the classes changed since n1"),
+    ({"ids": _ids(300, start=1)}, "1 of the promoted model's 300 training images are no longer"),
+    ({"ids": _ids(300)}, "no new training image"),
+])
+def test_a_night_trains_from_scratch_and_says_why(tmp_path, change, reason):
+    cfg = _config(tmp_path, **change.get("train", {}))
+    _promote(cfg, "n1", _ids(300))
+    plan = warm.plan_start(cfg, change.get("classes", CLASSES), change.get("ids", _ids(400)),
+                           full_retrain=change.get("full_retrain", False))
+    assert plan["mode"] == "cold" and plan["fraction"] == 1.0 and warm.warm_start(cfg, plan, "reference") is None
+    assert reason in plan["reason"]
+
+
+def test_nothing_promoted_yet_or_its_files_gone_trains_from_scratch(tmp_path):
+    cfg = _config(tmp_path)
+    assert "no model was promoted yet" in warm.plan_start(cfg, CLASSES, _ids(10), full_retrain=False)["reason"]
+    _promote(cfg, "n1", _ids(300))
+    (tmp_path / "warm" / "n1" / "candidate.pt").unlink()
+    assert "warm-start files of n1 are missing" in warm.plan_start(cfg, CLASSES, _ids(400), full_retrain=False)[
+        "reason"]
+
+
+def test_every_nth_night_of_a_lineage_trains_from_scratch(tmp_path):
+    cfg = _config(tmp_path, full_retrain_every=3)
+    _promote(cfg, "n1", _ids(100))  # cold
+    _promote(cfg, "n2", _ids(200), mode="warm")
+    assert warm.plan_start(cfg, CLASSES, _ids(300), full_retrain=False)["mode"] == "warm"
+    _promote(cfg, "n3", _ids(300), mode="warm")
+    assert warm.read_state(cfg).promoted.warm_chain == 2
+    plan = warm.plan_start(cfg, CLASSES, _ids(400), full_retrain=False)
+    assert plan["mode"] == "cold" and "train.full_retrain_every" in plan["reason"]
+    _promote(cfg, "n4", _ids(400))  # that cold night starts a new lineage
+    assert warm.read_state(cfg).promoted.warm_chain == 0
+    assert sorted(p.name for p in (tmp_path / "warm").iterdir() if p.is_dir()) == ["n4"]  # older files pruned
+
+
+def test_two_failed_candidates_in_a_row_make_the_next_night_train_from_scratch(tmp_path):
+    cfg = _config(tmp_path)
+    _promote(cfg, "n1", _ids(100))
+    for night in ("n2", "n2", "n3"):  # n2 twice: a rerun of a night counts once
+        dataset, reference, candidate = _night(tmp_path / night, night, _ids(200))
+        warm.record_outcome(cfg, dataset, reference, candidate, {"passed": False}, None)
+        if night == "n2":
+            assert warm.plan_start(cfg, CLASSES, _ids(300), full_retrain=False)["mode"] == "warm"
+    assert warm.read_state(cfg).failed_nights == ["n2", "n3"]
+    plan = warm.plan_start(cfg, CLASSES, _ids(300), full_retrain=False)
+    assert plan["mode"] == "cold" and "the candidates of the last 2 nights failed their gates" in plan["reason"]
+    _promote(cfg, "n4", _ids(300))
+    assert warm.read_state(cfg).failed_nights == []
+
+
+def test_a_rerun_after_its_promotion_records_the_same_and_an_untrained_night_nothing(tmp_path):
+    cfg = _config(tmp_path)
+    dataset, reference, candidate = _night(tmp_path, "n1", _ids(100))
+    rerun = {**_promoted(), "promoted": False, "reason": "v was already in production (rerun)"}
+    warm.record_outcome(cfg, dataset, reference, candidate, {"passed": True}, rerun)
+    assert warm.read_state(cfg).promoted.night == "n1"
+    lost_race = {"version": "v", "promoted": False, "reason": "production changed", "uri": ""}
+    dataset2, reference2, candidate2 = _night(tmp_path / "x", "n2", _ids(200))
+    warm.record_outcome(cfg, dataset2, reference2, candidate2, {"passed": True}, lost_race)
+    assert warm.record_outcome(cfg, dataset2, None, None, None, None) == {"recorded": "nothing trained"}
+    assert warm.read_state(cfg).promoted.night == "n1"
