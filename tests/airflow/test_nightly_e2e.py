@@ -10,11 +10,15 @@ The scenario runs once for the module; each test checks one property of it:
 - night 2 again (a rerun of the same night, SMTP back): no new work, nothing promoted twice, the first report
   is kept unchanged, the rerun's email says it is a rerun (not "NOT promoted"), and the queued email is sent;
 - night 3, a full retrain with a deliberately weakened model (learning rate ~0): the gates block it.
+
+Warm starts are on: night 1 trains from scratch (nothing promoted yet), night 2 from night 1's models for its
+share of the steps, night 3 from scratch again (full_retrain).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date
@@ -74,7 +78,8 @@ def _committed_shards(deployment: Deployment) -> dict[str, int]:
 def scenario(tmp_path_factory: pytest.TempPathFactory, airflow_home: Path, moto_endpoint: str,
              scenes: DemoData) -> Iterator[Scenario]:
     with deploy(tmp_path_factory.mktemp("e2e"), airflow_home, moto_endpoint, scenes) as d:
-        slow = {"MAVIAS_NIGHTLY__DISCOVERY__TAGGER": SLOW_TAGGER, DELAY_ENV: "0.5"}
+        slow = {"MAVIAS_NIGHTLY__DISCOVERY__TAGGER": SLOW_TAGGER, DELAY_ENV: "0.5",
+                "MAVIAS_NIGHTLY__TRAIN__WARM_START": "true"}
         fast = slow | {DELAY_ENV: "0"}
         d.upload("incoming/night-1/", scenes, _with_corrupt_image(scenes, scenes.partitions["night-1"]), "night-1")
         process, _ = d.start_night(NIGHT_1, env=slow, log_name="night-1-killed")
@@ -154,6 +159,28 @@ def test_second_night_is_incremental_and_promoted(scenario: Scenario, scenes: De
     assert [r.version for r in scenario.history_after_night2] == [
         night1.results["promote"]["version"], night2.results["promote"]["version"]
     ]
+
+
+def test_the_second_night_trains_warm_from_the_first_and_a_full_retrain_from_scratch(scenario: Scenario) -> None:
+    night1, night2 = scenario.night1.results["train_reference"], scenario.night2.results["train_reference"]
+    assert night1["start"]["mode"] == "cold" and "no model was promoted yet" in night1["start"]["reason"]
+    start = night2["start"]
+    assert start["mode"] == "warm" and start["from_night"] == "20250101T000000"
+    old, total = (night.results["prepare_dataset"]["sizes"]["train"] for night in (scenario.night1, scenario.night2))
+    assert start["fraction"] == pytest.approx((total - old + 0.25 * old) / total)  # the new share + the replay
+    warm_folder = scenario.deployment.workspace / "warm" / "20250101T000000"
+    for run, checkpoint in ((night2["dir"], "reference.pt"), (scenario.night2.results["train_mavias"]["dir"],
+                                                               "candidate.pt")):
+        config = yaml.safe_load((Path(run) / "config.yaml").read_text())
+        assert config["init_from"] == str(warm_folder / checkpoint)
+        assert config["epochs"] == math.ceil(TEST_TRAINING["epochs"] * start["fraction"])
+    report = Path(scenario.night2.results["report"]["html"]).read_text()
+    assert "trained warm: " in report
+    weakened = scenario.weakened.results["train_reference"]["start"]
+    assert weakened["mode"] == "cold" and "full_retrain" in weakened["reason"]
+    state = json.loads((scenario.deployment.workspace / "warm" / "state.json").read_text())
+    assert state["promoted"]["night"] == "20250102T000000" and state["promoted"]["warm_chain"] == 1
+    assert state["failed_nights"] == ["20250103T000000"]  # the weakened night's candidate failed its gates
 
 
 def test_promoted_onnx_loads_in_onnxruntime_and_matches_pytorch(scenario: Scenario, tmp_path: Path) -> None:

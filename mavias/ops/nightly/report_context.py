@@ -81,6 +81,8 @@ def _notes(results: NightResults, trained: bool, skip_promotion: bool, states: M
     skipped = (results.get("dataset") or {}).get("same_as_production") or any(s == "failed" for s in states.values())
     notes = [f"the run stopped at '{stopped}' (a task failed, see its log): no candidate tonight"] \
         if stopped and not skipped else []
+    if start := (results.get("reference") or {}).get("start"):
+        notes.append(f"trained {'warm' if start['mode'] == 'warm' else 'from scratch'}: {start['reason']}")
     notes += [n for n in (results.get("evaluated") or {}).get("notes", [])
               if n != (results.get("evaluated") or {}).get("production_problem")]
     promoted = results.get("promoted")
