@@ -64,36 +64,44 @@ def _cold(reason: str) -> StartPlan:
 
 def plan_start(cfg: NightlyConfig, classes: list[str], train_ids: pd.Series, *, full_retrain: bool) -> StartPlan:
     """Whether tonight trains warm (and for which share of the steps) or from scratch, and why."""
-    train = cfg.train
     state = read_state(cfg)
+    if reason := _settings_against_warm(cfg, state, classes, full_retrain=full_retrain):
+        return _cold(reason)
     promoted = state.promoted
-    if not train.warm_start:
-        return _cold("warm starts are off (train.warm_start: false)")
-    if full_retrain:
-        return _cold("the night was triggered with full_retrain")
-    if promoted is None:
-        return _cold("no model was promoted yet")
-    if len(state.failed_nights) >= FAILED_GATES_LIMIT:
-        return _cold(f"the candidates of the last {len(state.failed_nights)} nights failed their gates")
-    if promoted.warm_chain + 1 >= train.full_retrain_every:
-        return _cold(f"the promoted model descends from {promoted.warm_chain} warm night(s) in a row; every "
-                     f"{train.full_retrain_every}th night trains from scratch (train.full_retrain_every)")
-    if promoted.classes != classes:
-        return _cold(f"the classes changed since {promoted.night} ({', '.join(promoted.classes)} -> "
-                     f"{', '.join(classes)})")
-    folder = _folder(cfg) / promoted.night
-    if not all((folder / name).is_file() for name in (REFERENCE_NAME, CANDIDATE_NAME, IDS_NAME)):
-        return _cold(f"the warm-start files of {promoted.night} are missing from {folder}")
-    old = set(pd.read_parquet(folder / IDS_NAME)["sample_id"])
+    old = set(pd.read_parquet(_folder(cfg) / promoted.night / IDS_NAME)["sample_id"])
     if gone := len(old - set(train_ids.astype(str))):
         return _cold(f"{gone} of the promoted model's {len(old)} training images are no longer in tonight's data")
     new = len(train_ids) - len(old)
     if new == 0:
         return _cold("no new training image: tonight's change is in the tags, the relevance or the settings")
-    fraction = warm_fraction(new, len(old), train.warm_replay)
+    fraction = warm_fraction(new, len(old), cfg.train.warm_replay)
     return {"mode": "warm", "reason": f"{new} new training images beside {len(old)} the promoted model of "
-            f"{promoted.night} was trained on: {fraction:.0%} of a cold training's steps ({train.warm_replay:.0%} "
-            "of the old images replayed)", "fraction": fraction, "from_night": promoted.night}
+            f"{promoted.night} was trained on: {fraction:.0%} of a cold training's steps "
+            f"({cfg.train.warm_replay:.0%} of the old images replayed)", "fraction": fraction,
+            "from_night": promoted.night}
+
+
+def _settings_against_warm(cfg: NightlyConfig, state: WarmState, classes: list[str], *,
+                           full_retrain: bool) -> str | None:
+    """Why tonight must train from scratch whatever its images, or None."""
+    train, promoted = cfg.train, state.promoted
+    if not train.warm_start:
+        return "warm starts are off (train.warm_start: false)"
+    if full_retrain:
+        return "the night was triggered with full_retrain"
+    if promoted is None:
+        return "no model was promoted yet"
+    if len(state.failed_nights) >= FAILED_GATES_LIMIT:
+        return f"the candidates of the last {len(state.failed_nights)} nights failed their gates"
+    if promoted.warm_chain + 1 >= train.full_retrain_every:
+        return (f"the promoted model descends from {promoted.warm_chain} warm night(s) in a row; every "
+                f"{train.full_retrain_every}th night trains from scratch (train.full_retrain_every)")
+    if promoted.classes != classes:
+        return f"the classes changed since {promoted.night} ({', '.join(promoted.classes)} -> {', '.join(classes)})"
+    folder = _folder(cfg) / promoted.night
+    if not all((folder / name).is_file() for name in (REFERENCE_NAME, CANDIDATE_NAME, IDS_NAME)):
+        return f"the warm-start files of {promoted.night} are missing from {folder}"
+    return None
 
 
 def warm_start(cfg: NightlyConfig, plan: StartPlan, model: str) -> WarmStart | None:
