@@ -233,10 +233,12 @@ def promote(published: dict, evaluated: dict) -> dict:
 def record_processed(dataset: dict) -> dict:
     from mavias.ops.nightly import ingest, warm
 
-    ti = get_current_context()["ti"]
-    outcomes = [ti.xcom_pull(task_ids=task) for task in ("train_reference", "train_mavias", "quality_gates", "promote")]
-    run_stage(warm.record_outcome, dataset, *outcomes)  # before the ledger: a rerun repeats it harmlessly
-    return run_stage(ingest.record_processed, dataset)
+    context = get_current_context()
+    states = _task_states(context)  # a task skipped tonight may still hold the value of an earlier try
+    outcomes = [context["ti"].xcom_pull(task_ids=task) if states.get(task) == "success" else None
+                for task in ("train_reference", "train_mavias", "quality_gates", "promote")]
+    recorded = run_stage(ingest.record_processed, dataset)
+    return recorded | run_stage(warm.record_outcome, dataset, *outcomes)  # both idempotent: a retry repeats them
 
 
 @task(trigger_rule=TriggerRule.ALL_DONE)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.evaluate.shortcuts import SHORTCUT
-from mavias.core.protocol.crossfit import cross_fit, needs_cross_fit
+from mavias.core.protocol.crossfit import CROSSFIT_DIR, cross_fit, needs_cross_fit
 from mavias.core.protocol.reference import Reference, load_reference
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.distributed import fit_distributed
@@ -46,9 +46,8 @@ def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *
     run = _fit(data, recipe, out_dir, nproc=nproc, progress=progress, keep_epochs=keep_epochs)
     reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
     if rule == SHORTCUT and needs_cross_fit(reference.evidence, Path(out_dir), data["train"]):
-        cold = recipe if warm is None else resolve_recipe(erm, data["train"], len(data.classes))
-
-        def fit(fitted: PreparedData, run_dir: Path) -> TrainResult:
+        def fit(fitted: PreparedData, run_dir: Path) -> TrainResult:  # the cold recipe kept where a retry finds it
+            cold = recipe if warm is None else resolve_run(data, erm, Path(out_dir) / CROSSFIT_DIR)
             return _fit(fitted, cold, run_dir, nproc=nproc, progress=progress)
 
         cross_fit(data, fit, recipe.config.seed, Path(out_dir), progress=progress)

@@ -84,6 +84,7 @@ class MaviasConfig(_Strict):
         return "experts" if value == "separate" else value  # what configs written before the rename call it
 
 
+WARM_METHODS = ("erm", "mavias", "groupdro", "sd")  # no twin network that init_from would leave cold
 BIAS_PATH_NAMES = {"joint": "MAVias", "experts": "MAVias-PoE"}  # joint: as published; experts: a product of experts
 
 
@@ -171,6 +172,9 @@ class TrainConfig(_Strict):
         if self.backbone.name == "mlp" and self.backbone.weights:
             raise ValueError("backbone.weights applies to torchvision backbones only")
         parse_encoder_spec(self.encoder)
+        if self.init_from and self.method not in WARM_METHODS:
+            raise ValueError(f"init_from warm-starts the methods that train one network ({', '.join(WARM_METHODS)}); "
+                             f"{self.method} trains more, which would start from the backbone's initialisation")
         size = self.image_size
         if self.preprocessing.resize is not None and size is not None and self.preprocessing.resize < size:
             raise ValueError(f"preprocessing.resize ({self.preprocessing.resize}) must be >= image_size ({size})")

@@ -97,6 +97,7 @@ class StartPlan(TypedDict):
     reason: str
     fraction: float  # of a cold training's steps
     from_night: str | None  # the promoted night a warm start starts from
+    chain: int  # warm nights in a row of this lineage, tonight's included (0: from scratch)
 
 
 class TrainedReference(TypedDict):

@@ -41,8 +41,10 @@ STAGES: dict[str, tuple[str, str]] = {  # task -> (what failed, the next step), 
                 ("If the bucket was unreachable, the version folder stays in the workspace: clearing the task (or a "
                  "rerun of the night) publishes it.")),
     "promote": ("the candidate could not be promoted", "Production is unchanged; clearing the task promotes it."),
-    "record_processed": ("tonight's partitions could not be marked processed",
-                         "Nothing is lost: they are taken again by the next night, which reuses tonight's work."),
+    "record_processed": ("tonight's partitions could not be marked processed, or what the next night starts from "
+                         "not recorded",
+                         "Nothing is lost: clearing the task records both; otherwise the next night takes the "
+                         "partitions again (reusing tonight's work) and starts from the last model it recorded."),
 }
 USER_ERROR_STEP = ("Fix it as the message says (the task was not retried: retrying cannot fix a configuration or "
                    "input mistake), then clear the task, or let the next night run with the fix.")

@@ -23,6 +23,7 @@ from mavias.core.tagging.base import tag_lists
 from mavias.core.train.config import method_name
 from mavias.ops.export.parity import VerificationResult
 from mavias.ops.gates import GateReport, load_gate_config
+from mavias.ops.nightly import warm
 from mavias.ops.nightly.artifacts import NightResults
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.failures import read_failures
@@ -81,8 +82,8 @@ def _notes(results: NightResults, trained: bool, skip_promotion: bool, states: M
     skipped = (results.get("dataset") or {}).get("same_as_production") or any(s == "failed" for s in states.values())
     notes = [f"the run stopped at '{stopped}' (a task failed, see its log): no candidate tonight"] \
         if stopped and not skipped else []
-    if start := (results.get("reference") or {}).get("start"):
-        notes.append(f"trained {'warm' if start['mode'] == 'warm' else 'from scratch'}: {start['reason']}")
+    if (start := (results.get("reference") or {}).get("start")) and start["reason"] != warm.WARM_OFF:
+        notes.append(warm.describe(start))
     notes += [n for n in (results.get("evaluated") or {}).get("notes", [])
               if n != (results.get("evaluated") or {}).get("production_problem")]
     promoted = results.get("promoted")

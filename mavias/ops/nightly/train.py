@@ -24,7 +24,9 @@ from mavias.ops.nightly import warm
 from mavias.ops.nightly.artifacts import Candidate, Dataset, StartPlan, TrainedReference, TrialJob, TrialResult
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.dataset import load_prepared
-from mavias.ops.nightly.layout import layout
+from mavias.ops.nightly.layout import layout, registry
+from mavias.ops.nightly.release import version_origin
+from mavias.ops.registry import CorruptPointer
 from mavias.utils.atomic import atomic_path
 from mavias.utils.progress import progress_line
 
@@ -38,15 +40,25 @@ def train_reference_model(cfg: NightlyConfig, dataset: Dataset, *, full_retrain:
     (``tuning/base``; the range test is shared with the reference), so the planning task that follows trains
     nothing."""
     data = load_prepared(dataset)
-    plan = warm.plan_start(cfg, data.classes, data["train"].frame["sample_id"], full_retrain=full_retrain)
-    progress_line(f"training {'warm' if plan['mode'] == 'warm' else 'from scratch'}: {plan['reason']}")
-    out = Path(dataset["dir"]) / ("reference-warm" if plan["mode"] == "warm" else "reference")
+    plan = warm.night_plan(cfg, dataset, data.classes, data["train"].frame["sample_id"],
+                           production_night=_production_night(cfg), full_retrain=full_retrain)
+    progress_line(warm.describe(plan))
+    out = Path(dataset["dir"]) / ("reference" if plan["from_night"] is None else f"reference-warm-{plan['from_night']}")
     reference = train_reference(data, cfg.training, out, progress=True, nproc=cfg.train.nproc,  # epoch lines
                                 warm=warm.warm_start(cfg, plan, "reference"))
     warm.write_train_ids(data["train"].frame["sample_id"], out)
     resolve_run(data, _candidate_base(cfg, plan), _base_dir(dataset))  # trial folders are keyed by the whole config
     return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {},
             "candidate_recipe": str(_base_dir(dataset)), "classes": data.classes, "start": plan}
+
+
+def _production_night(cfg: NightlyConfig) -> str | None:
+    """The night production's version was trained on (None: no production, or a pointer that cannot be read)."""
+    try:
+        current = registry(cfg, step="train_reference").production()
+    except CorruptPointer:
+        return None
+    return None if current is None else version_origin(current.version)[0]
 
 
 def _candidate_base(cfg: NightlyConfig, plan: StartPlan) -> TrainConfig:
@@ -75,12 +87,12 @@ def plan_trials(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReferenc
     base = _candidate_settings(cfg, reference)
     space = {param.key: param for param in search_space(base)}
     previous = layout(cfg).root / TUNING_DIR / PREVIOUS_BEST
-    warm = current_values(base, list(space.values()))
+    first = current_values(base, list(space.values()))
     if cfg.train.tune_trials > 1 and previous.exists():
         best = json.loads(previous.read_text())
-        warm |= {key: value for key, value in best.items() if key in space and space[key].contains(value)}
+        first |= {key: value for key, value in best.items() if key in space and space[key].contains(value)}
     return plan_batch(Path(dataset["dir"]) / TUNING_DIR, base, cfg.train.tune_trials, batch=dataset["night"],
-                      warm_start=warm)
+                      warm_start=first)
 
 
 def run_trial(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, job: TrialJob) -> TrialResult:

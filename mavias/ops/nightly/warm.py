@@ -3,9 +3,9 @@ reference and its MAVias trials from that night's reference and candidate, for t
 that the new images plus a replay of the old ones make up (batches drawn from all the accumulated data, as cold).
 
 It trains from scratch instead, and says why, when warm starts are off, the night was triggered with
-``full_retrain``, nothing was promoted yet, the last two candidates failed their gates, the promoted model descends
-from ``train.full_retrain_every`` - 1 warm nights in a row, the classes changed, any of the promoted model's training
-images is gone, or no training image is new.
+``full_retrain``, nothing was promoted yet, production is not the promoted night's model (a rollback), the last two
+candidates failed their gates, the promoted model descends from ``train.full_retrain_every`` - 1 warm nights in a
+row, the classes changed, any of the promoted model's training images is gone, or no training image is new.
 
 What the next night starts from lives in ``warm/``: ``state.json`` (:class:`WarmState`) and, per promoted night,
 copies of its two checkpoints and its training sample ids (retention may delete the training folder they came from).
@@ -13,6 +13,7 @@ copies of its two checkpoints and its training sample ids (retention may delete 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import layout
 from mavias.utils.atomic import atomic_path, write_json
 
+WARM_OFF = "warm starts are off (train.warm_start: false)"
 FAILED_GATES_LIMIT = 2  # candidates in a row that failed their gates before a night trains from scratch
 STATE_NAME, REFERENCE_NAME, CANDIDATE_NAME, IDS_NAME = "state.json", "reference.pt", "candidate.pt", "train_ids.parquet"
 
@@ -59,13 +61,27 @@ def _write_state(cfg: NightlyConfig, state: WarmState) -> None:
 
 
 def _cold(reason: str) -> StartPlan:
-    return {"mode": "cold", "reason": reason, "fraction": 1.0, "from_night": None}
+    return {"mode": "cold", "reason": reason, "fraction": 1.0, "from_night": None, "chain": 0}
 
 
-def plan_start(cfg: NightlyConfig, classes: list[str], train_ids: pd.Series, *, full_retrain: bool) -> StartPlan:
-    """Whether tonight trains warm (and for which share of the steps) or from scratch, and why."""
+def night_plan(cfg: NightlyConfig, dataset: Dataset, classes: list[str], train_ids: pd.Series, *,
+               production_night: str | None, full_retrain: bool) -> StartPlan:
+    """Tonight's plan (:func:`plan_start`), decided once: a retried or cleared task reads the plan its first try
+    decided (``<dataset>/start-<night>.json``), whatever was recorded since."""
+    path = Path(dataset["dir"]) / f"start-{dataset['night']}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    plan = plan_start(cfg, classes, train_ids, production_night=production_night, full_retrain=full_retrain)
+    write_json(path, plan)
+    return plan
+
+
+def plan_start(cfg: NightlyConfig, classes: list[str], train_ids: pd.Series, *, production_night: str | None,
+               full_retrain: bool) -> StartPlan:
+    """Whether tonight trains warm (and for which share of the steps) or from scratch, and why; ``production_night``
+    is the night production's version was trained on (None: no production)."""
     state = read_state(cfg)
-    if reason := _settings_against_warm(cfg, state, classes, full_retrain=full_retrain):
+    if reason := _settings_against_warm(cfg, state, classes, production_night, full_retrain=full_retrain):
         return _cold(reason)
     promoted = state.promoted
     old = set(pd.read_parquet(_folder(cfg) / promoted.night / IDS_NAME)["sample_id"])
@@ -78,30 +94,37 @@ def plan_start(cfg: NightlyConfig, classes: list[str], train_ids: pd.Series, *, 
     return {"mode": "warm", "reason": f"{new} new training images beside {len(old)} the promoted model of "
             f"{promoted.night} was trained on: {fraction:.0%} of a cold training's steps "
             f"({cfg.train.warm_replay:.0%} of the old images replayed)", "fraction": fraction,
-            "from_night": promoted.night}
+            "from_night": promoted.night, "chain": promoted.warm_chain + 1}
 
 
-def _settings_against_warm(cfg: NightlyConfig, state: WarmState, classes: list[str], *,
-                           full_retrain: bool) -> str | None:
+def _settings_against_warm(cfg: NightlyConfig, state: WarmState, classes: list[str], production_night: str | None,
+                           *, full_retrain: bool) -> str | None:
     """Why tonight must train from scratch whatever its images, or None."""
     train, promoted = cfg.train, state.promoted
     if not train.warm_start:
-        return "warm starts are off (train.warm_start: false)"
+        return WARM_OFF
     if full_retrain:
         return "the night was triggered with full_retrain"
     if promoted is None:
         return "no model was promoted yet"
+    if production_night != promoted.night:
+        return (f"production ({production_night or 'none'}'s model) is not the model promoted on {promoted.night}, "
+                "what a warm night would start from (a rollback?)")
     if len(state.failed_nights) >= FAILED_GATES_LIMIT:
         return f"the candidates of the last {len(state.failed_nights)} nights failed their gates"
     if promoted.warm_chain + 1 >= train.full_retrain_every:
-        return (f"the promoted model descends from {promoted.warm_chain} warm night(s) in a row; every "
-                f"{train.full_retrain_every}th night trains from scratch (train.full_retrain_every)")
+        return (f"the promoted model descends from {promoted.warm_chain} warm night(s) in a row, and "
+                f"train.full_retrain_every is {train.full_retrain_every}")
     if promoted.classes != classes:
         return f"the classes changed since {promoted.night} ({', '.join(promoted.classes)} -> {', '.join(classes)})"
     folder = _folder(cfg) / promoted.night
     if not all((folder / name).is_file() for name in (REFERENCE_NAME, CANDIDATE_NAME, IDS_NAME)):
         return f"the warm-start files of {promoted.night} are missing from {folder}"
     return None
+
+
+def describe(plan: StartPlan) -> str:
+    return f"trained {'warm' if plan['mode'] == 'warm' else 'from scratch'}: {plan['reason']}"
 
 
 def warm_start(cfg: NightlyConfig, plan: StartPlan, model: str) -> WarmStart | None:
@@ -117,20 +140,22 @@ def record_outcome(cfg: NightlyConfig, dataset: Dataset, reference: TrainedRefer
     """After the night: a promoted candidate becomes what the next night starts from; a candidate that failed its
     gates is counted. Idempotent: a rerun of the night records the same."""
     if reference is None or candidate is None:
-        return {"recorded": "nothing trained"}
+        return {"warm_start": "nothing trained"}
     state, night = read_state(cfg), dataset["night"]
     if promoted and promoted.get("in_production"):
-        _keep_checkpoints(cfg, night, reference, candidate)
-        cold = reference["start"]["mode"] == "cold" or state.promoted is None
-        lineage = Lineage(night=night, classes=reference["classes"],
-                          warm_chain=0 if cold else state.promoted.warm_chain + 1)
-        _write_state(cfg, WarmState(promoted=lineage))
-        _prune(cfg, keep=night)
-        return {"recorded": f"the next night can start from {night}"}
-    if gates is not None and not gates["passed"] and night not in state.failed_nights:
-        _write_state(cfg, state.model_copy(update={"failed_nights": [*state.failed_nights, night]}))
-        return {"recorded": f"{night}'s candidate failed its gates"}
-    return {"recorded": "nothing to change"}
+        if state.promoted is None or state.promoted.night != night:
+            _keep_checkpoints(cfg, night, reference, candidate)
+            lineage = Lineage(night=night, classes=reference["classes"], warm_chain=reference["start"]["chain"])
+            _write_state(cfg, WarmState(promoted=lineage))
+            _prune(cfg, keep=night)
+        return {"warm_start": f"the next night can start from {night}"}
+    if gates is not None and not gates["passed"]:
+        if night not in state.failed_nights:
+            _write_state(cfg, state.model_copy(update={"failed_nights": [*state.failed_nights, night]}))
+        return {"warm_start": f"{night}'s candidate failed its gates"}
+    if gates is not None and state.failed_nights:  # passed, not promoted: the failures are no longer in a row
+        _write_state(cfg, state.model_copy(update={"failed_nights": []}))
+    return {"warm_start": "nothing to change"}
 
 
 def write_train_ids(train_ids: pd.Series, run_dir: Path) -> None:

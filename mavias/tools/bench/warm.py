@@ -4,13 +4,12 @@ A benchmark's training split is dealt into four class-stratified partitions; nig
 validation and test splits stay whole). Night 1 trains from scratch, nights 2 and 3 warm from the night before, and
 night 4 both ways: warm from night 3 (the nightly rule's share of the steps, :func:`warm_fraction`) and from scratch.
 Each night trains the ERM reference and MAVias with the CLI defaults, as the nightly flow does; reported per night
-are the training seconds, and for night 4 the closed-set test worst group and B' of both.
+are the training seconds (the epochs of both trainings), and for night 4 the closed-set test worst group and B' of both.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,14 +34,14 @@ def _night_data(data: PreparedData, partitions: np.ndarray, nights: int) -> Prep
 
 def _train_night(data: PreparedData, bench: ImageBenchmark, folder: Path, seed: int,
                  start: dict[str, WarmStart] | None) -> dict:
-    """The reference and MAVias of one night; their checkpoints, training seconds, B' and test worst groups."""
-    begin = time.perf_counter()
+    """The reference and MAVias of one night; their checkpoints, training seconds (their epochs', so a resumed bench
+    reports the same), B' and test worst groups."""
     reference = train_reference(data, default_config("erm", seed), folder / "reference", progress=False,
                                 warm=None if start is None else start["reference"])
     cfg = default_config("mavias", seed)
     run = train_method(data, cfg if start is None else start["mavias"].apply(cfg), folder / "mavias", reference,
                        progress=False)
-    seconds = time.perf_counter() - begin
+    seconds = float(reference.run.history["seconds"].sum() + run.history["seconds"].sum())
     worst = {name: evaluate_checkpoint(data, path, reference, closed_set_attrs=bench.attrs, n_boot=200)
              ["closed_set"]["worst_group_accuracy"]
              for name, path in (("reference", reference.checkpoint), ("mavias", run.checkpoint(cfg.selection)))}
@@ -71,9 +70,9 @@ def run_warm_bench(work: Path, *, benchmark: str = "synthetic-scenes", seed: int
             fraction = warm_fraction(new, len(night_data["train"]) - new, replay)
             start = {model: WarmStart(Path(previous["checkpoints"][model]), fraction) for model in ("reference", "mavias")}
         name = f"night {night}" + (" warm" if start else " cold")
-        folder = root / (f"night-{night}-warm-replay{replay:g}" if start else f"night-{night}-cold")
+        night_dir = root / (f"night-{night}-warm-replay{replay:g}" if start else f"night-{night}-cold")
         with steps.step(name):
-            nights[name] = _train_night(night_data, bench, folder, seed, start) | (
+            nights[name] = _train_night(night_data, bench, night_dir, seed, start) | (
                 {"fraction": start["reference"].fraction} if start else {})
         previous = nights[name]
     with steps.step(f"night {PARTITIONS} cold"):

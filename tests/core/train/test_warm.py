@@ -83,3 +83,8 @@ def test_a_checkpoint_of_other_classes_or_another_backbone_is_one_readable_error
     with pytest.raises(UserError, match="cannot read the warm-start checkpoint"):
         make_trainer(_cfg(init_from=str(tmp_path / "missing.pt")), train, val, CLASSES, tmp_path / "d",
                      progress=False).fit()
+
+
+def test_init_from_is_refused_for_methods_with_networks_it_would_leave_cold(tmp_path):
+    with pytest.raises(ValueError, match="init_from warm-starts the methods that train one network"):
+        _cfg(method="lff", init_from=str(tmp_path / "best.pt"))

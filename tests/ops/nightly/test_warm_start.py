@@ -32,12 +32,20 @@ def _night(root: Path, night: str, ids: pd.Series, mode: str = "cold") -> tuple[
     for name in ("reference.pt", "candidate.pt"):
         torch.save({"model": {}, "classes": CLASSES}, run / name)
     warm.write_train_ids(ids, run)
-    plan = {"mode": mode, "reason": "", "fraction": 1.0, "from_night": None}
+    chain = 0 if mode == "cold" else warm.read_state(_config(root)).promoted.warm_chain + 1
+    plan = {"mode": mode, "reason": "", "fraction": 1.0, "from_night": None, "chain": chain}
     reference = {"dir": str(run), "checkpoint": str(run / "reference.pt"), "best": {}, "candidate_recipe": "",
                  "classes": CLASSES, "start": plan}
     candidate = {"dir": str(run), "checkpoint": str(run / "candidate.pt"), "best": {}, "method": "mavias",
                  "selection": "val_robust", "tuning": {}}
     return {"night": night, "dir": str(run)}, reference, candidate
+
+
+def _plan(cfg: NightlyConfig, classes: list[str], ids: pd.Series, *, full_retrain: bool = False) -> dict:
+    """The plan with production the last promoted night's model (as the registry says after a promotion)."""
+    state = warm.read_state(cfg)
+    return warm.plan_start(cfg, classes, ids, full_retrain=full_retrain,
+                           production_night=None if state.promoted is None else state.promoted.night)
 
 
 def _promoted(version: str = "v") -> dict:
@@ -52,7 +60,7 @@ def _promote(cfg: NightlyConfig, night: str, ids: pd.Series, mode: str = "cold")
 def test_a_night_that_adds_images_trains_warm_for_the_new_share_plus_the_replay(tmp_path):
     cfg = _config(tmp_path, warm_replay=0.25)
     _promote(cfg, "n1", _ids(300))
-    plan = warm.plan_start(cfg, CLASSES, _ids(400), full_retrain=False)
+    plan = _plan(cfg, CLASSES, _ids(400), full_retrain=False)
     assert plan["mode"] == "warm" and plan["from_night"] == "n1"
     assert plan["fraction"] == pytest.approx((100 + 0.25 * 300) / 400)
     assert "100 new training images beside 300" in plan["reason"]
@@ -71,7 +79,7 @@ def test_a_night_that_adds_images_trains_warm_for_the_new_share_plus_the_replay(
 def test_a_night_trains_from_scratch_and_says_why(tmp_path, change, reason):
     cfg = _config(tmp_path, **change.get("train", {}))
     _promote(cfg, "n1", _ids(300))
-    plan = warm.plan_start(cfg, change.get("classes", CLASSES), change.get("ids", _ids(400)),
+    plan = _plan(cfg, change.get("classes", CLASSES), change.get("ids", _ids(400)),
                            full_retrain=change.get("full_retrain", False))
     assert plan["mode"] == "cold" and plan["fraction"] == 1.0 and warm.warm_start(cfg, plan, "reference") is None
     assert reason in plan["reason"]
@@ -79,10 +87,10 @@ def test_a_night_trains_from_scratch_and_says_why(tmp_path, change, reason):
 
 def test_nothing_promoted_yet_or_its_files_gone_trains_from_scratch(tmp_path):
     cfg = _config(tmp_path)
-    assert "no model was promoted yet" in warm.plan_start(cfg, CLASSES, _ids(10), full_retrain=False)["reason"]
+    assert "no model was promoted yet" in _plan(cfg, CLASSES, _ids(10), full_retrain=False)["reason"]
     _promote(cfg, "n1", _ids(300))
     (tmp_path / "warm" / "n1" / "candidate.pt").unlink()
-    assert "warm-start files of n1 are missing" in warm.plan_start(cfg, CLASSES, _ids(400), full_retrain=False)[
+    assert "warm-start files of n1 are missing" in _plan(cfg, CLASSES, _ids(400))[
         "reason"]
 
 
@@ -90,10 +98,10 @@ def test_every_nth_night_of_a_lineage_trains_from_scratch(tmp_path):
     cfg = _config(tmp_path, full_retrain_every=3)
     _promote(cfg, "n1", _ids(100))  # cold
     _promote(cfg, "n2", _ids(200), mode="warm")
-    assert warm.plan_start(cfg, CLASSES, _ids(300), full_retrain=False)["mode"] == "warm"
+    assert _plan(cfg, CLASSES, _ids(300), full_retrain=False)["mode"] == "warm"
     _promote(cfg, "n3", _ids(300), mode="warm")
     assert warm.read_state(cfg).promoted.warm_chain == 2
-    plan = warm.plan_start(cfg, CLASSES, _ids(400), full_retrain=False)
+    plan = _plan(cfg, CLASSES, _ids(400), full_retrain=False)
     assert plan["mode"] == "cold" and "train.full_retrain_every" in plan["reason"]
     _promote(cfg, "n4", _ids(400))  # that cold night starts a new lineage
     assert warm.read_state(cfg).promoted.warm_chain == 0
@@ -107,9 +115,9 @@ def test_two_failed_candidates_in_a_row_make_the_next_night_train_from_scratch(t
         dataset, reference, candidate = _night(tmp_path / night, night, _ids(200))
         warm.record_outcome(cfg, dataset, reference, candidate, {"passed": False}, None)
         if night == "n2":
-            assert warm.plan_start(cfg, CLASSES, _ids(300), full_retrain=False)["mode"] == "warm"
+            assert _plan(cfg, CLASSES, _ids(300), full_retrain=False)["mode"] == "warm"
     assert warm.read_state(cfg).failed_nights == ["n2", "n3"]
-    plan = warm.plan_start(cfg, CLASSES, _ids(300), full_retrain=False)
+    plan = _plan(cfg, CLASSES, _ids(300), full_retrain=False)
     assert plan["mode"] == "cold" and "the candidates of the last 2 nights failed their gates" in plan["reason"]
     _promote(cfg, "n4", _ids(300))
     assert warm.read_state(cfg).failed_nights == []
@@ -117,12 +125,43 @@ def test_two_failed_candidates_in_a_row_make_the_next_night_train_from_scratch(t
 
 def test_a_rerun_after_its_promotion_records_the_same_and_an_untrained_night_nothing(tmp_path):
     cfg = _config(tmp_path)
-    dataset, reference, candidate = _night(tmp_path, "n1", _ids(100))
+    _promote(cfg, "n1", _ids(100))
+    dataset, reference, candidate = _night(tmp_path, "n2", _ids(200), mode="warm")
     rerun = {**_promoted(), "promoted": False, "reason": "v was already in production (rerun)"}
-    warm.record_outcome(cfg, dataset, reference, candidate, {"passed": True}, rerun)
-    assert warm.read_state(cfg).promoted.night == "n1"
+    for outcome in (_promoted(), rerun, rerun):  # the night, then its record_processed retried twice
+        warm.record_outcome(cfg, dataset, reference, candidate, {"passed": True}, outcome)
+    assert warm.read_state(cfg).promoted.night == "n2" and warm.read_state(cfg).promoted.warm_chain == 1
     lost_race = {"version": "v", "promoted": False, "reason": "production changed", "uri": ""}
     dataset2, reference2, candidate2 = _night(tmp_path / "x", "n2", _ids(200))
     warm.record_outcome(cfg, dataset2, reference2, candidate2, {"passed": True}, lost_race)
-    assert warm.record_outcome(cfg, dataset2, None, None, None, None) == {"recorded": "nothing trained"}
-    assert warm.read_state(cfg).promoted.night == "n1"
+    assert warm.record_outcome(cfg, dataset2, None, None, None, None) == {"warm_start": "nothing trained"}
+    assert warm.read_state(cfg).promoted.night == "n2"
+
+
+def test_a_rollback_makes_the_next_night_train_from_scratch(tmp_path):
+    cfg = _config(tmp_path)
+    _promote(cfg, "n1", _ids(100))
+    _promote(cfg, "n2", _ids(200), mode="warm")
+    plan = warm.plan_start(cfg, CLASSES, _ids(300), production_night="n1", full_retrain=False)  # rolled back to n1
+    assert plan["mode"] == "cold" and "is not the model promoted on n2" in plan["reason"]
+
+
+def test_a_candidate_that_passes_its_gates_ends_the_run_of_failures(tmp_path):
+    cfg = _config(tmp_path)
+    _promote(cfg, "n1", _ids(100))
+    dataset, reference, candidate = _night(tmp_path / "f", "n2", _ids(200))
+    warm.record_outcome(cfg, dataset, reference, candidate, {"passed": False}, None)
+    skipped = _night(tmp_path / "s", "n3", _ids(200))  # passed, promotion skipped on request
+    warm.record_outcome(cfg, *skipped, {"passed": True}, None)
+    assert warm.read_state(cfg).failed_nights == []
+
+
+def test_the_first_plan_of_a_night_is_the_plan_of_its_retries(tmp_path):
+    cfg = _config(tmp_path)
+    _promote(cfg, "n1", _ids(100))
+    dataset = {"night": "n2", "dir": str(tmp_path / "training" / "d2")}
+    Path(dataset["dir"]).mkdir(parents=True)
+    first = warm.night_plan(cfg, dataset, CLASSES, _ids(200), production_night="n1", full_retrain=False)
+    _promote(cfg, "n2", _ids(200), mode="warm")  # recorded before a retry of the night
+    again = warm.night_plan(cfg, dataset, CLASSES, _ids(200), production_night="n2", full_retrain=False)
+    assert first == again and first["mode"] == "warm" and first["from_night"] == "n1"
