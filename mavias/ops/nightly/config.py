@@ -67,9 +67,9 @@ class TrainSection(_Section):
         "per GPU of a GPU worker (airflow.gpus_per_task), or CPU processes with gloo",
     )
     warm_start: bool = Field(
-        False, description="a night that adds images to the promoted model's classes trains its reference and "
+        True, description="a night that adds images to the promoted model's classes trains its reference and "
         "MAVias from the promoted night's, for the new images' share of the steps plus warm_replay of the old ones "
-        "(mavias/ops/nightly/warm.py says when it trains from scratch instead)",
+        "(mavias/ops/nightly/warm.py says when it trains from scratch instead; BENCHMARKS.md, \"Warm nights\")",
     )
     warm_replay: float = Field(0.25, ge=0.0, le=1.0, description="share of the old images' steps a warm night "
                                "replays, on top of the new images'")
