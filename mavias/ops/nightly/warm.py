@@ -5,7 +5,8 @@ that the new images plus a replay of the old ones make up (batches drawn from al
 It trains from scratch instead, and says why, when warm starts are off, the night was triggered with
 ``full_retrain``, nothing was promoted yet, production is not the promoted night's model (a rollback), the last two
 candidates failed their gates, the promoted model descends from ``train.full_retrain_every`` - 1 warm nights in a
-row, the classes changed, any of the promoted model's training images is gone, or no training image is new.
+row, the training settings or the classes changed, any of the promoted model's training images is gone, or no
+training image is new.
 
 What the next night starts from lives in ``warm/``: ``state.json`` (:class:`WarmState`) and, per promoted night,
 copies of its two checkpoints and its training sample ids (retention may delete the training folder they came from).
@@ -13,6 +14,7 @@ copies of its two checkpoints and its training sample ids (retention may delete 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -38,6 +40,7 @@ class Lineage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     night: str
     classes: list[str]
+    settings: str  # digest of the training settings it was trained with
     warm_chain: int  # warm nights in a row behind this model (0: it trained from scratch)
 
 
@@ -58,6 +61,10 @@ def read_state(cfg: NightlyConfig) -> WarmState:
 
 def _write_state(cfg: NightlyConfig, state: WarmState) -> None:
     write_json(_folder(cfg) / STATE_NAME, state.model_dump(mode="json"))
+
+
+def _settings_digest(cfg: NightlyConfig) -> str:
+    return hashlib.sha256(cfg.training.model_dump_json().encode()).hexdigest()[:16]
 
 
 def _cold(reason: str) -> StartPlan:
@@ -115,6 +122,8 @@ def _settings_against_warm(cfg: NightlyConfig, state: WarmState, classes: list[s
     if promoted.warm_chain + 1 >= train.full_retrain_every:
         return (f"the promoted model descends from {promoted.warm_chain} warm night(s) in a row, and "
                 f"train.full_retrain_every is {train.full_retrain_every}")
+    if promoted.settings != _settings_digest(cfg):
+        return f"the training settings changed since {promoted.night} (train.preset, config or overrides)"
     if promoted.classes != classes:
         return f"the classes changed since {promoted.night} ({', '.join(promoted.classes)} -> {', '.join(classes)})"
     folder = _folder(cfg) / promoted.night
@@ -145,7 +154,8 @@ def record_outcome(cfg: NightlyConfig, dataset: Dataset, reference: TrainedRefer
     if promoted and promoted.get("in_production"):
         if state.promoted is None or state.promoted.night != night:
             _keep_checkpoints(cfg, night, reference, candidate)
-            lineage = Lineage(night=night, classes=reference["classes"], warm_chain=reference["start"]["chain"])
+            lineage = Lineage(night=night, classes=reference["classes"], settings=_settings_digest(cfg),
+                              warm_chain=reference["start"]["chain"])
             _write_state(cfg, WarmState(promoted=lineage))
             _prune(cfg, keep=night)
         return {"warm_start": f"the next night can start from {night}"}

@@ -73,12 +73,13 @@ def test_a_night_that_adds_images_trains_warm_for_the_new_share_plus_the_replay(
     ({"train": {"warm_start": False}}, "warm starts are off"),
     ({"full_retrain": True}, "triggered with full_retrain"),
     ({"classes": ["bird", "boat"]}, "the classes changed since n1"),
+    ({"overrides": {"backbone.name": "resnet18"}}, "the training settings changed since n1"),
     ({"ids": _ids(300, start=1)}, "1 of the promoted model's 300 training images are no longer"),
     ({"ids": _ids(300)}, "no new training image"),
 ])
 def test_a_night_trains_from_scratch_and_says_why(tmp_path, change, reason):
-    cfg = _config(tmp_path, **change.get("train", {}))
-    _promote(cfg, "n1", _ids(300))
+    _promote(_config(tmp_path), "n1", _ids(300))
+    cfg = _config(tmp_path, **change.get("train", {}), overrides=change.get("overrides", {}))
     plan = _plan(cfg, change.get("classes", CLASSES), change.get("ids", _ids(400)),
                            full_retrain=change.get("full_retrain", False))
     assert plan["mode"] == "cold" and plan["fraction"] == 1.0 and warm.warm_start(cfg, plan, "reference") is None
