@@ -37,8 +37,13 @@ def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[Mai
     """Rebuild the main model (backbone + head, no projection) from a best_*.pt or last.pt checkpoint."""
     state = torch.load(checkpoint, map_location=device, weights_only=True)
     cfg = TrainConfig.model_validate(state["config"])
-    weights = state["model"] if "model" in state else state["modules"]["model"]
+    weights = main_model_weights(state)
     in_channels = 3 if cfg.backbone.name != "mlp" else weights["backbone.0.weight"].shape[1]
     model = build_main_model(cfg.backbone, in_channels, len(state["classes"]))
     model.load_state_dict(weights)
     return model.to(device).eval(), list(state["classes"]), cfg
+
+
+def main_model_weights(state: dict) -> dict[str, torch.Tensor]:
+    """The main model's weights in a loaded checkpoint: ``model`` of a best_*.pt, ``modules.model`` of a last.pt."""
+    return state["model"] if "model" in state else state["modules"]["model"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from mavias.core.train.checkpoints import main_model_weights
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.model import MainModel
 from mavias.errors import UserError
@@ -44,9 +45,8 @@ def load_initial_weights(model: MainModel, checkpoint: str | Path, classes: list
     if list(state.get("classes", [])) != list(classes):
         raise UserError(f"the warm-start checkpoint {checkpoint} was trained on the classes {state.get('classes')}, "
                         f"this training has {classes}", hint="unset init_from to train from scratch")
-    weights = state["model"] if "model" in state else state["modules"]["model"]
     try:
-        model.load_state_dict(weights)
+        model.load_state_dict(main_model_weights(state))
     except RuntimeError:
         raise UserError(f"the warm-start checkpoint {checkpoint} holds another architecture than "
                         f"{model.__class__.__name__} of this config's backbone",
