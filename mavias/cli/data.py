@@ -102,10 +102,13 @@ def _add_scene_command(name: str, summary: str, color_shortcut: bool) -> None:
         if color_align is not None and not color_shortcut:
             raise typer.BadParameter(f"{name} draws colours independently of the class; --color-align is an "
                                      "option of three-cue-scenes")
-        options = locals() | {"classes": tuple(c.strip() for c in classes.split(",")) if classes else None}
-        for key in ("name", "summary", "color_shortcut"):  # the factory's own arguments, not the generator's
-            options.pop(key, None)
-        _make(name, options.pop("out"), options)
+        _make(name, out, {"seed": seed, "n_train": n_train, "n_val": n_val, "n_test_per_cell": n_test_per_cell,
+                          "image_size": image_size, "bg_align": bg_align, "coobj_align": coobj_align,
+                          "color_align": color_align, "tag_miss_rate": tag_miss_rate,
+                          "spurious_tags_per_image": spurious_tags_per_image,
+                          "classes": tuple(c.strip() for c in classes.split(",")) if classes else None,
+                          "tags": tags, "relevance": relevance, "leak": leak, "tagger_quality": tagger_quality,
+                          "tagger_checkpoint": tagger_checkpoint})
 
     command.__doc__ = summary
     make_app.command(name)(command)
