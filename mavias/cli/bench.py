@@ -60,7 +60,8 @@ Benchmarks = Annotated[list[str] | None, typer.Option("--benchmark", help="run o
 @app.command("core")
 def core(
     seeds: Annotated[int, typer.Option(help="training seeds per method", min=1)] = 3,
-    trials: Annotated[int, typer.Option(help="`mavias tune` trials per method and benchmark (on seed 0)", min=2)] = 6,
+    trials: Annotated[int, typer.Option(help="`mavias tune` trials per method and benchmark (on seed 0); 0: no "
+                                        "search, each method's CLI defaults", min=0, max=1000)] = 6,
     benchmark: Benchmarks = None,
     method: Annotated[list[str] | None, typer.Option("--method", help="tune only these (repeatable: ERM, JTT, LfF, SD, "
                                                      "FLAC-B, DebiAN, MAVias, MAVias-PoE, GroupDRO); default all")] = None,

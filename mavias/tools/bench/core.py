@@ -25,9 +25,9 @@ import torch
 
 from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, train_method, train_reference
 from mavias.core.synthetic import Sources
-from mavias.core.train.config import BIAS_PATH_NAMES, TrainConfig
+from mavias.core.train.config import BIAS_PATH_NAMES, TrainConfig, load_config
 from mavias.core.train.prepare import PreparedData
-from mavias.core.tune.search import BASE_DIR, tune
+from mavias.core.tune.search import MIN_TRIALS, tune
 from mavias.core.tune.space import apply
 from mavias.errors import UserError
 from mavias.tools.bench.moons import run_moons
@@ -95,7 +95,8 @@ def reference_job(work: Path, bench_name: str, seed: int, threads: int, sources:
 
 def method_job(work: Path, bench_name: str, method: str, seeds: int, trials: int, threads: int,
                sources: Sources, compute: float | None = None) -> dict:
-    """Tune one method on seed 0, train its choice on the other seeds; every seed's test metrics."""
+    """Tune one method on seed 0 (``trials`` 0: no search, its CLI defaults), train its choice on the other seeds;
+    every seed's test metrics and training lengths."""
     torch.set_num_threads(threads)
     bench = choose([bench_name])[0]
     data, _ = prepare(work, bench, sources)
@@ -104,19 +105,23 @@ def method_job(work: Path, bench_name: str, method: str, seeds: int, trials: int
     root = _root(work, bench, sources) / (method.lower().replace(" ", "-").replace("(", "").replace(")", "")
                                           + (f"-x{compute:g}" if compute else ""))
     base = default_config(settings["method"], 0, **settings, length_factor=compute)
-    tuned = tune(data, references[0], base, root / "tune",
-                 trials=trials, seed=_sampler_seed(bench.name, method))
-    outcomes = []
+    search = {"best_params": {}, "best_value": None, "cost_ratio": None}
+    first_dir = root / "seed0"
+    if trials:
+        tuned = tune(data, references[0], base, root / "tune", trials=trials, seed=_sampler_seed(bench.name, method))
+        base, first_dir = tuned.base, tuned.best_dir
+        search = {"best_params": tuned.best_params, "best_value": tuned.best_value, "cost_ratio": tuned.cost_ratio}
+    outcomes, lengths = [], {}
     for seed in range(seeds):
-        cfg = apply(tuned.base.model_copy(update={"seed": seed}), tuned.best_params)
-        run_dir = tuned.best_dir if seed == 0 else root / f"seed{seed}"
-        run = train_method(data, cfg, run_dir, references[seed], progress=False)
+        cfg = apply(base.model_copy(update={"seed": seed}), search["best_params"])
+        run = train_method(data, cfg, first_dir if seed == 0 else root / f"seed{seed}", references[seed], progress=False)
+        lengths[seed] = {"epochs": int(run.history["epoch"].max()), "seconds": float(run.history["seconds"].sum())}
         for criterion in CRITERIA if method != ORACLE else (cfg.selection,):
             outcomes.append(asdict(Outcome(bench.name, method, seed, criterion, run.best[criterion]["epoch"],
                                            _metrics(data, bench, run.checkpoint(criterion), references[seed]))))
-    return {"method": method, "benchmark": bench.name, "outcomes": outcomes, "best_params": tuned.best_params,
-            "best_value": tuned.best_value, "cost_ratio": tuned.cost_ratio,
-            "base": {"lr": tuned.base.optim.lr, "epochs": tuned.base.epochs}, "base_dir": str(root / "tune" / BASE_DIR)}
+    chosen = load_config(first_dir / "config.yaml")  # seed 0's settings, the recipe's lr and length resolved
+    return {"method": method, "benchmark": bench.name, "outcomes": outcomes, **search, "trained": lengths,
+            "chosen": {"lr": chosen.optim.lr, "epochs": chosen.epochs}}
 
 
 def _sampler_seed(benchmark: str, method: str) -> int:
@@ -200,6 +205,9 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
                    compute: float | None = None) -> dict:
     """The bench; ``compute`` gives every tuned method the same length (a multiple of the recipe's steps), else
     each trains its own default length."""
+    if 0 < trials < MIN_TRIALS:
+        raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
+                        f"--trials 0 (no search) or {MIN_TRIALS} or more")
     start = time.perf_counter()
     chosen, tuned_methods = choose(benchmarks), choose_methods(methods)
     threads = max(1, (torch.get_num_threads() or 1) // workers)
@@ -225,7 +233,8 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
         report["benchmarks"][bench.name] = {
             "held_out": bench.held_out, "sources": discovery_sources(folder), "summary": summary,
             "floors": benchmark_floors(summary, len(data.classes)),
-            "tuning": {m["method"]: {k: m[k] for k in ("best_params", "best_value", "cost_ratio", "base")} for m in tuned},
+            "tuning": {m["method"]: {k: m[k] for k in ("best_params", "best_value", "cost_ratio", "chosen", "trained")}
+                       for m in tuned},
             "runs": outcomes}
     report["peer_floor"] = peer_floor(report["benchmarks"])
     if moons:
