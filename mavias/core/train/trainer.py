@@ -298,23 +298,36 @@ class Trainer:
         if writer is not None:
             writer.close()
         if self.progress and self.finished and self.epoch < self.cfg.epochs:
-            progress_line(f"{self.cfg.method}: stopped after epoch {self.epoch} of {self.cfg.epochs}: no better "
-                          f"{self.cfg.selection} in its last {self.cfg.patience} validations")
+            progress_line(f"{self.cfg.method}: stopped after epoch {self.epoch} of {self.cfg.epochs}: "
+                          + (f"{self.cfg.selection} and val_acc are perfect, nothing later can be selected"
+                             if self._perfect() else
+                             f"no better {self.cfg.selection} in its last {self.cfg.patience} validations"))
         return self._finish()
 
     @property
     def finished(self) -> bool:
         """Trained to its last epoch, or stopped early: ``patience`` validations in a row (in the second half of the
-        run) found no better selection score than an earlier one. Decided from the history alone, so a resumed run
-        stops where an uninterrupted one did."""
+        run) found no better selection score than an earlier one, or the score is perfect (only a strictly better one
+        replaces the best, so later epochs could not change the selected model; ``early.pt`` is kept first).
+        Decided from the history alone, so a resumed run stops where an uninterrupted one did."""
         if self.epoch >= self.cfg.epochs:
             return True
-        scores = [_selection_key(row[self.cfg.selection], row["val_acc"]) for row in self.history
-                  if self.cfg.selection in row]
-        if not self.cfg.patience or 2 * self.epoch < self.cfg.epochs or not scores:
+        scores = self._selection_scores()
+        if not self.cfg.patience or not scores:
+            return False
+        if self._perfect() and self.epoch >= early_epoch(self.cfg.epochs):
+            return True
+        if 2 * self.epoch < self.cfg.epochs:
             return False
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the first of the best
         return len(scores) - 1 - best >= self.cfg.patience
+
+    def _selection_scores(self) -> list[tuple[float, float]]:
+        return [_selection_key(row[self.cfg.selection], row["val_acc"]) for row in self.history
+                if self.cfg.selection in row]
+
+    def _perfect(self) -> bool:
+        return max(self._selection_scores(), default=(0.0, 0.0)) >= _selection_key(1.0, 1.0)
 
     def _plan_line(self) -> str:
         steps = batches_per_epoch(len(self.train_split), self.cfg.batch_size)

@@ -196,6 +196,28 @@ def test_a_run_that_stops_learning_stops_early_and_a_resumed_run_stops_at_the_sa
     assert len(resumed.history) == summary["epochs"]
 
 
+def _separable(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    frame = pd.DataFrame({"sample_id": [f"p{seed}-{i}" for i in range(n)], "label": np.array(CLASSES)[y],
+                          "x1": rng.normal(size=n) * 0.1 + 4.0 * y, "x2": rng.normal(size=n)})
+    return feature_split(frame, CLASSES)
+
+
+def test_a_perfect_selection_score_stops_the_run_with_the_model_a_full_run_selects(tmp_path):
+    cfg = _mlp(epochs=40, validate_every=1, patience=30,
+               optim={"lr": 0.003, "name": "sgd", "weight_decay": 0.0, "schedule": "none"})
+    train, val = _separable(200, 0), _separable(100, 1)
+    stopped = _trainer(cfg, train, val, tmp_path / "stopped").fit()
+    full = _trainer(cfg.model_copy(update={"patience": 0}), train, val, tmp_path / "full").fit()
+    first_perfect = int(full.history.loc[full.history["val_acc"] == 1.0, "epoch"].min())
+    assert 2 <= first_perfect < 20  # before the patience rule could stop anything (its second half)
+    summary = json.loads((tmp_path / "stopped" / "train_summary.json").read_text())
+    assert summary["stopped_early_at"] == first_perfect and len(full.history) == 40
+    assert stopped.best["val_acc"] == full.best["val_acc"]
+    assert (tmp_path / "stopped" / "early.pt").is_file()
+
+
 def test_a_config_trained_as_written_is_validated_every_epoch_and_never_stopped(tmp_path):
     cfg = _mlp(epochs=4, optim={"lr": 1e-6, "name": "sgd", "weight_decay": 0.0, "schedule": "none"})
     result = Trainer(cfg, _splits(), _splits(seed=1), CLASSES, tmp_path, progress=False).fit()
