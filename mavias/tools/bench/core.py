@@ -101,10 +101,9 @@ def method_job(work: Path, bench_name: str, method: str, seeds: int, trials: int
     bench = choose([bench_name])[0]
     data, _ = prepare(work, bench, sources)
     references = {seed: load_reference(_reference_dir(work, bench, seed, sources), data) for seed in range(seeds)}
-    settings = METHODS[method]
     root = _root(work, bench, sources) / (method.lower().replace(" ", "-").replace("(", "").replace(")", "")
                                           + (f"-x{compute:g}" if compute else ""))
-    base = default_config(settings["method"], 0, **settings, length_factor=compute)
+    base = method_config(method, compute)
     search = {"best_params": {}, "best_value": None, "cost_ratio": None}
     first_dir = root / "seed0"
     if trials:
@@ -122,6 +121,11 @@ def method_job(work: Path, bench_name: str, method: str, seeds: int, trials: int
     chosen = load_config(first_dir / "config.yaml")  # seed 0's settings, the recipe's lr and length resolved
     return {"method": method, "benchmark": bench.name, "outcomes": outcomes, **search, "trained": lengths,
             "chosen": {"lr": chosen.optim.lr, "epochs": chosen.epochs}}
+
+
+def method_config(method: str, compute: float | None = None) -> TrainConfig:
+    """The bench's starting settings of ``method`` (its CLI defaults and what its name changes), seed 0."""
+    return default_config(**METHODS[method], seed=0, length_factor=compute)
 
 
 def _sampler_seed(benchmark: str, method: str) -> int:

@@ -6,9 +6,11 @@ from mavias.errors import UserError
 from mavias.tools.bench.core import (
     DEFAULT_MAVIAS,
     DEFAULTS,
+    METHODS,
     ORACLE,
     benchmark_floors,
     choose_methods,
+    method_config,
     peer_floor,
     summarise,
 )
@@ -73,3 +75,12 @@ def test_methods_are_chosen_by_name_or_code_in_the_bench_order():
     assert choose_methods(None)[0] == "ERM"
     with pytest.raises(UserError, match="unknown method 'MAVia'; use --method ERM or"):
         choose_methods(["MAVia"])
+
+
+def test_every_method_starts_from_its_cli_defaults_and_what_its_name_changes():
+    configs = {name: method_config(name) for name in METHODS}
+    assert {name: cfg.method for name, cfg in configs.items()} == {name: s["method"] for name, s in METHODS.items()}
+    assert (configs["MAVias"].mavias.bias_path, configs["MAVias-PoE"].mavias.bias_path) == ("joint", "experts")
+    assert configs[ORACLE].selection == "val_true_wg" and configs["JTT"].selection != "val_true_wg"
+    assert all(cfg.seed == 0 and cfg.length_factor is None for cfg in configs.values())
+    assert {method_config(name, 3).length_factor for name in METHODS} == {3}  # equal compute: one length for all
