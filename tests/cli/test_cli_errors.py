@@ -131,9 +131,13 @@ def test_an_unknown_benchmark_for_the_core_and_audit_benches(tmp_path, bench):
                   expect="use --benchmark synthetic-scenes or shape-colours or shape-textures or digit-backgrounds")
 
 
-@pytest.mark.parametrize("args", [["criteria", "--seed", "-1"], ["core", "--seeds", "0"], ["core", "--trials", "0"]])
+@pytest.mark.parametrize("args", [["criteria", "--seed", "-1"], ["core", "--seeds", "0"], ["core", "--trials", "-1"]])
 def test_out_of_range_bench_settings(tmp_path, args):
     fails_cleanly("bench", *args, "--work", tmp_path, expect="Invalid value")
+
+
+def test_one_trial_is_no_search_and_the_bench_says_what_to_give(tmp_path):
+    fails_cleanly("bench", "core", "--trials", "1", "--work", tmp_path, expect="give --trials 0 (no search) or 2")
 
 
 @pytest.mark.parametrize(("args", "expect"), [
