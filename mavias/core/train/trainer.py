@@ -298,11 +298,14 @@ class Trainer:
         if writer is not None:
             writer.close()
         if self.progress and self.finished and self.epoch < self.cfg.epochs:
-            progress_line(f"{self.cfg.method}: stopped after epoch {self.epoch} of {self.cfg.epochs}: "
-                          + (f"{self.cfg.selection} and val_acc are perfect, nothing later can be selected"
-                             if self._perfect() else
-                             f"no better {self.cfg.selection} in its last {self.cfg.patience} validations"))
+            progress_line(f"{self.cfg.method}: stopped after epoch {self.epoch} of {self.cfg.epochs}: {self._stop_reason()}")
         return self._finish()
+
+    def _stop_reason(self) -> str:
+        if not self._perfect():
+            return f"no better {self.cfg.selection} in its last {self.cfg.patience} validations"
+        scores = "val_acc is" if self.cfg.selection == "val_acc" else f"{self.cfg.selection} and val_acc are"
+        return f"{scores} perfect, nothing later can be selected"
 
     @property
     def finished(self) -> bool:
