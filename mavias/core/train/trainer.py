@@ -302,7 +302,7 @@ class Trainer:
         return self._finish()
 
     def _stop_reason(self) -> str:
-        if not self._perfect():
+        if not _perfect(self._selection_scores()):
             return f"no better {self.cfg.selection} in its last {self.cfg.patience} validations"
         scores = "val_acc is" if self.cfg.selection == "val_acc" else f"{self.cfg.selection} and val_acc are"
         return f"{scores} perfect, nothing later can be selected"
@@ -318,7 +318,7 @@ class Trainer:
         scores = self._selection_scores()
         if not self.cfg.patience or not scores:
             return False
-        if self._perfect() and self.epoch >= early_epoch(self.cfg.epochs):
+        if _perfect(scores) and self.epoch >= early_epoch(self.cfg.epochs):
             return True
         if 2 * self.epoch < self.cfg.epochs:
             return False
@@ -328,9 +328,6 @@ class Trainer:
     def _selection_scores(self) -> list[tuple[float, float]]:
         return [_selection_key(row[self.cfg.selection], row["val_acc"]) for row in self.history
                 if self.cfg.selection in row]
-
-    def _perfect(self) -> bool:
-        return max(self._selection_scores(), default=(0.0, 0.0)) >= _selection_key(1.0, 1.0)
 
     def _plan_line(self) -> str:
         steps = batches_per_epoch(len(self.train_split), self.cfg.batch_size)
@@ -386,5 +383,10 @@ def epoch_line(method: str, epochs: int, row: dict) -> str:
 def _selection_key(score: float, val_acc: float) -> tuple[float, float]:
     """Ties of a worst-group score (frequent: small groups give few distinct values) go to the higher val accuracy."""
     return (score, val_acc)
+
+
+def _perfect(scores: list[tuple[float, float]]) -> bool:
+    """A perfect selection score and val accuracy: no later validation can beat it."""
+    return max(scores, default=(0.0, 0.0)) >= _selection_key(1.0, 1.0)
 
 

@@ -31,11 +31,12 @@ from mavias.errors import UserError
 CLASSES = ["a", "b"]
 
 
-def _splits(n: int = 200, seed: int = 0):
+def _splits(n: int = 200, seed: int = 0, *, gap: float = 2.0, noise: float = 1.0):
+    """Two classes ``gap`` apart on x1 (noise ``noise``), x2 pure noise."""
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 2, n)
     frame = pd.DataFrame({"sample_id": [f"s{seed}-{i}" for i in range(n)], "label": np.array(CLASSES)[y],
-                          "x1": rng.normal(size=n) + 2.0 * y, "x2": rng.normal(size=n)})
+                          "x1": rng.normal(size=n) * noise + gap * y, "x2": rng.normal(size=n)})
     return feature_split(frame, CLASSES)
 
 
@@ -196,18 +197,10 @@ def test_a_run_that_stops_learning_stops_early_and_a_resumed_run_stops_at_the_sa
     assert len(resumed.history) == summary["epochs"]
 
 
-def _separable(n: int, seed: int):
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, 2, n)
-    frame = pd.DataFrame({"sample_id": [f"p{seed}-{i}" for i in range(n)], "label": np.array(CLASSES)[y],
-                          "x1": rng.normal(size=n) * 0.1 + 4.0 * y, "x2": rng.normal(size=n)})
-    return feature_split(frame, CLASSES)
-
-
 def test_a_perfect_selection_score_stops_the_run_with_the_model_a_full_run_selects(tmp_path):
     cfg = _mlp(epochs=40, validate_every=1, patience=30,
                optim={"lr": 0.003, "name": "sgd", "weight_decay": 0.0, "schedule": "none"})
-    train, val = _separable(200, 0), _separable(100, 1)
+    train, val = _splits(200, 0, gap=4.0, noise=0.1), _splits(100, 1, gap=4.0, noise=0.1)  # separable
     stopped = _trainer(cfg, train, val, tmp_path / "stopped").fit()
     full = _trainer(cfg.model_copy(update={"patience": 0}), train, val, tmp_path / "full").fit()
     first_perfect = int(full.history.loc[full.history["val_acc"] == 1.0, "epoch"].min())
