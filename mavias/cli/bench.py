@@ -64,7 +64,8 @@ def core(
                                         "search, each method's CLI defaults", min=0, max=1000)] = 6,
     benchmark: Benchmarks = None,
     method: Annotated[list[str] | None, typer.Option("--method", help="tune only these (repeatable: ERM, JTT, LfF, SD, "
-                                                     "FLAC-B, DebiAN, MAVias, MAVias-PoE, GroupDRO); default all")] = None,
+                                                     "FLAC-B, DebiAN, MAVias, MAVias-PoE, MAVias-PoE-CF, GroupDRO); "
+                                                     "default all")] = None,
     workers: Annotated[int, typer.Option(help="trainings run side by side (processes)", min=1)] = 2,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings); resumes")] = Path("runs/bench-core"),
@@ -77,7 +78,8 @@ def core(
         help="every tuned method's length as this multiple of the recipe's steps (equal compute); default: each "
              "method's own (MAVias 3x)", min=0.1)] = None,
 ) -> None:
-    """Every method (ERM, JTT, LfF, SD, FLAC-B, DebiAN, MAVias as published, MAVias-PoE, GroupDRO oracle) tuned with
+    """Every method (ERM, JTT, LfF, SD, FLAC-B, DebiAN, MAVias as published, MAVias-PoE and its cross-fitted
+    MAVias-PoE-CF, GroupDRO oracle) tuned with
     the same budget on every built-in benchmark, then its choice trained on every seed; tags from the benchmarks'
     taggers and relevance from the offline judge unless --tags / --relevance say otherwise."""
     from mavias.tools.bench.core import run_core_bench

@@ -78,10 +78,24 @@ class MaviasConfig(_Strict):
                     "through CE(z_main + z_tag) only",
     )
 
+    bias_folds: int = Field(
+        1, ge=1, le=20,
+        description="experts path only: K > 1 cross-fits the bias expert: K copies of g, copy k never learns from "
+                    "fold k of the training split, and each image's bias logits come from the copy that never saw "
+                    "it (MAVias-PoE-CF); 1: one g fitted on every image",
+    )
+
     @field_validator("bias_path", mode="before")
     @classmethod
     def _earlier_name(cls, value: object) -> object:
         return "experts" if value == "separate" else value  # what configs written before the rename call it
+
+    @model_validator(mode="after")
+    def _folds_need_experts(self) -> MaviasConfig:
+        if self.bias_folds > 1 and self.bias_path != "experts":
+            raise ValueError("mavias.bias_folds cross-fits the experts bias path; set mavias.bias_path experts or "
+                             "mavias.bias_folds 1")
+        return self
 
 
 WARM_METHODS = ("erm", "mavias", "groupdro", "sd")  # no twin network that init_from would leave cold
@@ -90,7 +104,9 @@ BIAS_PATH_NAMES = {"joint": "MAVias", "experts": "MAVias-PoE"}  # joint: as publ
 
 def method_name(cfg: TrainConfig) -> str:
     """The method as the benches, the report and the model card name it (MAVias's bias path included)."""
-    return BIAS_PATH_NAMES[cfg.mavias.bias_path] if cfg.method == "mavias" else cfg.method
+    if cfg.method != "mavias":
+        return cfg.method
+    return BIAS_PATH_NAMES[cfg.mavias.bias_path] + ("-CF" if cfg.mavias.bias_folds > 1 else "")
 
 
 class GroupDROConfig(_Strict):

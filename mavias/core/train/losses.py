@@ -65,6 +65,34 @@ def fit_bias_path(projection: torch.nn.Module, head: torch.nn.Linear, embeddings
     optimizer.zero_grad(set_to_none=True)  # no leftover gradient for the training loop's first step
 
 
+def fold_of_each_sample(labels: torch.Tensor, folds: int, seed: int) -> torch.Tensor:
+    """Each sample's fold of ``folds``, drawn per class so that every fold holds every class in proportion."""
+    generator = torch.Generator().manual_seed(seed)
+    fold = torch.zeros(len(labels), dtype=torch.long)
+    for label in labels.unique():
+        members = (labels == label).nonzero().squeeze(1)
+        fold[members[torch.randperm(len(members), generator=generator)]] = torch.arange(len(members)) % folds
+    return fold
+
+
+def learned_by(fold: torch.Tensor, copies: int) -> torch.Tensor:
+    """(copies, samples): True where a copy of the bias expert learns from the sample: every sample but its own
+    fold's, or every sample for a single copy."""
+    if copies == 1:
+        return torch.ones(1, len(fold), dtype=torch.bool, device=fold.device)
+    return fold[None, :] != torch.arange(copies, device=fold.device)[:, None]
+
+
+def cross_fitted_expert(logits: torch.Tensor, fold: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """From the bias expert's copies' logits (copies, batch, classes) on samples of ``fold``: each sample's logits
+    from the copy that does not learn from its fold (the only copy, for one), and the copies' cross-entropy on the
+    samples they learn from."""
+    copies = logits.shape[0]
+    held_out = logits[fold, torch.arange(len(fold), device=logits.device)]
+    learns = learned_by(fold, copies)
+    return held_out, F.cross_entropy(logits[learns].float(), y.expand(copies, -1)[learns])
+
+
 def group_losses(per_sample: torch.Tensor, groups: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean loss per group and the count per group (0 where the batch has none)."""
     counts = torch.bincount(groups, minlength=num_groups).to(per_sample.dtype)

@@ -16,13 +16,16 @@ from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData
 from mavias.core.train.inference import predict_logits, to_model_input
 from mavias.core.train.losses import (
+    cross_fitted_expert,
     debian_losses,
     ema_update,
     fit_bias_path,
     flac_divergence,
+    fold_of_each_sample,
     frozen_head_logits,
     generalized_ce,
     group_dro_step,
+    learned_by,
     mavias_loss,
     relative_difficulty,
     spectral_decoupling,
@@ -77,20 +80,31 @@ class Mavias(Method):
         super().__init__(cfg, model, train)
         if train.embeddings is None:
             raise ValueError("MAVias needs bias embeddings for the training split (run `mavias encode` first)")
-        self.projection = build_projection(train.embeddings.shape[1], model.feature_dim)
+        folds = cfg.mavias.bias_folds
+        dims = (train.embeddings.shape[1], model.feature_dim)
+        self.projection = build_projection(*dims) if folds == 1 else nn.ModuleList(
+            build_projection(*dims) for _ in range(folds))
+        self.fold = fold_of_each_sample(train.labels, folds, cfg.seed)
         self.bias_fitted = False
+
+    def _bias_experts(self) -> list[nn.Module]:
+        """The experts path's copies of g (one unless cross-fitted)."""
+        return list(self.projection) if isinstance(self.projection, nn.ModuleList) else [self.projection]
 
     def modules(self) -> dict[str, nn.Module]:
         return {"model": self.model, "projection": self.projection}
 
     def prepare(self, fit: Callable[[MainModel, int], None]) -> None:
-        """experts (product of experts): g starts fitted to the labels (head frozen), so the bias logits are informed from the first step."""
+        """experts (product of experts): g starts fitted to the labels (head frozen), so the bias logits are informed
+        from the first step; each cross-fitted copy to the labels of the folds it learns from."""
         if self.cfg.mavias.bias_path == "experts" and not self.bias_fitted:
             if self.model.image_input and not self.cfg.preprocessing.augment:
                 log.warning("mavias.bias_path experts without augmentation: the main model may only memorise the "
                             "few images the bias path gets wrong; set preprocessing.augment true, or "
                             "mavias.bias_path joint")
-            fit_bias_path(self.projection, self.model.head, self.train.embeddings, self.train.labels)
+            experts = self._bias_experts()
+            for k, (expert, learns) in enumerate(zip(experts, learned_by(self.fold, len(experts)))):
+                fit_bias_path(expert, self.model.head, self.train.embeddings[learns], self.train.labels[learns], seed=k)
             self.bias_fitted = True
 
     def state_dict(self) -> dict:
@@ -119,9 +133,10 @@ class Mavias(Method):
             total = parts.total
         else:
             # g alone fits y from the embedding (through the head, frozen here); the main model sees its logits fixed
-            z_tag = frozen_head_logits(self.projection(embeddings), self.model.head)
+            logits = torch.stack([frozen_head_logits(g(embeddings), self.model.head) for g in self._bias_experts()])
+            z_tag, expert_loss = cross_fitted_expert(logits, self.fold[idx].to(x.device), y)
             parts = mavias_loss(z_main, z_tag.detach(), y, alpha=m.alpha, lam=m.lam, align=m.align)
-            total = parts.total + F.cross_entropy(z_tag.float(), y)
+            total = parts.total + expert_loss
         return total, {
             "loss": total.item(),
             "loss_cls": parts.classification.item(),

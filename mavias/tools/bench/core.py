@@ -25,7 +25,7 @@ import torch
 
 from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, train_method, train_reference
 from mavias.core.synthetic import Sources
-from mavias.core.train.config import BIAS_PATH_NAMES, TrainConfig, load_config
+from mavias.core.train.config import TrainConfig, load_config, method_name
 from mavias.core.train.prepare import PreparedData
 from mavias.core.tune.search import MIN_TRIALS, tune
 from mavias.core.tune.space import apply
@@ -44,11 +44,12 @@ METHODS: dict[str, dict] = {
     "FLAC-B": {"method": "flac"}, "DebiAN": {"method": "debian"},
     "MAVias": {"method": "mavias", "mavias": {"bias_path": "joint"}},
     "MAVias-PoE": {"method": "mavias", "mavias": {"bias_path": "experts"}},
+    "MAVias-PoE-CF": {"method": "mavias", "mavias": {"bias_path": "experts", "bias_folds": 5}},
     ORACLE: {"method": "groupdro", "selection": "val_true_wg"},
 }
 BIAS_UNAWARE_PEERS = ("ERM", "JTT", "LfF", "SD", "FLAC-B", "DebiAN")
 CRITERIA = ("val_robust", "val_acc")
-DEFAULT_MAVIAS = BIAS_PATH_NAMES[TrainConfig().mavias.bias_path]  # the floors are the product default's
+DEFAULT_MAVIAS = method_name(TrainConfig())  # the floors are the product default's
 TUNE_TRIALS = 6
 
 

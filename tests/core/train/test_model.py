@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from mavias.core.train.checkpoints import load_main_model
-from mavias.core.train.config import PRESET_DIR, BackboneConfig, TrainConfig, load_config
+from mavias.core.train.config import PRESET_DIR, BackboneConfig, TrainConfig, load_config, method_name
 from mavias.core.train.data import feature_split
 from mavias.core.train.losses import mavias_loss
 from mavias.core.train.model import BACKBONES, build_main_model
@@ -183,3 +183,53 @@ def test_an_experts_bias_path_without_augmentation_is_warned_about(tmp_path, cap
 
 def test_a_config_written_with_the_earlier_name_of_the_experts_path_still_loads():
     assert TrainConfig.model_validate({"mavias": {"bias_path": "separate"}}).mavias.bias_path == "experts"
+
+
+def _cross_fitted_trainer(tmp_path, train, folds: int) -> Trainer:
+    cfg = TrainConfig.model_validate({"method": "mavias", "backbone": {"name": "mlp", "width": 8}, "epochs": 1,
+                                      "batch_size": 16, "optim": {"lr": 0.1},
+                                      "mavias": {"bias_path": "experts", "bias_folds": folds}})
+    return make_trainer(cfg, train, train, ["x", "y"], tmp_path, progress=False)
+
+
+def _memorisable_features(n: int = 64):
+    """Labels drawn at random and embeddings of pure noise: a g fitted on a sample can only have memorised it."""
+    train = _shortcut_features(n)
+    generator = torch.Generator().manual_seed(1)
+    train.labels = torch.randint(2, (n,), generator=generator)
+    train.embeddings = torch.randn(n, 128, generator=generator)
+    return train
+
+
+def test_a_single_bias_expert_memorises_labels_its_cross_fitted_copies_cannot(tmp_path):
+    train = _memorisable_features()
+    accuracies = {}
+    for folds in (1, 5):
+        method = _cross_fitted_trainer(tmp_path / str(folds), train, folds).method
+        method.prepare(None)
+        x, idx = train.inputs.cache, torch.arange(len(train.labels))
+        _, stats = method.loss(x, train.labels, idx)
+        accuracies[folds] = stats["acc_tag"]  # the bias logits the main model is trained against
+    assert accuracies[1] >= 0.95  # one g fitted on every image explains each training label away
+    assert accuracies[5] <= 0.75  # each image's logits come from a copy that never saw it: near chance (0.5)
+
+
+def test_a_cross_fitted_copy_never_learns_from_its_own_fold(tmp_path):
+    train = _memorisable_features()
+    method = _cross_fitted_trainer(tmp_path, train, 4).method
+    for label in (0, 1):  # every fold holds every class in proportion
+        counts = torch.bincount(method.fold[train.labels == label], minlength=4)
+        assert counts.max() - counts.min() <= 1
+    idx = (method.fold == 2).nonzero().squeeze(1)  # a batch of fold 2 alone
+    loss, _ = method.loss(train.inputs.cache[idx], train.labels[idx], idx)
+    loss.backward()
+    grads = [copy.weight.grad for copy in method.projection]
+    assert grads[2] is None or torch.count_nonzero(grads[2]) == 0
+    assert all(torch.count_nonzero(grads[k]) > 0 for k in (0, 1, 3))
+
+
+def test_cross_fitting_needs_the_experts_bias_path_and_names_itself():
+    with pytest.raises(UserError, match="bias_path experts or mavias.bias_folds 1"):
+        load_config(overrides={"method": "mavias", "mavias.bias_path": "joint", "mavias.bias_folds": 5})
+    assert method_name(TrainConfig.model_validate({"mavias": {"bias_folds": 5}})) == "MAVias-PoE-CF"
+    assert method_name(TrainConfig()) == "MAVias-PoE"

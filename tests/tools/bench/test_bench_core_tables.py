@@ -2,6 +2,7 @@
 
 import pytest
 
+from mavias.core.train.config import method_name
 from mavias.errors import UserError
 from mavias.tools.bench.core import (
     DEFAULT_MAVIAS,
@@ -81,6 +82,8 @@ def test_every_method_starts_from_its_cli_defaults_and_what_its_name_changes():
     configs = {name: method_config(name) for name in METHODS}
     assert {name: cfg.method for name, cfg in configs.items()} == {name: s["method"] for name, s in METHODS.items()}
     assert (configs["MAVias"].mavias.bias_path, configs["MAVias-PoE"].mavias.bias_path) == ("joint", "experts")
+    assert {name: method_name(cfg) for name, cfg in configs.items() if cfg.method == "mavias"} == {
+        name: name for name in ("MAVias", "MAVias-PoE", "MAVias-PoE-CF")}  # the bench's names are the product's
     assert configs[ORACLE].selection == "val_true_wg" and configs["JTT"].selection != "val_true_wg"
     assert all(cfg.seed == 0 and cfg.length_factor is None for cfg in configs.values())
     assert {method_config(name, 3).length_factor for name in METHODS} == {3}  # equal compute: one length for all
