@@ -103,7 +103,7 @@ class Mavias(Method):
                             "few images the bias path gets wrong; set preprocessing.augment true, or "
                             "mavias.bias_path joint")
             experts = self._bias_experts()
-            for k, (expert, learns) in enumerate(zip(experts, learned_by(self.fold, len(experts)))):
+            for k, (expert, learns) in enumerate(zip(experts, learned_by(self.fold, len(experts)), strict=True)):
                 fit_bias_path(expert, self.model.head, self.train.embeddings[learns], self.train.labels[learns], seed=k)
             self.bias_fitted = True
 
