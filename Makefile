@@ -18,7 +18,7 @@ demo: install
 # the tests. plugins/ goes on the path for the Airflow plugin; the DAG folder is found from the repository root.
 # The tests run on TEST_WORKERS processes (pytest-xdist), one test file per worker at a time so that a file's
 # services and fixtures start once; every worker has its own cache folder and one torch thread. Three workers on two
-# cores: the Airflow nights spend part of their time waiting on services and subprocesses (two kept the CPU at 159%).
+# cores: the Airflow nights spend part of their time waiting on services and subprocesses.
 TEST_WORKERS ?= 3
 test: install $(VENV)/.installed-test
 	PYTHONPATH=plugins $(VENV)/bin/lint-imports

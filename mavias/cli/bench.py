@@ -65,7 +65,7 @@ def core(
     benchmark: Benchmarks = None,
     method: Annotated[list[str] | None, typer.Option("--method", help="tune only these (repeatable: ERM, JTT, LfF, SD, "
                                                      "FLAC-B, DebiAN, MAVias, MAVias-PoE, MAVias-PoE-CF, GroupDRO); "
-                                                     "default all")] = None,
+                                                     "default all but MAVias-PoE-CF")] = None,
     workers: Annotated[int, typer.Option(help="trainings run side by side (processes)", min=1)] = 2,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings); resumes")] = Path("runs/bench-core"),

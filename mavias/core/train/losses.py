@@ -85,12 +85,12 @@ def learned_by(fold: torch.Tensor, copies: int) -> torch.Tensor:
 
 def cross_fitted_expert(logits: torch.Tensor, fold: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """From the bias expert's copies' logits (copies, batch, classes) on samples of ``fold``: each sample's logits
-    from the copy that does not learn from its fold (the only copy, for one), and the copies' cross-entropy on the
-    samples they learn from."""
-    copies = logits.shape[0]
+    from the copy that does not learn from its fold (the only copy, for one), and the sum over copies of each copy's
+    mean cross-entropy on the samples it learns from, so every copy learns at the rate a single expert would."""
     held_out = logits[fold, torch.arange(len(fold), device=logits.device)]
-    learns = learned_by(fold, copies)
-    return held_out, F.cross_entropy(logits[learns].float(), y.expand(copies, -1)[learns])
+    losses = [F.cross_entropy(copy[learns].float(), y[learns])
+              for copy, learns in zip(logits, learned_by(fold, logits.shape[0]), strict=True) if learns.any()]
+    return held_out, torch.stack(losses).sum()
 
 
 def group_losses(per_sample: torch.Tensor, groups: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -74,6 +74,7 @@ def test_methods_are_chosen_by_name_or_code_in_the_bench_order():
     assert choose_methods(["mavias-poe", "JTT", "flac", "mavias"]) == ["JTT", "FLAC-B", "MAVias", "MAVias-PoE"]
     assert choose_methods(["groupdro"]) == [ORACLE]
     assert choose_methods(None)[0] == "ERM"
+    assert "MAVias-PoE-CF" not in choose_methods(None) and choose_methods(["mavias-poe-cf"]) == ["MAVias-PoE-CF"]
     with pytest.raises(UserError, match="unknown method 'MAVia'; use --method ERM or"):
         choose_methods(["MAVia"])
 
