@@ -50,13 +50,16 @@ def frozen_head_logits(features: torch.Tensor, head: torch.nn.Linear) -> torch.T
 
 
 def fit_bias_path(projection: torch.nn.Module, head: torch.nn.Linear, embeddings: torch.Tensor, labels: torch.Tensor,
-                  *, steps: int = 300, batch_size: int = 4096, lr: float = 0.01, seed: int = 0) -> None:
-    """Fits g alone (Adam, head frozen) to predict the label from the bias embedding."""
+                  *, rows: torch.Tensor | None = None, steps: int = 300, batch_size: int = 4096, lr: float = 0.01,
+                  seed: int = 0) -> None:
+    """Fits g alone (Adam, head frozen) to predict the label from the bias embedding, on the samples ``rows``
+    (indices; default all), drawn in place so that no subset of the embeddings is copied."""
     device = head.weight.device
     optimizer = torch.optim.Adam(projection.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
+    pool = torch.arange(len(labels)) if rows is None else rows
     for _ in range(steps):
-        idx = torch.randint(len(labels), (min(batch_size, len(labels)),), generator=generator)
+        idx = pool[torch.randint(len(pool), (min(batch_size, len(pool)),), generator=generator)]
         logits = frozen_head_logits(projection(embeddings[idx].to(device).float()), head)
         loss = F.cross_entropy(logits, labels[idx].to(device))
         optimizer.zero_grad()

@@ -104,7 +104,8 @@ class Mavias(Method):
                             "mavias.bias_path joint")
             experts = self._bias_experts()
             for k, (expert, learns) in enumerate(zip(experts, learned_by(self.fold, len(experts)), strict=True)):
-                fit_bias_path(expert, self.model.head, self.train.embeddings[learns], self.train.labels[learns], seed=k)
+                fit_bias_path(expert, self.model.head, self.train.embeddings, self.train.labels,
+                              rows=learns.nonzero().squeeze(1), seed=k)
             self.bias_fitted = True
 
     def state_dict(self) -> dict:
