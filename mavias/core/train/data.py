@@ -13,7 +13,7 @@ from torch.utils.data import Dataset
 
 from mavias.core.manifest import resolve_uri
 from mavias.core.train.decoded import DecodedStore
-from mavias.core.train.transforms import DECODE, Transform, load_transformed
+from mavias.core.train.transforms import DECODE, ResizedCropFlip, Transform, load_transformed
 from mavias.utils.progress import progress_bar
 
 PRELOAD_LIMIT_BYTES = 2 * 1024**3
@@ -68,6 +68,14 @@ class ImageSplit(Dataset):
             return self.transform(self.sources[i])
         return load_transformed(self.paths[i], self.transform)
 
+    def __getitems__(self, rows: list[int]) -> list[torch.Tensor]:
+        """A DataLoader's batch: held images of one shape are augmented together (:class:`ResizedCropFlip`)."""
+        if self.cache is None and self.sources is not None and isinstance(self.transform, ResizedCropFlip):
+            images = [self.sources[i] for i in rows]
+            if len({image.shape for image in images}) == 1 and self.transform.batches(images[0].shape):
+                return list(self.transform.batch(torch.stack(images)))
+        return [self[i] for i in rows]
+
     def unaugmented(self) -> ImageSplit:
         """The same images through the evaluation transform (an augmented split's errors, as JTT counts them)."""
         if not self.random:
@@ -107,6 +115,11 @@ class IndexedInputs(Dataset):
 
     def __getitem__(self, i: int):
         return self.inputs[i], i
+
+    def __getitems__(self, rows: list[int]) -> list:
+        fetch = getattr(self.inputs, "__getitems__", None)
+        images = fetch(rows) if fetch else [self.inputs[i] for i in rows]
+        return list(zip(images, rows, strict=True))
 
 
 @dataclass

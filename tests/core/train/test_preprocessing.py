@@ -6,12 +6,19 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch.utils.data import DataLoader
+from torchvision.transforms.v2 import functional as TF
 
 from mavias.core.datasets import SplitOptions, import_imagefolder
 from mavias.core.datasets.generate import write_imagefolder
 from mavias.core.train.config import TrainConfig, load_config
-from mavias.core.train.data import image_split
-from mavias.core.train.transforms import describe_eval_preprocessing, eval_transform, train_transform
+from mavias.core.train.data import IndexedInputs, image_split
+from mavias.core.train.transforms import (
+    ResizedCropFlip,
+    describe_eval_preprocessing,
+    eval_transform,
+    train_transform,
+)
 from mavias.ops.serve.preprocess import Preprocessing, preprocess
 
 
@@ -53,6 +60,51 @@ def test_augmentation_is_random_and_decoded_lazily(tmp_path):
     first, second = train.inputs[0], train.inputs[0]
     assert first.shape == second.shape == (3, 32, 32) and not torch.equal(first, second)
     assert torch.equal(evaluation.inputs[0], eval_transform(cfg)(Image.open(manifest["uri"][0]).convert("RGB")))
+
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_a_batch_is_cropped_and_resized_as_torchvision_does_each_image(monkeypatch, flip):
+    augment = ResizedCropFlip(32, (0.2, 1.0), (0.75, 4 / 3), flip)
+    images = torch.randint(0, 256, (200, 3, 32, 32), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    torch.manual_seed(0)
+    top, left, height, width = boxes = augment._boxes(200, 32, 32)
+    monkeypatch.setattr(augment, "_boxes", lambda *_: boxes)
+    got = augment.batch(images).int()
+    expected = torch.stack([TF.resized_crop(images[i], int(top[i]), int(left[i]), int(height[i]), int(width[i]),
+                                            [32, 32], antialias=True) for i in range(200)]).int()
+    plain = (got - expected).abs().amax(dim=(1, 2, 3)) <= 1  # uint8 rounding
+    mirrored = (got - TF.horizontal_flip(expected)).abs().amax(dim=(1, 2, 3)) <= 1
+    assert bool((plain | mirrored).all())
+    assert 60 < int(mirrored.sum()) < 140 if flip else bool(plain.all())
+
+
+def test_batched_crop_boxes_are_drawn_as_torchvision_draws_them():
+    augment = ResizedCropFlip(32, (0.3, 1.0), (0.75, 4 / 3), flip=False)
+    torch.manual_seed(0)
+    top, left, height, width = augment._boxes(4000, 32, 24)
+    assert bool((top >= 0).all() and (left >= 0).all() and (top + height <= 32).all() and (left + width <= 24).all())
+    assert bool(((height * width) >= 0.3 * 32 * 24 * 0.85).all())  # the smallest area, up to rounding the sides
+    tv = augment.transforms[1]
+    reference = [tv.make_params([torch.zeros(3, 32, 24)]) for _ in range(4000)]
+    assert float((height * width).mean()) == pytest.approx(np.mean([p["height"] * p["width"] for p in reference]),
+                                                           rel=0.02)
+    assert float((width / height).mean()) == pytest.approx(np.mean([p["width"] / p["height"] for p in reference]),
+                                                           rel=0.02)
+
+
+@pytest.mark.parametrize(("size", "batched"), [((32, 32), True), ((24, 30), True), ((48, 40), False)])
+def test_a_loader_augments_a_batch_at_once_only_where_no_crop_is_shrunk(tmp_path, monkeypatch, size, batched):
+    root = write_imagefolder(tmp_path / "data", {"a": 5, "b": 5}, size=size)
+    manifest = import_imagefolder(root, SplitOptions(val=0.0, test=0.0), progress=False).manifest
+    train = image_split(manifest, tmp_path, ["a", "b"], train_transform(_cfg(augment=True, flip=True)), 32,
+                        random=True, progress=False)
+    calls = []
+    monkeypatch.setattr(ResizedCropFlip, "batch", lambda self, x, _batch=ResizedCropFlip.batch: calls.append(len(x))
+                        or _batch(self, x))
+    images, rows = next(iter(DataLoader(IndexedInputs(train.inputs), batch_size=4)))
+    assert images.shape == (4, 3, 32, 32) and images.dtype == torch.uint8 and rows.tolist() == [0, 1, 2, 3]
+    assert calls == ([4] if batched else [])
 
 
 def test_presets_train_as_the_authors_and_the_config_records_it(tmp_path):
