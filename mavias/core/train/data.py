@@ -72,7 +72,7 @@ class ImageSplit(Dataset):
         """A DataLoader's batch: held images of one shape are augmented together (:class:`ResizedCropFlip`)."""
         if self.cache is None and self.sources is not None and isinstance(self.transform, ResizedCropFlip):
             images = [self.sources[i] for i in rows]
-            if len({image.shape for image in images}) == 1 and self.transform.batches(images[0].shape):
+            if len({image.shape for image in images}) == 1 and self.transform.can_batch(images[0].shape):
                 return list(self.transform.batch(torch.stack(images)))
         return [self[i] for i in rows]
 
@@ -117,6 +117,7 @@ class IndexedInputs(Dataset):
         return self.inputs[i], i
 
     def __getitems__(self, rows: list[int]) -> list:
+        """A DataLoader's batch of (input, index), fetched together where the inputs can (:class:`ImageSplit`)."""
         fetch = getattr(self.inputs, "__getitems__", None)
         images = fetch(rows) if fetch else [self.inputs[i] for i in rows]
         return list(zip(images, rows, strict=True))

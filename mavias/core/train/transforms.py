@@ -63,13 +63,12 @@ class ResizedCropFlip(v2.Compose):
     ATTEMPTS = 10  # torchvision's: tries at a box inside the image before the central crop
 
     def __init__(self, size: int, scale: tuple[float, float], ratio: tuple[float, float], flip: bool):
-        steps: list[Transform] = [v2.ToImage(), v2.RandomResizedCrop(size, scale=scale, ratio=ratio,
-                                                                     interpolation=InterpolationMode.BILINEAR,
-                                                                     antialias=True)]
-        super().__init__([*steps, *([v2.RandomHorizontalFlip()] if flip else []), v2.ToPureTensor()])
-        self.size, self.scale, self.ratio, self.flip = size, scale, ratio, flip
+        crop = v2.RandomResizedCrop(size, scale=scale, ratio=ratio, interpolation=InterpolationMode.BILINEAR,
+                                    antialias=True)
+        super().__init__([v2.ToImage(), crop, *([v2.RandomHorizontalFlip()] if flip else []), v2.ToPureTensor()])
+        self.crop, self.size, self.flip = crop, size, flip
 
-    def batches(self, shape: torch.Size) -> bool:
+    def can_batch(self, shape: torch.Size) -> bool:
         """Whether :meth:`batch` reproduces the per-image transform for images of ``shape``: when none is larger
         than the output, every crop is enlarged, where antialiasing changes nothing."""
         return shape[-2] <= self.size and shape[-1] <= self.size
@@ -96,8 +95,8 @@ class ResizedCropFlip(v2.Compose):
 
     def _boxes(self, n: int, height: int, width: int) -> tuple[torch.Tensor, ...]:
         """(top, left, height, width) of ``n`` crops, drawn as ``v2.RandomResizedCrop.make_params`` draws one."""
-        log_ratio = torch.log(torch.tensor(self.ratio))
-        area = height * width * torch.empty(n, self.ATTEMPTS).uniform_(*self.scale)
+        log_ratio = torch.log(torch.tensor(self.crop.ratio))
+        area = height * width * torch.empty(n, self.ATTEMPTS).uniform_(*self.crop.scale)
         aspect = torch.exp(torch.empty(n, self.ATTEMPTS).uniform_(float(log_ratio[0]), float(log_ratio[1])))
         widths, heights = torch.round(torch.sqrt(area * aspect)), torch.round(torch.sqrt(area / aspect))
         fits = (widths > 0) & (widths <= width) & (heights > 0) & (heights <= height)
@@ -112,11 +111,11 @@ class ResizedCropFlip(v2.Compose):
 
     def _central(self, height: int, width: int) -> tuple[int, int]:
         """torchvision's fallback crop: the whole image, narrowed to the ratio range."""
-        in_ratio = width / height
-        if in_ratio < min(self.ratio):
-            return int(round(width / min(self.ratio))), width
-        if in_ratio > max(self.ratio):
-            return height, int(round(height * max(self.ratio)))
+        in_ratio, ratio = width / height, self.crop.ratio
+        if in_ratio < min(ratio):
+            return int(round(width / min(ratio))), width
+        if in_ratio > max(ratio):
+            return height, int(round(height * max(ratio)))
         return height, width
 
 

@@ -62,7 +62,6 @@ def test_augmentation_is_random_and_decoded_lazily(tmp_path):
     assert torch.equal(evaluation.inputs[0], eval_transform(cfg)(Image.open(manifest["uri"][0]).convert("RGB")))
 
 
-
 @pytest.mark.parametrize("flip", [False, True])
 def test_a_batch_is_cropped_and_resized_as_torchvision_does_each_image(monkeypatch, flip):
     augment = ResizedCropFlip(32, (0.2, 1.0), (0.75, 4 / 3), flip)
@@ -85,13 +84,24 @@ def test_batched_crop_boxes_are_drawn_as_torchvision_draws_them():
     top, left, height, width = augment._boxes(4000, 32, 24)
     assert bool((top >= 0).all() and (left >= 0).all() and (top + height <= 32).all() and (left + width <= 24).all())
     assert bool(((height * width) >= 0.3 * 32 * 24 * 0.85).all())  # the smallest area, up to rounding the sides
-    tv = augment.transforms[1]
+    tv = augment.crop
     reference = [tv.make_params([torch.zeros(3, 32, 24)]) for _ in range(4000)]
     assert float((height * width).mean()) == pytest.approx(np.mean([p["height"] * p["width"] for p in reference]),
                                                            rel=0.02)
     assert float((width / height).mean()) == pytest.approx(np.mean([p["width"] / p["height"] for p in reference]),
                                                            rel=0.02)
 
+
+
+def test_batched_crops_take_every_position_and_fall_back_to_torchvisions_central_crop():
+    torch.manual_seed(0)
+    top, left, height, width = ResizedCropFlip(32, (0.25, 0.25), (1.0, 1.0), flip=False)._boxes(4000, 32, 32)
+    assert set(height.tolist()) == set(width.tolist()) == {16.0}
+    assert set(top.tolist()) == set(left.tolist()) == set(map(float, range(17)))  # as torch.randint(0, 32 - 16 + 1)
+    narrow = ResizedCropFlip(32, (1.0, 1.0), (0.75, 4 / 3), flip=False)  # no box of that area fits a 32 x 4 image
+    expected = narrow.crop.make_params([torch.zeros(3, 32, 4)])
+    boxes = narrow._boxes(3, 32, 4)
+    assert all(b.tolist() == [expected[k]] * 3 for b, k in zip(boxes, ("top", "left", "height", "width"), strict=True))
 
 @pytest.mark.parametrize(("size", "batched"), [((32, 32), True), ((24, 30), True), ((48, 40), False)])
 def test_a_loader_augments_a_batch_at_once_only_where_no_crop_is_shrunk(tmp_path, monkeypatch, size, batched):
