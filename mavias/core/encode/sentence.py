@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,14 +22,21 @@ def _resolve_model_path(model: str) -> str:
     return model
 
 
+@functools.lru_cache(maxsize=2)
+def _load(path: str, device: str) -> Any:
+    """One copy per process of each model: the judge and the bias embeddings of a night both use MiniLM, and only
+    run it forward."""
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # its "Loading weights" bar: a blink on a terminal, noise in a log
+    return SentenceTransformer(path, device=device, local_files_only=True)
+
+
 class SentenceTransformerEncoder:
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str = "cpu", batch_size: int = 256):
-        from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()  # its "Loading weights" bar: a blink on a terminal, noise in a log
         self._name = model
-        self._model = SentenceTransformer(_resolve_model_path(model), device=device, local_files_only=True)
+        self._model = _load(_resolve_model_path(model), device)
         self._batch_size = batch_size
 
     @property

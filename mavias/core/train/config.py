@@ -170,7 +170,8 @@ class TrainConfig(_Strict):
     preprocessing: PreprocessConfig = PreprocessConfig()
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    amp: bool = Field(True, description="mixed precision (bfloat16 autocast) when running on CUDA")
+    amp: bool = Field(True, description="mixed precision (bfloat16 autocast) where the device computes bfloat16 "
+                      "natively: CUDA, or a CPU with AVX512-BF16 or AMX")
     selection: Selection = Field(
         "val_robust",
         description="model selection: val_acc (paper), val_tag_wg (worst tag-derived validation group) or val_robust "
@@ -180,7 +181,7 @@ class TrainConfig(_Strict):
     num_workers: int | Literal["auto"] = Field(
         "auto", description="DataLoader workers; auto: 0 on CPU or for in-memory splits, else min(8, CPU cores)"
     )
-    channels_last: bool = Field(True, description="channels_last memory format for image models on CUDA")
+    channels_last: bool = Field(True, description="channels_last memory format for image models")
     compile: bool = Field(False, description="torch.compile the backbone (pays on GPU for long runs; needs a compiler)")
 
     @model_validator(mode="after")

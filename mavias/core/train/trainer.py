@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler, WeightedRandomSampler
 from torch.utils.tensorboard import SummaryWriter
 
-from mavias.core.devices import choose_device
+from mavias.core.devices import choose_device, native_bfloat16
 from mavias.core.train.checkpoints import CRITERIA, EARLY_CHECKPOINT, best_checkpoint, early_epoch, epoch_path
 from mavias.core.train.config import ConfigError, TrainConfig
 from mavias.core.train.data import IndexedInputs, SplitData
@@ -86,7 +86,7 @@ class Trainer:
         self.epoch = 0
         seed_everything(cfg.seed)
         self.model: MainModel = build_main_model(cfg.backbone, train.in_channels, len(classes)).to(self.device)
-        self.channels_last = cfg.channels_last and self.device.type == "cuda" and self.model.image_input
+        self.channels_last = cfg.channels_last and self.model.image_input
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)
         if cfg.compile:
@@ -110,8 +110,8 @@ class Trainer:
         return make_scheduler(self.cfg.optim, self.optimizer, self.cfg.epochs, steps)
 
     def _autocast(self):
-        if self.device.type == "cuda" and self.cfg.amp:
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.cfg.amp and native_bfloat16(self.device):
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def _loader(self, epoch: int, weights: torch.Tensor | None) -> DataLoader:

@@ -10,12 +10,15 @@ import torchvision
 from typer.testing import CliRunner
 
 from mavias.cli import app
+from mavias.core.datasets import SplitOptions, import_imagefolder
+from mavias.core.datasets.generate import write_imagefolder
 from mavias.core.encode.factory import EncoderSpec, make_encoder, parse_encoder_spec
 from mavias.core.relevance import save_relevance
 from mavias.core.train.config import BackboneConfig, TrainConfig
-from mavias.core.train.data import attach_groups, feature_split
+from mavias.core.train.data import attach_groups, feature_split, image_split
 from mavias.core.train.model import build_main_model, pretrained_cache_path
 from mavias.core.train.optim import step_thirds_milestones
+from mavias.core.train.transforms import eval_transform
 from mavias.errors import UserError
 from tests.support.training import make_trainer
 
@@ -150,4 +153,26 @@ def test_loader_workers_auto_stay_in_process_on_cpu(tmp_path):
     train, val = _splits()
     assert make_trainer(_cfg("erm", epochs=1), train, val, CLASSES, tmp_path, progress=False)._num_workers() == 0
     explicit = make_trainer(_cfg("erm", epochs=1, num_workers=2), train, val, CLASSES, tmp_path, progress=False)
-    assert explicit._num_workers() == 2 and not explicit.channels_last
+    assert explicit._num_workers() == 2
+
+
+def test_image_models_train_channels_last_and_autocast_where_bfloat16_is_native(tmp_path, monkeypatch):
+    root = write_imagefolder(tmp_path / "data", {"a": 4, "b": 4}, size=(32, 32))
+    manifest = import_imagefolder(root, SplitOptions(val=0.0, test=0.0), progress=False).manifest
+    cfg = TrainConfig(method="erm", epochs=1, image_size=32, optim={"lr": 0.05},
+                      backbone={"name": "small_cnn", "width": 8})
+    split = image_split(manifest, tmp_path, ["a", "b"], eval_transform(cfg), 32, progress=False)
+    trainer = make_trainer(cfg, split, split, ["a", "b"], tmp_path / "run", progress=False)
+    conv = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert trainer.channels_last and conv.weight.is_contiguous(memory_format=torch.channels_last)
+    x = torch.rand(2, 3, 32, 32)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    for native in (True, False):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda native=native: native)
+        with trainer._autocast():
+            assert trainer.model(x).dtype == (torch.bfloat16 if native else torch.float32)
+    off = make_trainer(cfg.model_copy(update={"amp": False, "channels_last": False}), split, split, ["a", "b"],
+                       tmp_path / "off", progress=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    with off._autocast():
+        assert off.model(x).dtype == torch.float32 and not off.channels_last
