@@ -39,6 +39,7 @@ def _cfg(**extra) -> TrainConfig:
                                        "batch_size": 32, "optim": {"name": "sgd", "lr": 0.05, "schedule": "cosine",
                                                                    "weight_decay": 5e-4},
                                        "selection": "val_acc", "device": "cpu", "validate_every": 1, "patience": 0,
+                                       "amp": False,  # float32: the ranks' losses are compared to 1e-4
                                        **extra})
 
 
