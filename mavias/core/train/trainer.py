@@ -109,10 +109,15 @@ class Trainer:
         steps = batches_per_epoch(len(self.train_split), self.cfg.batch_size)
         return make_scheduler(self.cfg.optim, self.optimizer, self.cfg.epochs, steps)
 
+    @property
+    def precision(self) -> str:
+        """The arithmetic of the training steps (a run's figures depend on it; validation is always float32)."""
+        return "bfloat16 autocast" if self.cfg.amp and native_bfloat16(self.device) else "float32"
+
     def _autocast(self):
-        if self.cfg.amp and native_bfloat16(self.device):
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        if self.precision == "float32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     def _loader(self, epoch: int, weights: torch.Tensor | None) -> DataLoader:
         # A generator seeded by (seed, epoch) makes the sample order a function of the epoch alone, so a resumed
@@ -334,7 +339,8 @@ class Trainer:
         start = f", resuming after epoch {self.epoch}" if self.epoch else ""
         start += f", starting from {self.cfg.init_from}" if self.cfg.init_from and not self.epoch else ""
         return (f"{self.cfg.method}: {self.cfg.epochs} epochs of {steps} batches of {self.cfg.batch_size}, "
-                f"lr {self.cfg.optim.lr:.3g} ({self.recipe.notes.get('optim.lr', 'as configured')}){start}")
+                f"lr {self.cfg.optim.lr:.3g} ({self.recipe.notes.get('optim.lr', 'as configured')}), {self.precision}"
+                f"{start}")
 
     def _record(self, row: dict, writer: SummaryWriter) -> None:
         self.history.append(row)
@@ -358,7 +364,8 @@ class Trainer:
         if self.primary:
             write_json(self.out_dir / "train_summary.json", {"best": self.best, "completed": completed,
                                                              "epochs": self.epoch, "stopped_early_at": stopped,
-                                                             "classes": self.classes,
+                                                             "classes": self.classes, "precision": self.precision,
+                                                             "channels_last": self.channels_last,
                                                              "selection_fallbacks": fallbacks, "warnings": warnings})
         return result
 

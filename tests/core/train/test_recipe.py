@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -171,6 +173,10 @@ def test_image_models_train_channels_last_and_autocast_where_bfloat16_is_native(
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda native=native: native, raising=False)
         with trainer._autocast():
             assert trainer.model(x).dtype == (torch.bfloat16 if native else torch.float32)
+        assert trainer.precision == ("bfloat16 autocast" if native else "float32")
+    trainer.fit()
+    summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
+    assert summary["precision"] == "float32" and summary["channels_last"] is True
     off = make_trainer(cfg.model_copy(update={"amp": False, "channels_last": False}), split, split, ["a", "b"],
                        tmp_path / "off", progress=False)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
