@@ -87,6 +87,7 @@ class Trainer:
         seed_everything(cfg.seed)
         self.model: MainModel = build_main_model(cfg.backbone, train.in_channels, len(classes)).to(self.device)
         self.channels_last = cfg.channels_last and self.model.image_input
+        self.bfloat16 = cfg.amp and native_bfloat16(self.device)  # decided once, not queried every training step
         if self.channels_last:
             self.model.to(memory_format=torch.channels_last)
         if cfg.compile:
@@ -112,12 +113,12 @@ class Trainer:
     @property
     def precision(self) -> str:
         """The arithmetic of the training steps (a run's figures depend on it; validation is always float32)."""
-        return "bfloat16 autocast" if self.cfg.amp and native_bfloat16(self.device) else "float32"
+        return "bfloat16 autocast" if self.bfloat16 else "float32"
 
     def _autocast(self):
-        if self.precision == "float32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        if self.bfloat16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def _loader(self, epoch: int, weights: torch.Tensor | None) -> DataLoader:
         # A generator seeded by (seed, epoch) makes the sample order a function of the epoch alone, so a resumed

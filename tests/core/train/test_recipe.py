@@ -164,21 +164,21 @@ def test_image_models_train_channels_last_and_autocast_where_bfloat16_is_native(
     cfg = TrainConfig(method="erm", epochs=1, image_size=32, optim={"lr": 0.05},
                       backbone={"name": "small_cnn", "width": 8})
     split = image_split(manifest, tmp_path, ["a", "b"], eval_transform(cfg), 32, progress=False)
-    trainer = make_trainer(cfg, split, split, ["a", "b"], tmp_path / "run", progress=False)
-    conv = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.Conv2d))
-    assert trainer.channels_last and conv.weight.is_contiguous(memory_format=torch.channels_last)
     x = torch.rand(2, 3, 32, 32)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     for native in (True, False):
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda native=native: native, raising=False)
+        trainer = make_trainer(cfg, split, split, ["a", "b"], tmp_path / "run", progress=False)
+        conv = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.Conv2d))
+        assert trainer.channels_last and conv.weight.is_contiguous(memory_format=torch.channels_last)
         with trainer._autocast():
             assert trainer.model(x).dtype == (torch.bfloat16 if native else torch.float32)
         assert trainer.precision == ("bfloat16 autocast" if native else "float32")
     trainer.fit()
     summary = json.loads((tmp_path / "run" / "train_summary.json").read_text())
     assert summary["precision"] == "float32" and summary["channels_last"] is True
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
     off = make_trainer(cfg.model_copy(update={"amp": False, "channels_last": False}), split, split, ["a", "b"],
                        tmp_path / "off", progress=False)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
     with off._autocast():
         assert off.model(x).dtype == torch.float32 and not off.channels_last
