@@ -18,9 +18,10 @@ from mavias.core.train.config import method_name
 from mavias.core.train.inference import predict
 from mavias.ops.audit.steps import Audit, biased_tags_reason, prepare
 from mavias.ops.export.parity import VerificationResult
-from mavias.ops.reporting import DiscoveryCounts, ReportContext, write_report
+from mavias.ops.reporting.context import DiscoveryCounts, ReportContext
 from mavias.ops.reporting.history import history_entry
 from mavias.ops.reporting.plots import bias_alignment, logit_summary
+from mavias.ops.reporting.render import write_report
 from mavias.utils.csvfile import write_csv
 
 NOISE_CAVEAT = "tags from random weights: noise"

@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from botocore.client import BaseClient
 
-from mavias.core.discovery import Workspace
-from mavias.core.train.decoded import DecodedStore
 from mavias.errors import UserError
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.incoming import MANIFEST_NAMES, MissingManifest
@@ -22,6 +21,10 @@ from mavias.ops.nightly.pull import pull_partition
 from mavias.ops.registry import ModelRegistry
 from mavias.ops.reporting.mail import Outbox
 from mavias.storage.s3 import check_name, make_s3_client, retry_transient, s3_uri
+
+if TYPE_CHECKING:  # both import torch: imported where used, since the DAG file imports this module at every parse
+    from mavias.core.discovery import Workspace
+    from mavias.core.train.decoded import DecodedStore
 
 NIGHT_FORMAT = "%Y%m%dT%H%M%S"
 CHECKPOINT_NAME = "model.pt"  # the main model's checkpoint in a version folder
@@ -43,11 +46,15 @@ class Layout:
 
     @property
     def discovery(self) -> Workspace:
+        from mavias.core.discovery import Workspace
+
         return Workspace(self.root / "discovery")
 
     @property
     def decoded(self) -> DecodedStore:
         """Decoded images, one file per partition (or evaluation version) and transform: decoded once."""
+        from mavias.core.train.decoded import DecodedStore
+
         return DecodedStore(self.root / "decoded", self.root, depth=2)
 
     def training(self, digest: str) -> Path:

@@ -24,7 +24,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from tenacity import Retrying, before_sleep_log, retry_if_exception, stop_after_attempt, wait_exponential
 
-from mavias.ops.reporting.render import EmailContent
 from mavias.utils.atomic import atomic_path
 
 log = logging.getLogger(__name__)
@@ -115,6 +114,14 @@ def send_message(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSet
     )
     retrying(_deliver, message, recipients, smtp)
     log.info("email %r sent via %s:%d to %d recipient(s)", message["Subject"], smtp.host, smtp.port, len(recipients))
+
+
+@dataclass(frozen=True)
+class EmailContent:
+    subject: str
+    html: str  # references its images as cid:<content id>
+    text: str
+    images: dict[str, bytes]  # content id (without <>) -> PNG
 
 
 def email_message(content: EmailContent, recipients: Sequence[str], from_addr: str) -> EmailMessage:

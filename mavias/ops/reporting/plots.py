@@ -28,7 +28,7 @@ def bias_alignment(labels: pd.Series, irrelevant_tags: pd.Series, biased_tags: p
     (an ordered categorical, conflicting first)."""
     per_class = biased_tags.groupby("class")["tag"].agg(frozenset).to_dict()
     aligned = [bool(per_class.get(label, frozenset()) & frozenset(() if tags is None else tags))
-               for label, tags in zip(labels, irrelevant_tags)]
+               for label, tags in zip(labels, irrelevant_tags, strict=True)]
     kinds = pd.Categorical([ALIGNED if a else CONFLICTING for a in aligned], categories=[CONFLICTING, ALIGNED],
                            ordered=True)
     return pd.Series(kinds, index=labels.index, name="bias_strength")

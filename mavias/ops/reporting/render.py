@@ -24,6 +24,7 @@ from mavias.core.judging.quality import ClassChanges
 from mavias.ops.gates import GateResult
 from mavias.ops.reporting.context import RelevanceChanges, ReportContext
 from mavias.ops.reporting.history import TOP_K, HistoryEntry, bias_drift
+from mavias.ops.reporting.mail import EmailContent
 from mavias.ops.reporting.plots import LOGIT_PLOT, TREND_PLOT, render_plots
 from mavias.ops.reporting.shortcut_view import class_shortcuts, shortcut_lines
 from mavias.utils.atomic import atomic_path
@@ -332,14 +333,6 @@ def _relevance_text(changes: RelevanceChanges | None) -> list[str]:
     if len(changes.classes) > CHANGED_CLASSES_SHOWN:
         lines.append(f"  … and {len(changes.classes) - CHANGED_CLASSES_SHOWN} more classes (see the HTML report)")
     return [*lines, f"  {changes.review_hint()}"]
-
-
-@dataclass(frozen=True)
-class EmailContent:
-    subject: str
-    html: str  # references its images as cid:<content id>
-    text: str
-    images: dict[str, bytes]  # content id (without <>) -> PNG
 
 
 def render_email(context: ReportContext) -> EmailContent:

@@ -15,13 +15,14 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from mavias.ops.reporting.mail import (
     MAX_DELIVERY_TRIES,
+    EmailContent,
     Outbox,
     SmtpSettings,
     build_message,
     email_message,
     send_message,
 )
-from mavias.ops.reporting.render import EmailContent, render_email
+from mavias.ops.reporting.render import render_email
 from mavias.utils.servers import free_port
 from tests.ops.reporting.test_report import fake_context
 
