@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ from pydantic import SecretStr
 from mavias.ops.registry import ModelRegistry
 from mavias.storage.s3 import S3Settings, make_s3_client
 from mavias.tools.demo.run import DemoData, make_demo_data, upload_manifest_folder
-from mavias.tools.demo.services import DAG_ID, airflow_environment, read_night, smtp_server
+from mavias.tools.demo.services import AIRFLOW_COMMAND, DAG_ID, airflow_environment, read_night, smtp_server
 from tests.support.s3server import create_bucket
 
 NIGHT_TIMEOUT_S = 480
@@ -89,7 +88,7 @@ class Deployment:
                     log_name: str | None = None) -> tuple[subprocess.Popen, Path]:
         log_path = self.root / "logs" / f"{log_name or day.isoformat()}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", "airflow", "dags", "test", DAG_ID, day.isoformat()]
+        args = [*AIRFLOW_COMMAND, "dags", "test", DAG_ID, day.isoformat()]
         if conf is not None:
             args += ["--conf", json.dumps(conf)]
         with log_path.open("w") as log:
