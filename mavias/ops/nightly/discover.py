@@ -90,8 +90,6 @@ def _weights_dir(cfg: NightlyConfig) -> str | None:
 
 def missing_model_weights(cfg: NightlyConfig) -> list[str]:
     """What keeps the configured OpenCLIP tagger or text encoder from loading offline on this worker."""
-    from mavias.core.encode.openclip import missing_weights  # open_clip only where it is used
-
     wanted = []
     if cfg.discovery.tagger == "openclip":
         settings = TaggerSettings(kind="openclip")
@@ -99,6 +97,10 @@ def missing_model_weights(cfg: NightlyConfig) -> list[str]:
     spec = parse_encoder_spec(cfg.training.encoder)
     if spec.kind == "openclip":
         wanted.append(("text encoder", spec.model, spec.pretrained))
+    if not wanted:
+        return []
+    from mavias.core.encode.openclip import missing_weights  # open_clip (seconds to import) only where it is used
+
     problems = [(what, missing_weights(model, pretrained, _weights_dir(cfg))) for what, model, pretrained in wanted]
     return [f"the {what}'s {problem}; put the weights in discovery.weights_dir" for what, problem in problems if problem]
 
