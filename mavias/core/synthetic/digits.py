@@ -33,7 +33,7 @@ from mavias.core.synthetic.synthetic_scenes import (
     TAGGING_SPLIT,
     emit_tags,
 )
-from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.atomic import sync_all, write_bytes, write_json
 
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 BACKGROUNDS = ("red", "blue", "yellow", "green", "purple", "orange", "cyan", "magenta", "brown", "black")
@@ -130,8 +130,7 @@ def _rows(out_dir: Path, split: str, cfg: DigitsConfig, tag_rng: np.random.Gener
                              [cfg.seed, SPLIT_NUMBERS[split], int(index)])
         png = encode_png(image)
         uri = f"images/{split}/{index:06d}.png"
-        with atomic_path(out_dir / uri) as tmp:
-            tmp.write_bytes(png)
+        write_bytes(out_dir / uri, png, sync=False)
         true_tags = (digit, RELEVANT_PART, colour, FONTS[plan["font"]], plan["size"])
         rows.append({
             "sample_id": content_sample_id(png), "uri": uri, "label": digit, "split": split,
@@ -155,4 +154,5 @@ def make_digits(out_dir: str | Path, cfg: DigitsConfig | None = None) -> Path:
         "shortcut_tags": dict(zip(DIGITS, BACKGROUNDS)), "vocabulary": vocabulary(),
         "group_key": f"label/{ATTR_PREFIX}bias_aligned",
     })
+    sync_all()  # the images, before the manifest that points at them
     return save_manifest(manifest, manifest_path)

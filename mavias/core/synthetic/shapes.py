@@ -46,7 +46,7 @@ from mavias.core.synthetic.synthetic_scenes import (
     TAGGING_SPLIT,
     emit_tags,
 )
-from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.atomic import sync_all, write_bytes, write_json
 
 Points = list[tuple[float, float]]
 
@@ -281,8 +281,7 @@ def _rows(out_dir: Path, split: str, cfg: ShapesConfig, tag_rng: np.random.Gener
                              [cfg.seed, SPLIT_NUMBERS[split], int(index)])
         png = encode_png(image)
         uri = f"images/{split}/{index:06d}.png"
-        with atomic_path(out_dir / uri) as tmp:
-            tmp.write_bytes(png)
+        write_bytes(out_dir / uri, png, sync=False)
         true_tags = (name, *SHAPES[name][1], colour, texture, plan["size"])
         rows.append({
             "sample_id": content_sample_id(png), "uri": uri, "label": name, "split": split,
@@ -310,4 +309,5 @@ def make_shapes(out_dir: str | Path, cfg: ShapesConfig | None = None) -> Path:
         "shortcut_tags": true_shortcut_tags(cfg), "vocabulary": vocabulary(cfg),
         "group_key": f"label/{ATTR_PREFIX}bias_aligned", "counts": counts,
     })
+    sync_all()  # the images, before the manifest that points at them
     return save_manifest(manifest, manifest_path)

@@ -26,7 +26,7 @@ from mavias.core.manifest import ATTR_PREFIX, content_sample_id, save_manifest
 from mavias.core.relevance import save_relevance
 from mavias.core.synthetic._sampling import balanced_labels, stratified_flags
 from mavias.core.synthetic.scene_drawing import RGB, SceneSpec, encode_png, render_scene
-from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.atomic import sync_all, write_bytes, write_json
 
 MANIFEST_NAME = "manifest.parquet"
 RELEVANCE_NAME = "relevance.parquet"
@@ -272,8 +272,7 @@ def tagging_samples(cfg: SyntheticScenesConfig, n: int, seed: int) -> tuple[list
 def _write_image(out_dir: Path, plan: PlannedImage, cfg: SyntheticScenesConfig) -> str:
     """Render, write atomically, return the sample id."""
     png = encode_png(render_scene(plan.scene(), cfg.image_size, (cfg.seed, SPLIT_NUMBERS[plan.split], plan.index)))
-    with atomic_path(out_dir / plan.uri) as tmp:
-        tmp.write_bytes(png)
+    write_bytes(out_dir / plan.uri, png, sync=False)
     return content_sample_id(png)
 
 
@@ -345,4 +344,5 @@ def make_synthetic_scenes(out_dir: str | Path, cfg: SyntheticScenesConfig | None
     manifest = pd.DataFrame(_manifest_rows(out_dir, plans, cfg))
     save_relevance(ground_truth_relevance(cfg.classes), out_dir / RELEVANCE_NAME)
     write_json(out_dir / INFO_NAME, _benchmark_info(cfg, manifest))
+    sync_all()  # the images, before the manifest that points at them
     return save_manifest(manifest, manifest_path)

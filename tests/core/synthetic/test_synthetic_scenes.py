@@ -1,5 +1,6 @@
 import itertools
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -54,6 +55,16 @@ def test_same_seed_gives_identical_files_and_another_seed_differs(tmp_path):
     assert _image_bytes(first) == _image_bytes(again)
     assert set(_image_bytes(first).values()).isdisjoint(_image_bytes(other).values())
     assert not pd.read_parquet(first).equals(pd.read_parquet(other))
+
+
+def test_images_are_made_durable_by_one_sync_before_the_manifest_not_an_fsync_each(tmp_path, monkeypatch):
+    fsyncs, manifest_at_sync = [], []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "sync", lambda: manifest_at_sync.append((tmp_path / "manifest.parquet").exists()))
+    manifest = load_manifest(make_synthetic_scenes(tmp_path, _tiny(3)))
+    assert manifest_at_sync == [False]
+    assert len(fsyncs) <= 6 < len(manifest)  # the relevance table, benchmark.json and the manifest, with folders
 
 
 def test_manifest_loads_with_the_contract_columns(manifest):
