@@ -336,10 +336,10 @@ def upload_dir(
 
 
 def download_file(client: BaseClient, settings: S3Settings, key: str, path: str | Path, *,
-                  etag: str | None = None) -> Path:
+                  etag: str | None = None, sync: bool = True) -> Path:
     """Download one object to ``path`` atomically: readers never see a partial file. With ``etag``, an object that
-    changed since it was listed is refused (412)."""
-    _fetch(client, settings, key, Path(path), etag)
+    changed since it was listed is refused (412); ``sync=False`` leaves it to :func:`mavias.utils.atomic.sync_all`."""
+    _fetch(client, settings, key, Path(path), etag, sync)
     return Path(path)
 
 
@@ -351,10 +351,11 @@ def download_file(client: BaseClient, settings: S3Settings, key: str, path: str 
     before_sleep=before_sleep_log(log, logging.WARNING),
     reraise=True,
 )
-def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag: str | None = None) -> None:
+def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag: str | None = None,
+           sync: bool = True) -> None:
     """Stream ``key`` into ``path``; with ``etag``, an object that changed since it was listed is refused (412)."""
     response = client.get_object(Bucket=settings.bucket, Key=key, **({"IfMatch": etag} if etag else {}))
-    with atomic_path(path) as tmp:
+    with atomic_path(path, sync=sync) as tmp:
         with tmp.open("wb") as fh:
             for chunk in response["Body"].iter_chunks(1 << 20):
                 fh.write(chunk)

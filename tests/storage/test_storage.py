@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -12,8 +13,9 @@ from botocore.exceptions import ClientError
 from pydantic import SecretStr, ValidationError
 
 from mavias.core.manifest import ManifestError
+from mavias.ops.nightly import pull
 from mavias.ops.nightly.incoming import ProcessedLedger, list_partitions
-from mavias.ops.nightly.pull import pull_partition
+from mavias.ops.nightly.pull import PULL_JOURNAL, pull_partition
 from mavias.storage.s3 import S3Settings, StorageDeadline, load_settings, make_s3_client
 from tests.support.s3server import (  # noqa: F401 - fixtures
     faulty_proxy,
@@ -131,6 +133,22 @@ def test_a_pull_cut_off_part_way_resumes_with_the_files_it_lacks(s3_client, s3_s
     seen = faulty_proxy.requests_seen
     pull_partition(make_s3_client(proxied), proxied, "big", tmp_path)
     assert faulty_proxy.requests_seen - seen == 2  # complete: only the listings (the manifest's, then the files')
+
+
+def test_a_pull_journals_its_files_only_after_one_sync_per_batch_made_them_durable(s3_client, s3_settings, tmp_path,
+                                                                                    monkeypatch):
+    manifest = seed_partition(s3_client, s3_settings, "batched", ["cat", "dog"] * 5)
+    monkeypatch.setattr(pull, "JOURNAL_BATCH", 4)
+    journal, fsyncs, at_sync = tmp_path / PULL_JOURNAL, [], []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "sync", lambda: at_sync.append(
+        (len(journal.read_text().splitlines()) if journal.exists() else 0, len(list(tmp_path.rglob("*.png"))))))
+    pull_partition(s3_client, s3_settings, "batched", tmp_path)
+    assert len(list(tmp_path.rglob("*.png"))) == len(manifest)
+    assert len(at_sync) == 3  # the manifest and ten images: batches of 4, 4 and the last 3
+    assert all(journaled < landed for journaled, landed in at_sync)  # each sync covers files not journaled yet
+    assert len(fsyncs) <= 2 and not journal.exists()  # only the completed pull's ETags file (and its folder)
 
 
 @pytest.mark.slow

@@ -30,13 +30,14 @@ from mavias.ops.nightly.incoming import (
     partition_prefix,
 )
 from mavias.storage.s3 import RemoteObject, S3Settings, download_file, list_objects, run_parallel, s3_uri
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import sync_all, write_json
 
 log = logging.getLogger(__name__)
 
 PULLED_ETAGS = ".pulled-etags.json"
 PULL_JOURNAL = ".pulled-etags.jsonl"
 VALIDATED_ETAGS = ".validated-etags.json"
+JOURNAL_BATCH = 256
 
 
 class PartitionChanged(UserError):
@@ -94,11 +95,15 @@ def pin_validated(local_dir: str | Path, pins: Mapping[str, str] | None = None) 
 
 class _PullJournal:
     """What a pull has downloaded so far: the last complete pull's ETags plus a line per file landed since, so that
-    a pull cut off part-way (a deadline, a crash) resumes with the files it still lacks."""
+    a pull cut off part-way (a deadline, a crash) resumes with the files it still lacks.
+
+    Files land without an fsync each; every ``JOURNAL_BATCH`` of them one sync makes them durable and only then are
+    they journaled (also when the pull is cut off by an error), so a journaled file is always on disk."""
 
     def __init__(self, folder: Path):
         self.done, self.journal = folder / PULLED_ETAGS, folder / PULL_JOURNAL
         self._lock = threading.Lock()
+        self._landed: list[str] = []  # journal lines of files not yet made durable
 
     def load(self) -> dict[str, str]:
         pulled = _read_etags(self.done) or {}
@@ -112,10 +117,24 @@ class _PullJournal:
         return pulled
 
     def record(self, name: str, etag: str) -> None:
-        with self._lock, self.journal.open("a") as journal:
-            journal.write(json.dumps({"name": name, "etag": etag}) + "\n")
+        with self._lock:
+            self._landed.append(json.dumps({"name": name, "etag": etag}) + "\n")
+            if len(self._landed) >= JOURNAL_BATCH:
+                self._commit()
+
+    def commit(self) -> None:
+        with self._lock:
+            self._commit()
+
+    def _commit(self) -> None:
+        if self._landed:
+            sync_all()
+            with self.journal.open("a") as journal:
+                journal.writelines(self._landed)
+            self._landed.clear()
 
     def finish(self, etags: Mapping[str, str]) -> None:
+        self.commit()
         write_json(self.done, dict(etags))
         self.journal.unlink(missing_ok=True)
 
@@ -171,7 +190,7 @@ class _Pull:
     def _fetch(self, job: tuple[str, str]) -> None:
         name, etag = job
         download_file(self.client, self.settings, partition_prefix(self.settings, self.partition) + name,
-                      self.local / name, etag=etag)
+                      self.local / name, etag=etag, sync=False)
         self.journal.record(name, etag)
 
     def _listed(self, wanted: set[str]) -> Iterator[tuple[str, RemoteObject | None]]:
@@ -212,7 +231,10 @@ class _Pull:
         new = sum(1 for name in wanted if name not in self.pulled)  # the progress bar's estimate of the downloads
 
         jobs = (job for name, obj in self._listed(wanted) for job in self._plan(name, obj))
-        run_parallel(self._fetch, jobs, self.settings.max_workers, desc=f"pull {self.partition}", total=new)
+        try:
+            run_parallel(self._fetch, jobs, self.settings.max_workers, desc=f"pull {self.partition}", total=new)
+        finally:
+            self.journal.commit()  # what landed is kept for the next pull, also when this one is cut off
         if self.missing:
             log.warning("partition %s: %d referenced file(s) missing, e.g. %s", self.partition, len(self.missing),
                         sorted(self.missing)[:3])
