@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from tenacity import Retrying, before_sleep_log, retry_if_exception, stop_after_attempt, wait_exponential
 
-from mavias.utils.atomic import atomic_path
+from mavias.utils.atomic import write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +156,7 @@ class Outbox:
         self.dead_folder = self.folder / "dead"
 
     def put(self, name: str, message: EmailMessage) -> Path:
-        path = self.folder / f"{name}.eml"
-        with atomic_path(path) as tmp:
-            tmp.write_bytes(message.as_bytes(policy=policy.SMTP))
-        return path
+        return write_bytes(self.folder / f"{name}.eml", message.as_bytes(policy=policy.SMTP))
 
     def pending(self) -> list[str]:
         return sorted(p.stem for p in self.folder.glob("*.eml"))

@@ -27,7 +27,7 @@ from mavias.ops.reporting.history import TOP_K, HistoryEntry, bias_drift
 from mavias.ops.reporting.mail import EmailContent
 from mavias.ops.reporting.plots import LOGIT_PLOT, TREND_PLOT, render_plots
 from mavias.ops.reporting.shortcut_view import class_shortcuts, shortcut_lines
-from mavias.utils.atomic import atomic_path
+from mavias.utils.atomic import atomic_path, write_bytes
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
 CHANGED_TAGS_SHOWN = 12  # per list and class; the rest is counted ("… and N more")
@@ -348,8 +348,7 @@ def write_report(out_dir: str | Path, context: ReportContext) -> Path:
     out_dir = Path(out_dir)
     plots = render_plots(context)
     for name, png in plots.items():
-        with atomic_path(out_dir / name) as tmp:
-            tmp.write_bytes(png)
+        write_bytes(out_dir / name, png)
     html_path = out_dir / "report.html"
     with atomic_path(html_path) as tmp:
         tmp.write_text(render_report(context, {name: data_uri(png) for name, png in plots.items()}), encoding="utf-8")
