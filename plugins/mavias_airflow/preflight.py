@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from mavias.core.judging.llm import API_KEY_ENV, key_may_travel
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import s3_client
+from mavias.ops.nightly.weights import missing_model_weights
 from mavias.storage.conditional import conditional_write_problem
 from mavias.storage.s3 import retry_transient, storage_user_error
 
@@ -98,8 +99,6 @@ def store_problem(cfg: NightlyConfig) -> str | None:
 
 def preflight_problems(cfg: NightlyConfig) -> list[str]:
     """What is missing for tonight's run; an empty list when it can start."""
-    from mavias.ops.nightly.discover import missing_model_weights  # torch: not at the DAG file's parse
-
     problems = []
     if cfg.report.recipients and not _connection_exists(cfg.airflow.smtp_conn_id):
         problems.append(f"connection {cfg.airflow.smtp_conn_id!r} (SMTP) is missing but the report has recipients: "

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from mavias.core.discovery import discover_partition
-from mavias.core.encode import TextEncoder, make_encoder, parse_encoder_spec
+from mavias.core.encode import TextEncoder, make_encoder
 from mavias.core.judging.base import RelevanceJudge
 from mavias.core.judging.factory import make_judge
 from mavias.core.judging.guards import RequestBudget
@@ -30,6 +30,7 @@ from mavias.core.tagging.run import TagsStore, missing_shards, tag_partition
 from mavias.ops.nightly.artifacts import Discovered, Tagged, TagJob, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_client
+from mavias.ops.nightly.weights import weights_dir
 from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)
@@ -76,33 +77,12 @@ def make_tagger(cfg: NightlyConfig) -> Tagger:
     if ":" in cfg.discovery.tagger:  # a custom tagger: "package.module:factory"
         module, factory = cfg.discovery.tagger.split(":")
         return getattr(importlib.import_module(module), factory)()
-    return tagger_from_settings(TaggerSettings(kind=cfg.discovery.tagger, weights_dir=_weights_dir(cfg)))
+    return tagger_from_settings(TaggerSettings(kind=cfg.discovery.tagger, weights_dir=weights_dir(cfg)))
 
 
 def make_text_encoder(cfg: NightlyConfig) -> TextEncoder:
     """The training config's ``encoder`` (as for ``mavias train``): one setting for discovery and training."""
-    return make_encoder(cfg.training.encoder, weights_dir=_weights_dir(cfg))
-
-
-def _weights_dir(cfg: NightlyConfig) -> str | None:
-    return None if cfg.discovery.weights_dir is None else str(cfg.discovery.weights_dir)
-
-
-def missing_model_weights(cfg: NightlyConfig) -> list[str]:
-    """What keeps the configured OpenCLIP tagger or text encoder from loading offline on this worker."""
-    wanted = []
-    if cfg.discovery.tagger == "openclip":
-        settings = TaggerSettings(kind="openclip")
-        wanted.append(("tagger", settings.model, settings.pretrained))
-    spec = parse_encoder_spec(cfg.training.encoder)
-    if spec.kind == "openclip":
-        wanted.append(("text encoder", spec.model, spec.pretrained))
-    if not wanted:
-        return []
-    from mavias.core.encode.openclip import missing_weights  # open_clip (seconds to import) only where it is used
-
-    problems = [(what, missing_weights(model, pretrained, _weights_dir(cfg))) for what, model, pretrained in wanted]
-    return [f"the {what}'s {problem}; put the weights in discovery.weights_dir" for what, problem in problems if problem]
+    return make_encoder(cfg.training.encoder, weights_dir=weights_dir(cfg))
 
 
 def tag_shard(cfg: NightlyConfig, job: TagJob) -> Tagged:

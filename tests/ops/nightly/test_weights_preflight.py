@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from mavias.ops.nightly.config import load_nightly_config
-from mavias.ops.nightly.discover import missing_model_weights
+from mavias.ops.nightly.weights import missing_model_weights
 
 
 def _config(tmp_path, tagger: str, encoder: str):
@@ -34,11 +34,11 @@ def test_weights_that_are_there_and_the_offline_defaults_need_nothing(tmp_path):
     assert missing_model_weights(_config(tmp_path, "manifest", "minilm")) == []
 
 
-def test_a_night_without_openclip_models_does_not_import_open_clip(tmp_path):
+def test_a_night_without_openclip_models_imports_neither_open_clip_nor_torch(tmp_path):
     probe = ("import sys; from tests.ops.nightly.test_weights_preflight import _config; "
-             "from mavias.ops.nightly.discover import missing_model_weights; from pathlib import Path; "
+             "from mavias.ops.nightly.weights import missing_model_weights; from pathlib import Path; "
              "assert missing_model_weights(_config(Path(sys.argv[1]), 'manifest', 'minilm')) == []; "
-             "print('open_clip' in sys.modules)")
+             "print('open_clip' in sys.modules, 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).parents[3])
-    assert done.stdout.strip() == "False", done.stderr[-2000:]
+    assert done.stdout.strip() == "False False", done.stderr[-2000:]
