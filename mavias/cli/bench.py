@@ -77,6 +77,9 @@ def core(
     compute: Annotated[float | None, typer.Option(
         help="every tuned method's length as this multiple of the recipe's steps (equal compute); default: each "
              "method's own (MAVias 3x)", min=0.1)] = None,
+    share: Annotated[float, typer.Option(
+        help="share of each benchmark's training and validation images (the test split stays whole); 0.5 fits one "
+             "benchmark's whole comparison in an hour on two cores", min=0.01, max=1.0)] = 1.0,
 ) -> None:
     """Every method (ERM, JTT, LfF, SD, FLAC-B, DebiAN, MAVias as published, MAVias-PoE and its cross-fitted
     MAVias-PoE-CF, GroupDRO oracle) tuned with
@@ -87,7 +90,7 @@ def core(
     sources = discovery_sources(tags=tags, relevance=relevance, leak=leak, tagger_quality=tagger_quality)
     report = run_core_bench(work, seeds=seeds, trials=trials, benchmarks=benchmark, methods=method,
                             json_path=json_out, workers=workers, progress=True, moons=moons, sources=sources,
-                            compute=compute)
+                            compute=compute, share=share)
     for name, result in report["benchmarks"].items():
         label = "held out" if result["held_out"] else "seen while choosing defaults"
         print_core_table(f"{name} ({label}; test, %)", result["summary"], IMAGE_COLUMNS)

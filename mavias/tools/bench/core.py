@@ -77,17 +77,16 @@ def _metrics(data: PreparedData, bench: ImageBenchmark, checkpoint: Path, refere
 
 
 def _root(work: Path, bench: ImageBenchmark, sources: Sources) -> Path:
-    return work / bench.name / sources.slug
+    return work / bench.slug / sources.slug
 
 
 def _reference_dir(work: Path, bench: ImageBenchmark, seed: int, sources: Sources) -> Path:
     return _root(work, bench, sources) / f"seed{seed}" / "reference"
 
 
-def reference_job(work: Path, bench_name: str, seed: int, threads: int, sources: Sources) -> list[dict]:
+def reference_job(work: Path, bench: ImageBenchmark, seed: int, threads: int, sources: Sources) -> list[dict]:
     """Train (or resume) one seed's ERM reference; its own outcomes as "ERM (CLI defaults)"."""
     torch.set_num_threads(threads)
-    bench = choose([bench_name])[0]
     data, _ = prepare(work, bench, sources)
     reference = train_reference(data, default_config("erm", seed), _reference_dir(work, bench, seed, sources),
                                 progress=False, keep_epochs=True)
@@ -95,12 +94,11 @@ def reference_job(work: Path, bench_name: str, seed: int, threads: int, sources:
                            _metrics(data, bench, reference.checkpoint, reference)))]
 
 
-def method_job(work: Path, bench_name: str, method: str, seeds: int, trials: int, threads: int,
+def method_job(work: Path, bench: ImageBenchmark, method: str, seeds: int, trials: int, threads: int,
                sources: Sources, compute: float | None = None) -> dict:
     """Tune one method on seed 0 (``trials`` 0: no search, its CLI defaults), train its choice on the other seeds;
     every seed's test metrics and training lengths."""
     torch.set_num_threads(threads)
-    bench = choose([bench_name])[0]
     data, _ = prepare(work, bench, sources)
     references = {seed: load_reference(_reference_dir(work, bench, seed, sources), data) for seed in range(seeds)}
     root = _root(work, bench, sources) / (method.lower().replace(" ", "-").replace("(", "").replace(")", "")
@@ -209,26 +207,27 @@ def choose_methods(names: list[str] | None) -> list[str]:
 def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, benchmarks: list[str] | None = None,
                    methods: list[str] | None = None, json_path: Path | None = None, workers: int = 2,
                    progress: bool = False, moons: bool = True, sources: Sources = Sources(),
-                   compute: float | None = None) -> dict:
+                   compute: float | None = None, share: float = 1.0) -> dict:
     """The bench; ``compute`` gives every tuned method the same length (a multiple of the recipe's steps), else
-    each trains its own default length."""
+    each trains its own default length; ``share`` of each benchmark's training and validation images."""
     if 0 < trials < MIN_TRIALS:
         raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
                         f"--trials 0 (no search) or {MIN_TRIALS} or more")
     start = time.perf_counter()
-    chosen, tuned_methods = choose(benchmarks), choose_methods(methods)
+    chosen, tuned_methods = choose(benchmarks, share), choose_methods(methods)
     threads = max(1, (torch.get_num_threads() or 1) // workers)
     steps = StepProgress(len(chosen) * (seeds + len(tuned_methods)), desc="bench core", unit="job", enabled=progress)
     report: dict = {"seeds": seeds, "tune_trials": trials, "workers": workers, "benchmarks": {},
-                    "compute": f"{compute:g} x the recipe's steps, every method" if compute else "each method's own"}
+                    "compute": f"{compute:g} x the recipe's steps, every method" if compute else "each method's own",
+                    "share": share}
     for bench in chosen:  # prepared once here, so the workers only read the generated images and embeddings
         prepare(work, bench, sources)
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         references = _run_jobs(pool, [(f"{b.name} seed {s}: ERM reference", reference_job,
-                                       (work, b.name, s, threads, sources))
+                                       (work, b, s, threads, sources))
                                       for b in chosen for s in range(seeds)], steps)
         methods = _run_jobs(pool, [(f"{b.name}: {m} (tune {trials}, {seeds} seeds)", method_job,
-                                    (work, b.name, m, seeds, trials, threads, sources, compute))
+                                    (work, b, m, seeds, trials, threads, sources, compute))
                                    for b in chosen for m in tuned_methods], steps)
     steps.close()
     for bench in chosen:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -45,6 +45,12 @@ class ImageBenchmark:
     make: Callable[[Path, BaseModel], Path]  # make(data_dir, config) -> manifest path
     true_shortcuts: Callable[[Path], dict[str, set[str]]]  # class -> its true shortcut tags (data_dir)
     held_out: bool = False
+    share: float = 1.0  # of the generator's training and validation images
+
+    @property
+    def slug(self) -> str:
+        """Its folder in a bench's work folder: the name, and the share of images when not whole."""
+        return self.name if self.share == 1 else f"{self.name}-share{self.share:g}"
 
     @property
     def attrs(self) -> list[str]:
@@ -76,12 +82,25 @@ SUITE: list[ImageBenchmark] = [
 ]
 
 
-def choose(names: list[str] | None) -> list[ImageBenchmark]:
-    """The suite's benchmarks by name (all when ``names`` is empty); an unknown name is a one-line error."""
+def choose(names: list[str] | None, share: float = 1.0) -> list[ImageBenchmark]:
+    """The suite's benchmarks by name (all when ``names`` is empty), each with ``share`` of its training and
+    validation images; an unknown name is a one-line error."""
     known = [b.name for b in SUITE]
     if unknown := sorted(set(names or []) - set(known)):
         raise UserError(f"unknown benchmark {', '.join(map(repr, unknown))}; use --benchmark {' or '.join(known)}")
-    return [b for b in SUITE if not names or b.name in names]
+    return [at_share(b, share) for b in SUITE if not names or b.name in names]
+
+
+def at_share(bench: ImageBenchmark, share: float) -> ImageBenchmark:
+    """``bench`` with ``share`` of its training and validation images, a smaller and faster comparison; the test split
+    stays whole, so its figures keep their resolution, and the tagger's images are the same."""
+    if not 0 < share <= 1:
+        raise UserError(f"a share of {share:g} of the images is not one; give a share in (0, 1], e.g. --share 0.5")
+    if share == 1:
+        return bench
+    cfg = bench.config
+    smaller = {split: max(1, round(getattr(cfg, split) * share)) for split in ("n_train", "n_val")}
+    return replace(bench, config=cfg.model_copy(update=smaller), share=share)
 
 
 def data_dir(work: Path, bench: ImageBenchmark) -> Path:
