@@ -93,7 +93,8 @@ def core(
                             compute=compute, share=share)
     for name, result in report["benchmarks"].items():
         label = "held out" if result["held_out"] else "seen while choosing defaults"
-        print_core_table(f"{name} ({label}; test, %)", result["summary"], IMAGE_COLUMNS)
+        size = f"; {share:g} of its training and validation images" if share < 1 else ""
+        print_core_table(f"{name} ({label}{size}; test, %)", result["summary"], IMAGE_COLUMNS)
         console.print({"floors": result["floors"]["met"],
                        "MAVias - peer WG": result["floors"].get("mavias_minus_peer_wg"),
                        "tuned": {m: t["best_params"] for m, t in result["tuning"].items()}})
