@@ -78,8 +78,9 @@ def core(
         help="every tuned method's length as this multiple of the recipe's steps (equal compute); default: each "
              "method's own (MAVias 3x)", min=0.1)] = None,
     share: Annotated[float, typer.Option(
-        help="share of each benchmark's training and validation images (the test split stays whole); 0.5 fits one "
-             "benchmark's whole comparison in an hour on two cores", min=0.01, max=1.0)] = 1.0,
+        help="share of each benchmark's training and validation images (the test split stays whole): a quicker, "
+             "coarser bench; 0.5 ran one benchmark's whole comparison in 33 min on two cores and kept MAVias's "
+             "verdicts against the peers, not the peers' order (BENCHMARKS.md)", min=0.01, max=1.0)] = 1.0,
 ) -> None:
     """Every method (ERM, JTT, LfF, SD, FLAC-B, DebiAN, MAVias as published, MAVias-PoE and its cross-fitted
     MAVias-PoE-CF, GroupDRO oracle) tuned with
