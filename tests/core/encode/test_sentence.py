@@ -12,3 +12,13 @@ def test_encoders_of_one_model_share_its_weights_and_agree(minilm_encoder):
     assert other._model is minilm_encoder._model
     prompts = ["a photo of sea, wave", "a photo of road", "a photo of forest, tree, foliage"]
     np.testing.assert_allclose(other.encode(prompts), minilm_encoder.encode(prompts), atol=1e-5)
+
+
+def test_bfloat16_encoding_stays_within_1e_4_cosine_of_float32(minilm_encoder, monkeypatch):
+    prompts = ["a photo of sea, wave, sand, daylight", "a photo of road", "a photo of forest, tree, foliage, dusk"]
+    monkeypatch.setattr(minilm_encoder, "_bfloat16", False)
+    exact = minilm_encoder.encode(prompts)
+    monkeypatch.setattr(minilm_encoder, "_bfloat16", True)
+    fast = minilm_encoder.encode(prompts)
+    assert not np.array_equal(fast, exact)  # it did compute in bfloat16
+    assert (fast * exact).sum(axis=1).min() > 1 - 1e-4
