@@ -130,6 +130,8 @@ def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_st
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
         load_if_exists=True,
     )
+    if study.trials:  # resumed: a sampler seeded as the first process's was would draw its random settings again
+        study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials), n_startup_trials=n_startup)
     if requeue_stale:
         for stale in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
             study.tell(stale.number, state=optuna.trial.TrialState.FAIL)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -82,6 +83,24 @@ def test_a_small_budget_still_gets_guided_trials(tmp_path):
     assert [startup_trials(n) for n in (2, 6, 12, 40)] == [2, 3, 6, 10]
     study = open_study(tmp_path, n_startup=startup_trials(6))
     assert study.sampler._n_startup_trials == 3  # TPE models the results from the 4th trial on
+
+
+def test_a_resumed_search_draws_new_settings(tmp_path):
+    from mavias.core.tune.search import open_study
+
+    def draw(study):
+        trial = study.ask()
+        value = trial.suggest_float("lr", 1e-3, 1.0, log=True)
+        study.tell(trial, value)
+        return value
+
+    first = open_study(tmp_path / "a", seed=3)
+    before = [draw(first) for _ in range(2)]
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    # the search process was stopped and started again: its next draws are new, and the same for the same history
+    after = [[draw(open_study(tmp_path / copy, seed=3)) for _ in range(2)] for copy in ("a", "b")]
+    assert not set(before) & set(after[0])
+    assert after[0] == after[1]
 
 
 def test_a_slow_starting_trial_is_not_pruned_in_the_first_half(tmp_path):
