@@ -115,6 +115,10 @@ def pruning_warmup(epochs: int) -> int:
     return max(1, epochs // 2)
 
 
+def _sampler(seed: int, n_startup: int) -> optuna.samplers.TPESampler:
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
+
+
 def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_startup: int = 10,
                prune_after: int = 2) -> optuna.Study:
     """Create or reopen the study in ``out_dir``; with ``requeue_stale`` (one search process at a time) trials left
@@ -126,12 +130,12 @@ def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_st
         study_name=STUDY_NAME,
         storage=f"sqlite:///{out_dir / STORAGE_FILE}",
         direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup),
+        sampler=_sampler(seed, n_startup),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
         load_if_exists=True,
     )
     if study.trials:  # resumed: a sampler seeded as the first process's was would draw its random settings again
-        study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials), n_startup_trials=n_startup)
+        study.sampler = _sampler(seed + len(study.trials), n_startup)
     if requeue_stale:
         for stale in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
             study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
