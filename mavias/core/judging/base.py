@@ -45,6 +45,14 @@ class RelevanceJudge(Protocol):
         """The RELEVANT subset of ``tags`` for ``class_name``."""
 
 
+@runtime_checkable
+class ReadsClassSet(Protocol):
+    """A judge that reads class names together: "star" among "circle" and "square" is a figure, not the sun."""
+
+    def read_classes(self, class_names: list[str]) -> None:
+        """Every class of the dataset, given before its first class is judged."""
+
+
 def batches(tags: list[str], size: int = BATCH_SIZE) -> Iterator[list[str]]:
     """Consecutive chunks of at most ``size`` tags."""
     if size < 1:

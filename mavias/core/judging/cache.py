@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
-from mavias.core.judging.base import BATCH_SIZE, RelevanceJudge, batches
+from mavias.core.judging.base import BATCH_SIZE, ReadsClassSet, RelevanceJudge, batches
 from mavias.core.judging.guarded import decide_batch
 from mavias.core.judging.review import REVIEW_SOURCE, ReviewedDecisions
 from mavias.core.relevance import RELEVANCE_COLUMNS, validate_relevance
@@ -168,7 +168,10 @@ def decide_all(
     on_batch: Callable[[int], None] | None = None,
     tally: DecisionTally | None = None,
 ) -> pd.DataFrame:
-    """:func:`decide` for every class, in sorted class order, as one relevance table."""
+    """:func:`decide` for every class, in sorted class order, as one relevance table; a judge that reads classes
+    together is given them all first."""
+    if isinstance(judge, ReadsClassSet):
+        judge.read_classes(sorted(tags_by_class))
     tables = [
         decide(judge, name, tags_by_class[name], cache, review, batch_size=batch_size, on_batch=on_batch, tally=tally)
         for name in sorted(tags_by_class)

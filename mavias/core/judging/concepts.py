@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 
 from nltk.corpus.reader.wordnet import ADJ, NOUN, VERB, Synset, WordNetCorpusReader
 
+from mavias.core.judging.readings import FIGURES, ClassSetReading, read_class_set
+
 # Concrete categories: only senses in these lexicographer files can be kinds or parts of a visual class.
 PHYSICAL_LEXNAMES = frozenset(
     {"noun.Tops", "noun.animal", "noun.artifact", "noun.body", "noun.food", "noun.object", "noun.person",
@@ -63,6 +65,7 @@ class ClassConcept:
     heads: frozenset[str] = frozenset()  # names of the class's noun ("hair" of "red hair")
     attributes: frozenset[str] = frozenset()  # what a defining modifier is a value of ("colour" for "red")
     taxa: frozenset[Synset] = frozenset()  # taxonomic ancestors of a living thing ("aquatic bird", "animal")
+    figure: bool = False  # a figure, or a class of a set read as figures: its outline is the class
 
 
 def normalize_tag(tag: str) -> str:
@@ -157,6 +160,14 @@ class ConceptBuilder:
         self._concepts: dict[str, ClassConcept] = {}
         self._all_verbs: list[Synset] | None = None
         self._broader_cache: dict[Synset, list[Synset]] = {}
+        self.reading = ClassSetReading()
+
+    def read_classes(self, names: list[str]) -> None:
+        """Read every class of the dataset together from now on (:mod:`mavias.core.judging.readings`)."""
+        reading = read_class_set(self._wn, sorted({normalize_tag(n) for n in names}), PHYSICAL_LEXNAMES)
+        if reading != self.reading:
+            self.reading = reading
+            self._concepts.clear()
 
     def build(self, class_name: str) -> ClassConcept:
         name = normalize_tag(class_name)
@@ -196,6 +207,7 @@ class ConceptBuilder:
             heads=heads,
             attributes=frozenset(self._attributes(modifiers) if forms else ()),
             taxa=taxa,
+            figure=synset.lexname() == FIGURES or (self.reading.figures and name in self.reading.names),
         )
         named = [a for a in ancestors if self.is_name_of_class(concept, a)]
         ancestor_names = {variant for a in named for n in _names(a) for variant in self._spellings(n)}
@@ -334,7 +346,10 @@ class ConceptBuilder:
         return self._all_verbs
 
     def _class_synset(self, name: str) -> tuple[Synset | None, list[str]]:
-        """The most frequent noun sense of the name, else of its head ("urban car" -> car, "landbird" -> bird)."""
+        """The name's sense in its class set's reading, else its most frequent noun sense, else its head's ("urban
+        car" -> car, "landbird" -> bird)."""
+        if name in self.reading.senses:
+            return self.reading.senses[name], []
         words = name.split()
         for start in range(len(words)):
             senses = self._wn.synsets(_lemma_key(" ".join(words[start:])), NOUN)

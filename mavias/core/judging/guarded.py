@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from mavias.core.judging.base import JudgeError, JudgeStats, RelevanceJudge
+from mavias.core.judging.base import JudgeError, JudgeStats, ReadsClassSet, RelevanceJudge
 from mavias.core.judging.guards import implausible, unsafe_tag_reason
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,11 @@ class GuardedJudge:
     @property
     def stats(self) -> JudgeStats:
         return self.primary.stats
+
+    def read_classes(self, class_names: list[str]) -> None:
+        """The offline judge standing in reads the classes together; the LLM sees each class as the paper asks."""
+        if isinstance(self.fallback, ReadsClassSet):
+            self.fallback.read_classes(class_names)
 
     def judge(self, class_name: str, tags: list[str]) -> set[str]:
         return {tag for part in self.decide_batch(class_name, tags) for tag in part.relevant}

@@ -18,7 +18,10 @@ a class when WordNet says it
   music), or an action: a verb derived from a name of the class ("wader" -> "wade"), whose definition names it
   ("drive: operate a vehicle"), whose usage example has it as the subject ("The birds perched"), or a participle
   before a gloss's head ("wading and swimming and diving birds");
-- or is a word for having the class ("redhead: someone who has red hair", "bespectacled", "red-haired").
+- or is a word for having the class ("redhead: someone who has red hair", "bespectacled", "red-haired");
+- or, for a figure (or a class of a set read as figures, :mod:`mavias.core.judging.readings`), names a part of an
+  outline ("corner", "edge", "tip"), since a figure is its outline; or is the written sign of the class or of an
+  ancestor naming it ("numeral: a symbol used to represent a number" for "seven").
 
 A class "<adjective> <noun>" ("blond hair") is that noun with its defining property: the adjective's spellings
 ("blonde"), shades named after it ("platinum blonde") or by it ("auburn: (of hair) ... reddish-brown") and the
@@ -65,9 +68,13 @@ from mavias.core.judging.concepts import (
 )
 from mavias.core.judging.wordnet import load_wordnet
 
-JUDGE_VERSION = "offline-v4"
+JUDGE_VERSION = "offline-v5"
 ANIMATE_LEXNAMES = frozenset({"noun.animal", "noun.body"})  # animals and their body parts
 MAX_PART_CHAIN = 3  # part-of links from a tag to the class ("eye" -> "face" -> "human"), one less to a near-synonym
+# What an outline has: its points and corners, ends and edges, boundary lines, sides and projections ("arm", "lobe").
+OUTLINE_LEXNAMES = frozenset({"noun.shape", "noun.location"})  # or a projection ("arm" of a cross)
+OUTLINE_PARTS = ("point.n.02", "extremity.n.04", "boundary.n.02", "subfigure.n.01", "projection.n.04")
+SYMBOL_OF = re.compile(r"\bsymbols?\b[^;]*?\brepresent\w*\s+(?:an? |the )?([a-z]+)")  # "numeral: a symbol used to ...
 
 
 def _is_member_or_substance_of(synset: Synset, whole: Synset) -> bool:
@@ -96,11 +103,16 @@ class OfflineJudge:
     @property
     def judge_id(self) -> str:
         encoder_id = self._encoder.encoder_id if self._encoder else f"sentence-transformers:{DEFAULT_MODEL}"
-        return f"{OFFLINE_SOURCE}wordnet-3.0+{encoder_id}"
+        reading = self._builder.reading.domain
+        return f"{OFFLINE_SOURCE}wordnet-3.0+{encoder_id}" + (f"+read-as-{reading}" if reading else "")
 
     @property
     def prompt_version(self) -> str:
         return JUDGE_VERSION
+
+    def read_classes(self, class_names: list[str]) -> None:
+        """Every class of the dataset, so each name is read as its fellow classes are (a figure, a number)."""
+        self._builder.read_classes(class_names)
 
     def judge(self, class_name: str, tags: list[str]) -> set[str]:
         concept = self.concept(class_name)
@@ -131,6 +143,8 @@ class OfflineJudge:
         if (text in concept.ancestor_names or _lemmas(self._wn, text) & concept.defining_words
                 or text in concept.functions):
             return True
+        if (concept.figure and self._is_outline_part(text)) or self._is_symbol_of(concept, text):
+            return True
         if self._is_verb_of(concept, text):
             return True
         return any(
@@ -160,6 +174,25 @@ class OfflineJudge:
                   if _names(s)[0] == text and (s.pos() != NOUN or s.lexname() == "noun.person")]
         return any(re.search(rf"\b(?:with|having|has|have|wearing|wears)\b.*\b{re.escape(name)}(?:s|es)?\b",
                              s.definition().lower().split(";")[0]) for s in senses for name in owned)
+
+    def _is_outline_part(self, text: str) -> bool:
+        """A figure is its outline, so a word for a part of an outline ("corner", "edge", "tip", "rim") describes it;
+        lines and patterns that may fill a background ("waves", "stripes") are not parts of an outline, nor are
+        things that merely have points ("circle" as a traffic circle, a point of a road)."""
+        roots = {self._wn.synset(name) for name in OUTLINE_PARTS}
+        projection = self._wn.synset("projection.n.04")
+        for sense in self._noun_senses(text):
+            above = {sense, *sense.closure(_hypernyms)}
+            if roots & above and (sense.lexname() in OUTLINE_LEXNAMES or projection in above):
+                return True
+        return False
+
+    def _is_symbol_of(self, concept: ClassConcept, text: str) -> bool:
+        """The written sign of the class or of an ancestor naming it: "numeral: a symbol used to represent a number"
+        for "seven"."""
+        names = concept.names | concept.ancestor_names
+        return any((match := SYMBOL_OF.search(sense.definition().lower())) and match[1] in names
+                   for sense in self._noun_senses(text))
 
     def _names_another_kind(self, concept: ClassConcept, text: str) -> bool:
         """For "blond hair": "long hair", "black hair" name other kinds of hair; "platinum blonde" names the class."""

@@ -61,8 +61,11 @@ class Sources:
         """A folder name for these sources (a table of the user's or a checkpoint cannot be named: refused)."""
         if isinstance(self.relevance, Path) or self.tagger_checkpoint is not None:
             raise ValueError("sources with a file of the user's have no folder name of their own")
+        from mavias.core.judging.offline import JUDGE_VERSION  # decisions of another version live apart
+
         tags = f"tagger-{self.tagger_quality}" if self.tags == "tagger" else "oracle"
-        return f"{tags}_{self.relevance}" + (f"_leak{self.leak}" if self.leak else "")
+        relevance = JUDGE_VERSION if self.relevance == "judge" else self.relevance
+        return f"{tags}_{relevance}" + (f"_leak{self.leak}" if self.leak else "")
 
 
 def keep_truth(folder: Path) -> None:

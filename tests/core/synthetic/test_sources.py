@@ -85,3 +85,11 @@ def test_a_users_table_or_checkpoint_that_does_not_fit_is_one_line(benchmark, tm
 def test_two_moons_has_no_images_to_tag(tmp_path):
     with pytest.raises(UserError, match="two-moons-3d has no images"):
         make_benchmark("two-moons-3d", tmp_path, sources=Sources())
+
+
+def test_decisions_of_another_judge_version_live_in_another_folder(monkeypatch):
+    from mavias.core.judging import offline
+
+    before = Sources().slug
+    monkeypatch.setattr(offline, "JUDGE_VERSION", "offline-v0")
+    assert Sources().slug != before and Sources(relevance="oracle").slug == "tagger-default_oracle"
