@@ -41,7 +41,9 @@ from mavias.core.judging.review import apply_review, export_review, load_review
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import load_relevance, save_relevance
 
-BENCHMARKS = ("synthetic-scenes", "realworld-dev", "realworld-heldout", "realworld-unseen", "realworld-blind")
+REALWORLD = ("realworld-dev", "realworld-heldout", "realworld-unseen", "realworld-blind")
+IMAGE_BENCHMARKS = ("synthetic-scenes", "three-cue-scenes", "shape-colours", "shape-textures", "digit-backgrounds")
+BENCHMARKS = (*IMAGE_BENCHMARKS, *REALWORLD)
 
 CachePath = Annotated[
     Path | None, typer.Option("--cache", help="decision cache, SQLite (default ~/.cache/mavias/judge-decisions.sqlite)")
@@ -182,11 +184,12 @@ def load_truth(truth: Path | None, benchmark: str | None) -> tuple[pd.DataFrame,
         return load_relevance(truth, default_source="ground_truth"), truth.stem
     if benchmark not in BENCHMARKS:
         raise typer.BadParameter(f"unknown benchmark {benchmark!r}; use one of {BENCHMARKS}")
-    if benchmark.startswith("realworld-"):
+    if benchmark in REALWORLD:
         return load_relevance(TRUTH_DIR / f"{benchmark}.csv"), benchmark
-    from mavias.core.synthetic.synthetic_scenes import SyntheticScenesConfig, ground_truth_relevance
+    from mavias.core.synthetic import BENCHMARKS as GENERATORS  # the image benchmarks' own ground truth
 
-    return ground_truth_relevance(SyntheticScenesConfig().classes), benchmark
+    generator = GENERATORS[benchmark]
+    return generator.truth(generator.config()), benchmark
 
 
 @app.command("eval")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+import pandas as pd
 from pydantic import BaseModel
 
 from mavias.core.synthetic import digits, shapes, synthetic_scenes
@@ -34,18 +35,26 @@ class Benchmark(NamedTuple):
     make: Callable[..., Path]  # make(out_dir, cfg) -> path of the main artifact
     group_attrs: tuple[str, ...] = ()  # attr_* columns of its manifest that, with the label, form the true groups
     tagging: TaggingSamples | None = None  # images for its tagger, attributes independent of the class; None: no images
+    truth: Callable[[BaseModel], pd.DataFrame] | None = None  # ground-truth relevance of every (class, word) pair
+
+
+def _scenes_truth(cfg: SyntheticScenesConfig) -> pd.DataFrame:
+    return ground_truth_relevance(cfg.classes)
 
 
 BIAS_ALIGNED = ("attr_bias_aligned",)
 BENCHMARKS: dict[str, Benchmark] = {
     "synthetic-scenes": Benchmark(SyntheticScenesConfig, make_synthetic_scenes,
-                                  ("attr_bg_aligned", "attr_coobj_aligned"), synthetic_scenes.tagging_samples),
+                                  ("attr_bg_aligned", "attr_coobj_aligned"), synthetic_scenes.tagging_samples, _scenes_truth),
     "three-cue-scenes": Benchmark(ThreeCueScenesConfig, make_synthetic_scenes,
                                   ("attr_bg_aligned", "attr_coobj_aligned", "attr_color_aligned"),
-                                  synthetic_scenes.tagging_samples),
-    "shape-colours": Benchmark(ShapesConfig, make_shapes, BIAS_ALIGNED, shapes.tagging_samples),
-    "shape-textures": Benchmark(ShapeTexturesConfig, make_shapes, BIAS_ALIGNED, shapes.tagging_samples),
-    "digit-backgrounds": Benchmark(DigitsConfig, make_digits, BIAS_ALIGNED, digits.tagging_samples),
+                                  synthetic_scenes.tagging_samples, _scenes_truth),
+    "shape-colours": Benchmark(ShapesConfig, make_shapes, BIAS_ALIGNED, shapes.tagging_samples,
+                               shapes.ground_truth_relevance),
+    "shape-textures": Benchmark(ShapeTexturesConfig, make_shapes, BIAS_ALIGNED, shapes.tagging_samples,
+                                shapes.ground_truth_relevance),
+    "digit-backgrounds": Benchmark(DigitsConfig, make_digits, BIAS_ALIGNED, digits.tagging_samples,
+                                   lambda _: digits.ground_truth_relevance()),
     "two-moons-3d": Benchmark(TwoMoons3DConfig, make_two_moons_3d),
 }
 

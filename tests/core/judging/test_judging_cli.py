@@ -76,6 +76,12 @@ def test_eval_runs_a_judge_on_the_built_in_benchmark(fake_llm, tmp_path):
     assert "synthetic-scenes" in result.output and "all (micro)" in result.output
 
 
+def test_eval_scores_the_offline_judge_on_every_built_in_image_benchmark(tmp_path):
+    result = invoke("eval", "--benchmark", "digit-backgrounds", "--cache", tmp_path / "decisions.sqlite")
+    assert "read-as-noun.quantity" in result.output  # the digits read as numbers
+    assert "│ all (micro) │     100.0 │  100.0 │" in result.output  # their numeral included
+
+
 def test_a_judge_that_cannot_work_ends_the_command_with_its_reason(fake_llm, tmp_path):
     fake_llm.default = lambda request: error(401, "invalid key")
     (tmp_path / "vocab.txt").write_text("wheel\n")
