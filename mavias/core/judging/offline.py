@@ -74,6 +74,7 @@ MAX_PART_CHAIN = 3  # part-of links from a tag to the class ("eye" -> "face" -> 
 # What an outline has: its points and corners, ends and edges, boundary lines, sides and projections ("arm", "lobe").
 OUTLINE_LEXNAMES = frozenset({"noun.shape", "noun.location"})  # or a projection ("arm" of a cross)
 OUTLINE_PARTS = ("point.n.02", "extremity.n.04", "boundary.n.02", "subfigure.n.01", "projection.n.04")
+PART_OF_FIGURE = re.compile(r"\b(?:portion|part|section|segment) of\b")  # "arc: a continuous portion of a circle"
 SYMBOL_OF = re.compile(r"\bsymbols?\b[^;]*?\brepresent\w*\s+(?:an? |the )?([a-z]+)")  # "numeral: a symbol used to ...
 
 
@@ -184,6 +185,8 @@ class OfflineJudge:
         for sense in self._noun_senses(text):
             above = {sense, *sense.closure(_hypernyms)}
             if roots & above and (sense.lexname() in OUTLINE_LEXNAMES or projection in above):
+                return True
+            if sense.lexname() == "noun.shape" and PART_OF_FIGURE.search(sense.definition()):
                 return True
         return False
 

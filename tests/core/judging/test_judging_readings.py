@@ -19,12 +19,13 @@ def judge(minilm_encoder) -> OfflineJudge:
 
 def test_a_set_of_figures_is_read_as_figures_and_their_outline_parts_describe_them(judge):
     assert judge.concept("star").synset.name() == "star.n.01"  # alone: the celestial body
-    table = decide_all(judge, {name: ["corner", "edge", "tip", "rim", "point", *PATTERNS_AND_COLOURS]
+    table = decide_all(judge, {name: ["corner", "edge", "tip", "rim", "point", "arc", *PATTERNS_AND_COLOURS]
                                for name in SHAPE_SET})
     assert judge.concept("star").synset.name() == "star.n.05"  # "a plane figure with 5 or more points"
     assert judge.concept("diamond").synset.name() == "rhombus.n.01"
     relevant = set(zip(table.loc[table["relevant"], "class"], table.loc[table["relevant"], "tag"]))
-    parts = {("triangle", "corner"), ("square", "edge"), ("circle", "rim"), ("star", "point"), ("heart", "tip")}
+    parts = {("triangle", "corner"), ("square", "edge"), ("circle", "rim"), ("star", "point"), ("heart", "tip"),
+             ("circle", "arc")}  # "a continuous portion of a circle"
     assert parts <= relevant
     assert not {tag for _, tag in relevant} & set(PATTERNS_AND_COLOURS)  # a background's pattern is no outline
 
