@@ -84,6 +84,11 @@ class Workspace:
         """A partition's relevance table (``mavias train --relevance``)."""
         return self.partition(name) / RELEVANCE_NAME
 
+    def judged_classes(self) -> set[str]:
+        """Every class an earlier partition's relevance table decides."""
+        tables = sorted((self.root / "partitions").glob(f"*/{RELEVANCE_NAME}"))
+        return {str(name) for table in tables for name in pd.read_parquet(table, columns=["class"])["class"].unique()}
+
 
 def manifest_file(partition: str | Path) -> Path:
     """A partition folder holding ``manifest.parquet``, or a manifest file."""
@@ -109,12 +114,14 @@ def _tag(
 
 def _judge(
     labels: pd.Series, sample_tags: pd.Series, judge: RelevanceJudge, cache_path: Path,
-    review: ReviewedDecisions | None, tally: DecisionTally,
+    review: ReviewedDecisions | None, tally: DecisionTally, known_classes: set[str],
 ) -> pd.DataFrame:
-    """The relevance table of every (class, tag) pair of the partition; only undecided pairs reach the judge."""
+    """The relevance table of every (class, tag) pair of the partition; only undecided pairs reach the judge, which
+    reads the partition's classes together with those of the workspace's earlier partitions."""
     pairs = pd.DataFrame({"class": labels, "tag": sample_tags}).explode("tag").dropna()
     with DecisionCache(cache_path) as cache:
-        return decide_all(judge, pairs.groupby("class")["tag"].agg(set).to_dict(), cache, review, tally=tally)
+        return decide_all(judge, pairs.groupby("class")["tag"].agg(set).to_dict(), cache, review, tally=tally,
+                          classes=known_classes | set(labels))
 
 
 def discover_partition(
@@ -146,7 +153,7 @@ def discover_partition(
         batch_size=batch_size, num_workers=num_workers, progress=progress,
     )  # fmt: skip
     tally = DecisionTally()
-    relevance = _judge(usable["label"], sample_tags, judge, ws.decisions, review, tally)
+    relevance = _judge(usable["label"], sample_tags, judge, ws.decisions, review, tally, ws.judged_classes())
     save_relevance(relevance, ws.relevance(name))
     embedded = bias_embeddings(usable["label"], sample_tags, relevance, encoder,
                                EmbeddingStore(ws.embeddings(encoder.encoder_id)))

@@ -167,11 +167,12 @@ def decide_all(
     batch_size: int = BATCH_SIZE,
     on_batch: Callable[[int], None] | None = None,
     tally: DecisionTally | None = None,
+    classes: Iterable[str] = (),
 ) -> pd.DataFrame:
     """:func:`decide` for every class, in sorted class order, as one relevance table; a judge that reads classes
-    together is given them all first."""
+    together is first given them and ``classes`` (the dataset's others, e.g. of earlier partitions)."""
     if isinstance(judge, ReadsClassSet):
-        judge.read_classes(sorted(tags_by_class))
+        judge.read_classes(sorted({*tags_by_class, *classes}))
     tables = [
         decide(judge, name, tags_by_class[name], cache, review, batch_size=batch_size, on_batch=on_batch, tally=tally)
         for name in sorted(tags_by_class)

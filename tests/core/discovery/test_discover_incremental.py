@@ -70,3 +70,17 @@ def test_cli_prints_the_counts_of_a_rerun(scenes, offline_judge, minilm_encoder,
     counts = [dict(re.findall(r"│ ([a-z_]+)\s+│\s+(\d+) │", result.output)) for result in outputs]
     assert counts[0]["images_tagged"] == "6" and int(counts[0]["llm_requests"]) > 0
     assert (counts[1]["images_tagged"], counts[1]["llm_requests"], counts[1]["prompts_encoded"]) == ("0", "0", "0")
+
+
+def test_a_partition_of_few_classes_is_read_with_the_workspace_s_other_classes(scenes, minilm_encoder, tmp_path):
+    from mavias.core.judging.offline import OfflineJudge
+
+    figures = ["circle", "triangle", "square", "star"]
+    _partition(scenes.iloc[:8].assign(label=figures * 2, tags=[["corner"]] * 8), tmp_path / "day1")
+    _partition(scenes.iloc[8:10].assign(label="star", tags=[["point"]] * 2), tmp_path / "day2")  # one class alone
+    judge, ws = OfflineJudge(encoder=minilm_encoder), tmp_path / "workspace"
+    for day in ("day1", "day2"):
+        discover_partition(tmp_path / day, ws, ManifestTagger(), judge, minilm_encoder, num_shards=1, progress=False)
+    assert Workspace(ws).judged_classes() == set(figures)
+    day2 = load_relevance(ws / "partitions" / "day2" / "relevance.parquet")
+    assert day2.set_index("tag").loc["point", "relevant"]  # the figure's point, as on day 1; alone, "star" is the sun
