@@ -3,7 +3,8 @@
 The offline judge reads a class alone in its most frequent concrete sense, since images show things. A dataset's
 classes come from one domain, though: when several of them are most often something else, such as figures ("circle",
 "square") or numbers ("seven"), and most can be read so, that domain is the reading: each class is then read in its
-most frequent sense there, where it has one ("diamond" the rhombus, "heart" the figure), and the rest keep theirs.
+sense there that fits its fellows best, where it has one ("diamond" the rhombus, "heart" the figure, "zero" the
+digit), and the rest keep theirs. A night passes the classes of the workspace's earlier partitions too.
 """
 
 from __future__ import annotations
