@@ -73,7 +73,8 @@ ANIMATE_LEXNAMES = frozenset({"noun.animal", "noun.body"})  # animals and their 
 MAX_PART_CHAIN = 3  # part-of links from a tag to the class ("eye" -> "face" -> "human"), one less to a near-synonym
 # What an outline has: its points and corners, ends and edges, boundary lines, sides and projections ("arm", "lobe").
 OUTLINE_LEXNAMES = frozenset({"noun.shape", "noun.location"})  # or a projection ("arm" of a cross)
-OUTLINE_PARTS = ("point.n.02", "extremity.n.04", "boundary.n.02", "subfigure.n.01", "projection.n.04")
+PROJECTION = "projection.n.04"
+OUTLINE_PARTS = ("point.n.02", "extremity.n.04", "boundary.n.02", "subfigure.n.01", PROJECTION)
 PART_OF_FIGURE = re.compile(r"\b(?:portion|part|section|segment) of\b")  # "arc: a continuous portion of a circle"
 SYMBOL_OF = re.compile(r"\bsymbols?\b[^;]*?\brepresent\w*\s+(?:an? |the )?([a-z]+)")  # "numeral: a symbol used to ...
 
@@ -99,6 +100,8 @@ class OfflineJudge:
         self._synonym_similarity = synonym_similarity
         self._vectors: dict[str, np.ndarray] = {}
         self._builder = ConceptBuilder(self._wn, self._similarity_between, ancestor_similarity=ancestor_similarity)
+        self._outline_parts = frozenset(self._wn.synset(name) for name in OUTLINE_PARTS)
+        self._projection = self._wn.synset(PROJECTION)
         self.stats = JudgeStats()
 
     @property
@@ -180,11 +183,9 @@ class OfflineJudge:
         """A figure is its outline, so a word for a part of an outline ("corner", "edge", "tip", "rim") describes it;
         lines and patterns that may fill a background ("waves", "stripes") are not parts of an outline, nor are
         things that merely have points ("circle" as a traffic circle, a point of a road)."""
-        roots = {self._wn.synset(name) for name in OUTLINE_PARTS}
-        projection = self._wn.synset("projection.n.04")
         for sense in self._noun_senses(text):
             above = {sense, *sense.closure(_hypernyms)}
-            if roots & above and (sense.lexname() in OUTLINE_LEXNAMES or projection in above):
+            if self._outline_parts & above and (sense.lexname() in OUTLINE_LEXNAMES or self._projection in above):
                 return True
             if sense.lexname() == "noun.shape" and PART_OF_FIGURE.search(sense.definition()):
                 return True

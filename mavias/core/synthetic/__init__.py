@@ -45,7 +45,8 @@ def _scenes_truth(cfg: SyntheticScenesConfig) -> pd.DataFrame:
 BIAS_ALIGNED = ("attr_bias_aligned",)
 BENCHMARKS: dict[str, Benchmark] = {
     "synthetic-scenes": Benchmark(SyntheticScenesConfig, make_synthetic_scenes,
-                                  ("attr_bg_aligned", "attr_coobj_aligned"), synthetic_scenes.tagging_samples, _scenes_truth),
+                                  ("attr_bg_aligned", "attr_coobj_aligned"), synthetic_scenes.tagging_samples,
+                                  _scenes_truth),
     "three-cue-scenes": Benchmark(ThreeCueScenesConfig, make_synthetic_scenes,
                                   ("attr_bg_aligned", "attr_coobj_aligned", "attr_color_aligned"),
                                   synthetic_scenes.tagging_samples, _scenes_truth),
