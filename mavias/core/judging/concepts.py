@@ -207,7 +207,7 @@ class ConceptBuilder:
             heads=heads,
             attributes=frozenset(self._attributes(modifiers) if forms else ()),
             taxa=taxa,
-            figure=synset.lexname() == FIGURES or (self.reading.figures and name in self.reading.names),
+            figure=synset.lexname() == FIGURES or self.reading.draws(name, synset),
         )
         named = [a for a in ancestors if self.is_name_of_class(concept, a)]
         ancestor_names = {variant for a in named for n in _names(a) for variant in self._spellings(n)}

@@ -68,13 +68,16 @@ from mavias.core.judging.concepts import (
 )
 from mavias.core.judging.wordnet import load_wordnet
 
-JUDGE_VERSION = "offline-v5"
+JUDGE_VERSION = "offline-v6"
 ANIMATE_LEXNAMES = frozenset({"noun.animal", "noun.body"})  # animals and their body parts
 MAX_PART_CHAIN = 3  # part-of links from a tag to the class ("eye" -> "face" -> "human"), one less to a near-synonym
 # What an outline has: its points and corners, ends and edges, boundary lines, sides and projections ("arm", "lobe").
 OUTLINE_LEXNAMES = frozenset({"noun.shape", "noun.location"})  # or a projection ("arm" of a cross)
 PROJECTION = "projection.n.04"
-OUTLINE_PARTS = ("point.n.02", "extremity.n.04", "boundary.n.02", "subfigure.n.01", PROJECTION)
+# Each kind of outline part with how far below it its words may lie: further down are places ("bus stop" is a point,
+# "skyline" an outline), not parts of a figure.
+OUTLINE_PARTS = {"point.n.02": 0, "corner.n.02": 0, "extremity.n.04": 2, "boundary.n.02": 1, "subfigure.n.01": 2,
+                 PROJECTION: 1}
 PART_OF_FIGURE = re.compile(r"\b(?:portion|part|section|segment) of\b")  # "arc: a continuous portion of a circle"
 SYMBOL_OF = re.compile(r"\bsymbols?\b[^;]*?\brepresent\w*\s+(?:an? |the )?([a-z]+)")  # "numeral: a symbol used to ...
 
@@ -100,7 +103,7 @@ class OfflineJudge:
         self._synonym_similarity = synonym_similarity
         self._vectors: dict[str, np.ndarray] = {}
         self._builder = ConceptBuilder(self._wn, self._similarity_between, ancestor_similarity=ancestor_similarity)
-        self._outline_parts = frozenset(self._wn.synset(name) for name in OUTLINE_PARTS)
+        self._outline_parts = {self._wn.synset(name): depth for name, depth in OUTLINE_PARTS.items()}
         self._projection = self._wn.synset(PROJECTION)
         self.stats = JudgeStats()
 
@@ -184,12 +187,20 @@ class OfflineJudge:
         lines and patterns that may fill a background ("waves", "stripes") are not parts of an outline, nor are
         things that merely have points ("circle" as a traffic circle, a point of a road)."""
         for sense in self._noun_senses(text):
-            above = {sense, *sense.closure(_hypernyms)}
-            if self._outline_parts & above and (sense.lexname() in OUTLINE_LEXNAMES or self._projection in above):
+            kind = self._outline_kind(sense)
+            if kind and (sense.lexname() in OUTLINE_LEXNAMES or kind == self._projection):
                 return True
             if sense.lexname() == "noun.shape" and PART_OF_FIGURE.search(sense.definition()):
                 return True
         return False
+
+    def _outline_kind(self, sense: Synset) -> Synset | None:
+        """The kind of outline part ``sense`` is, when it lies close enough below one (``OUTLINE_PARTS``)."""
+        for path in sense.hypernym_paths():
+            for kind, depth in self._outline_parts.items():
+                if kind in path and len(path) - 1 - path.index(kind) <= depth:
+                    return kind
+        return None
 
     def _is_symbol_of(self, concept: ClassConcept, text: str) -> bool:
         """The written sign of the class or of an ancestor naming it: "numeral: a symbol used to represent a number"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from nltk.corpus.reader.wordnet import NOUN, Synset, WordNetCorpusReader
 
 FIGURES = "noun.shape"  # WordNet's file of shapes and figures: a class set read as figures
+LIVING = frozenset({"noun.animal", "noun.body", "noun.person", "noun.plant"})  # never drawn as a figure of itself
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class ClassSetReading:
     @property
     def figures(self) -> bool:
         return self.domain == FIGURES
+
+    def draws(self, name: str, sense: Synset) -> bool:
+        """``name`` (read as ``sense``) is drawn as a figure in this set: the set is read as figures and the class is
+        no living thing ("arrow" and "cross" among shapes are figures, "dog" is not)."""
+        return self.figures and name in self.names and sense.lexname() not in LIVING
 
 
 def read_class_set(wordnet: WordNetCorpusReader, names: list[str], physical: frozenset[str]) -> ClassSetReading:

@@ -30,6 +30,21 @@ def test_a_set_of_figures_is_read_as_figures_and_their_outline_parts_describe_th
     assert not {tag for _, tag in relevant} & set(PATTERNS_AND_COLOURS)  # a background's pattern is no outline
 
 
+def test_places_and_scenes_are_no_outline_parts_of_a_figure(judge):
+    scenes = ["bus stop", "harbor", "coastline", "skyline", "home", "ground", "puddle", "face", "spots", "rooftop"]
+    table = decide_all(judge, {name: ["corner", *scenes] for name in SHAPE_SET[:5]})
+    relevant = table.loc[table["relevant"]]
+    assert set(relevant["tag"]) == {"corner"}  # a figure's background is still a possible bias
+
+
+def test_a_living_class_among_figures_is_not_read_as_a_figure(judge):
+    table = decide_all(judge, {name: ["corner", "edge", "point", "tail"] for name in
+                               ["circle", "square", "triangle", "dog", "cat"]})
+    assert judge.concept("dog").figure is False and judge.concept("triangle").figure is True
+    dog = table.loc[(table["class"] == "dog") & table["relevant"], "tag"]
+    assert set(dog) == {"tail"}
+
+
 def test_outline_parts_stay_out_of_a_set_of_things(judge):
     decide_all(judge, {"car": ["edge"], "boat": ["edge"], "bird": ["edge"]})
     assert judge.concept("car").figure is False
