@@ -47,14 +47,23 @@ def describe_validation_error(error: ValidationError, *, what: str, model: type[
     what the setting accepts."""
     problems = []
     for item in error.errors(include_url=False):
-        key = ".".join(str(part) for part in item["loc"])
-        problem = f"{key or '(top level)'}: {item['msg']}" + (f" (got {item.get('input')!r})" if show_input else "")
+        key, value = ".".join(str(part) for part in item["loc"]), item.get("input")
+        if item["type"] == "extra_forbidden":
+            key, value = _dotted(key, value)  # "no.such.key" as typed, not "no" with the rest as its value
+        problem = f"{key or '(top level)'}: {item['msg']}" + (f" (got {value!r})" if show_input else "")
         if model is not None and item["type"] == "extra_forbidden":
             problem += did_you_mean(key, model)
         elif model is not None and (accepts := setting_description(model, item["loc"])):
             problem += f"; it takes {accepts}"
         problems.append(problem)
     return f"invalid {what}: " + "; ".join(problems)
+
+
+def _dotted(key: str, value: object) -> tuple[str, object]:
+    while isinstance(value, dict) and len(value) == 1:
+        ((part, value),) = value.items()
+        key = f"{key}.{part}"
+    return key, value
 
 
 def settings(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:

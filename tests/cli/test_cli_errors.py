@@ -74,6 +74,11 @@ def test_an_unknown_set_key(files):
     fails_cleanly(*train_args(files, "--set", "epochz=3"), expect="epochz: Extra inputs are not permitted")
 
 
+def test_an_unknown_set_section_is_named_as_typed(files):
+    fails_cleanly(*train_args(files, "--set", "mavis.lam=0.4"),
+                  expect="mavis.lam: Extra inputs are not permitted (got 0.4); did you mean mavias.lam?")
+
+
 def test_a_bad_set_value(files):
     fails_cleanly(*train_args(files, "--set", "epochs=many"), expect="epochs: Input should be a valid integer")
 
@@ -200,7 +205,8 @@ def test_discover_without_cached_weights_names_every_way_forward(photos):
     tmp_path, _ = photos
     result = fails_cleanly("discover", "--partition", tmp_path / "ds", "--workspace", tmp_path / "ws",
                            "--weights-dir", tmp_path / "no-weights", expect="are not in the local cache")
-    for fix in ("--allow-download", "--pretrained /path/to/checkpoint", "--tags tags.csv", "--pretrained none"):
+    for fix in ("--allow-download", "--tagger-model ViT-L-14-quickgelu --pretrained /path/to/checkpoint",
+                "--tags tags.csv", "--pretrained none"):  # the flags the commands have
         assert fix in " ".join(result.output.split())
 
 

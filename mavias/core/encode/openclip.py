@@ -76,11 +76,11 @@ def _other_ways(model: str, cfg: dict) -> str:
     where = [f"Hugging Face repo {_hub_candidates(cfg['hf_hub'])[0]}"] if cfg.get("hf_hub") else []
     where += [f"URL {cfg['url']}"] if cfg.get("url") else []
     # a bare checkpoint file carries no activation setting: OpenAI weights need the QuickGELU variant of the model
-    architecture = f" --model {model}-quickgelu" if cfg.get("quick_gelu") else ""
+    architecture = f" --tagger-model {model}-quickgelu" if cfg.get("quick_gelu") else ""
     return (f"fetch the checkpoint yourself (from {' or '.join(where) or 'its publisher'}) and pass the file:"
             f"{architecture} --pretrained /path/to/checkpoint, or bring your own tags (mavias data import imagefolder "
-            "ROOT --tags tags.csv; `mavias audit --tags`); --pretrained none runs a randomly initialised model, whose "
-            "tags are noise")
+            "ROOT --tags tags.csv; `mavias audit --tags`); --pretrained none (with --allow-random-tags in `mavias "
+            "audit`) runs a randomly initialised model, whose tags are noise")
 
 
 def _missing_weights_message(model: str, pretrained: str, cfg: dict, weights_dir: str | None) -> str:

@@ -103,6 +103,9 @@ async def _run(args: argparse.Namespace, model: OnnxClassifier, token: str | Non
 
 
 def serve(args: argparse.Namespace) -> None:
+    if args.model_dir is not None and not Path(args.model_dir).is_dir():
+        raise UserError(f"{args.model_dir} is not a folder", hint="check the path: --model-dir takes the folder "
+                        "`mavias export` wrote (model.onnx and its model card)")
     configure_logging()
     token = read_token(args.auth_token_file) if args.auth_token_file else None
     model = OnnxClassifier(args.name or "model", max_batch=args.max_batch, workers=args.decode_workers,

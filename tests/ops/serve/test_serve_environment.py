@@ -4,6 +4,7 @@ virtualenv SERVE_VENV names (the Makefile's variable), else the repository's .ve
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -50,3 +51,13 @@ def test_mavias_serve_python_wins(no_kserve_here, monkeypatch, tmp_path):
     monkeypatch.setenv(launch.SERVE_PYTHON_ENV, str(tmp_path / "missing" / "python"))
     with pytest.raises(UserError, match="MAVIAS_SERVE_PYTHON=.* is not a file"):
         launch.serve_python()
+
+
+def test_a_model_folder_that_does_not_exist_is_one_line(tmp_path):
+    """`mavias serve` hands over to the serving environment's interpreter: the message comes from there."""
+    if launch.serve_python() is None:
+        pytest.fail("no serving environment: run `make serve-venv` (make test builds it)")
+    done = subprocess.run([sys.executable, "-m", "mavias.cli", "serve", "--model-dir", str(tmp_path / "typo")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "is not a folder" in done.stderr and "check the path" in done.stderr and "Traceback" not in done.stderr
