@@ -4,6 +4,8 @@ kept, selected without bias labels); one process, or data-parallel over several.
 
 from __future__ import annotations
 
+import filecmp
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +14,7 @@ from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.evaluate.shortcuts import SHORTCUT
 from mavias.core.protocol.crossfit import CROSSFIT_DIR, cross_fit, needs_cross_fit
 from mavias.core.protocol.reference import Reference, load_reference
+from mavias.core.train.checkpoints import EARLY_CHECKPOINT
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.distributed import fit_distributed
 from mavias.core.train.failures import explained_training_errors
@@ -20,6 +23,7 @@ from mavias.core.train.recipe import ResolvedRecipe, resolve_recipe
 from mavias.core.train.trainer import Trainer, TrainResult
 from mavias.core.train.warm import WarmStart
 from mavias.errors import UserError
+from mavias.utils.atomic import atomic_path
 
 
 def resolve_run(data: PreparedData, cfg: TrainConfig, out_dir: str | Path) -> ResolvedRecipe:
@@ -44,6 +48,8 @@ def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *
     erm = cfg.model_copy(update={"method": "erm", "selection": "val_acc"})
     recipe = resolve_run(data, erm if warm is None else warm.apply(erm), out_dir)
     run = _fit(data, recipe, out_dir, nproc=nproc, progress=progress, keep_epochs=keep_epochs)
+    if warm is not None and warm.proxy is not None:
+        _keep_proxy(warm.proxy, Path(out_dir) / EARLY_CHECKPOINT)
     reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
     if rule == SHORTCUT and needs_cross_fit(reference.evidence, Path(out_dir), data["train"]):
         def fit(fitted: PreparedData, run_dir: Path) -> TrainResult:  # the cold recipe kept where a retry finds it
@@ -53,6 +59,15 @@ def train_reference(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, *
         cross_fit(data, fit, recipe.config.seed, Path(out_dir), progress=progress)
         reference = load_reference(out_dir, data, rule=rule, min_support=tag_min_support, run=run)
     return reference
+
+
+def _keep_proxy(proxy: Path, early: Path) -> None:
+    """A warm run's first epochs start from a trained model, so its ``early.pt`` leans on shortcuts no more than the
+    model does: it keeps the proxy of the lineage's cold run instead (which never trained on a validation image
+    either); unchanged on a rerun, so B' is not recomputed."""
+    if proxy.is_file() and not (early.is_file() and filecmp.cmp(proxy, early, shallow=False)):
+        with atomic_path(early) as tmp:
+            shutil.copyfile(proxy, tmp)
 
 
 def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference | None,

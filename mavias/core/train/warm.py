@@ -19,6 +19,8 @@ from mavias.errors import UserError
 class WarmStart:
     checkpoint: Path  # a best_*.pt or last.pt whose main model starts the training
     fraction: float  # of a cold training's steps
+    # An ERM reference's early, bias-amplified proxy (``early.pt``) to keep: a warm run has none of its own
+    proxy: Path | None = None
 
     def apply(self, cfg: TrainConfig) -> TrainConfig:
         """``cfg`` starting from the checkpoint, for ``fraction`` of the epochs it would train cold: of its explicit

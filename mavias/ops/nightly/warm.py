@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from mavias.core.train.checkpoints import EARLY_CHECKPOINT
 from mavias.core.train.warm import WarmStart, warm_fraction
 from mavias.ops.nightly.artifacts import Candidate, Dataset, Gates, Promoted, StartPlan, TrainedReference
 from mavias.ops.nightly.config import NightlyConfig
@@ -32,6 +33,7 @@ from mavias.utils.atomic import atomic_path, write_json
 WARM_OFF = "warm starts are off (train.warm_start: false)"
 FAILED_GATES_LIMIT = 2  # candidates in a row that failed their gates before a night trains from scratch
 STATE_NAME, REFERENCE_NAME, CANDIDATE_NAME, IDS_NAME = "state.json", "reference.pt", "candidate.pt", "train_ids.parquet"
+PROXY_NAME = "reference-early.pt"  # the reference's early, bias-amplified proxy, which warm references keep
 
 
 class Lineage(BaseModel):
@@ -140,8 +142,10 @@ def warm_start(cfg: NightlyConfig, plan: StartPlan, model: str) -> WarmStart | N
     """The warm start of ``model`` ("reference" or "candidate") under ``plan``; None when it trains cold."""
     if plan["mode"] != "warm":
         return None
-    name = REFERENCE_NAME if model == "reference" else CANDIDATE_NAME
-    return WarmStart(_folder(cfg) / str(plan["from_night"]) / name, plan["fraction"])
+    folder = _folder(cfg) / str(plan["from_night"])
+    if model == "reference":
+        return WarmStart(folder / REFERENCE_NAME, plan["fraction"], proxy=folder / PROXY_NAME)
+    return WarmStart(folder / CANDIDATE_NAME, plan["fraction"])
 
 
 def record_outcome(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference | None,
@@ -177,8 +181,10 @@ def write_train_ids(train_ids: pd.Series, run_dir: Path) -> None:
 def _keep_checkpoints(cfg: NightlyConfig, night: str, reference: TrainedReference, candidate: Candidate) -> None:
     folder = _folder(cfg) / night
     sources = ((reference["checkpoint"], REFERENCE_NAME), (candidate["checkpoint"], CANDIDATE_NAME),
-               (Path(reference["dir"]) / IDS_NAME, IDS_NAME))
+               (Path(reference["dir"]) / IDS_NAME, IDS_NAME), (Path(reference["dir"]) / EARLY_CHECKPOINT, PROXY_NAME))
     for source, name in sources:
+        if name == PROXY_NAME and not Path(source).is_file():
+            continue  # a reference kept no early model (too short a run): warm ones keep their own
         with atomic_path(folder / name) as tmp:
             shutil.copyfile(source, tmp)
 

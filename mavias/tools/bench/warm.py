@@ -17,6 +17,7 @@ import numpy as np
 from mavias.core.protocol import evaluate_checkpoint, train_method, train_reference
 from mavias.core.protocol.crossfit import fold_of
 from mavias.core.synthetic import Sources
+from mavias.core.train.checkpoints import EARLY_CHECKPOINT
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.warm import WarmStart, warm_fraction
 from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
@@ -69,6 +70,8 @@ def run_warm_bench(work: Path, *, benchmark: str = "synthetic-scenes", seed: int
             new = int((partitions == night - 1).sum())
             fraction = warm_fraction(new, len(night_data["train"]) - new, replay)
             start = {model: WarmStart(Path(previous["checkpoints"][model]), fraction) for model in ("reference", "mavias")}
+            start["reference"] = dataclasses.replace(start["reference"],
+                                                     proxy=start["reference"].checkpoint.parent / EARLY_CHECKPOINT)
         name = f"night {night}" + (" warm" if start else " cold")
         night_dir = root / (f"night-{night}-warm-replay{replay:g}" if start else f"night-{night}-cold")
         with steps.step(name):

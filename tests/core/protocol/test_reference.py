@@ -1,6 +1,8 @@
 """The open-set reference as a user meets it: a trained, near-perfect ERM reference still gives the planted shortcut,
 any ERM run is a reference, and the wrong run is one readable error."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,6 +13,7 @@ from mavias.core.protocol.crossfit import CROSSFIT_DIR, FOLDS, KEY_FILE, LOG_PRO
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import feature_split
 from mavias.core.train.prepare import PreparedData
+from mavias.core.train.warm import WarmStart
 from mavias.errors import UserError
 from tests.support.training import make_trainer
 
@@ -50,6 +53,20 @@ def test_a_near_perfect_reference_still_gives_the_planted_shortcut(data, tmp_pat
     assert (tmp_path / "erm" / BIASED_TAGS_FILE).is_file() and (tmp_path / "erm" / "early.pt").is_file()
     assert not (tmp_path / "erm" / CROSSFIT_DIR).exists()  # 600 validation samples decide: no cross-fitting
     assert set(reference.val_groups) <= {f"{c}|{k}" for c in CLASSES for k in ("aligned", "conflicting")}
+
+
+def test_a_warm_reference_keeps_the_early_proxy_of_the_run_it_started_from(data, tmp_path):
+    """Its own first epochs start from a trained model, so they are no bias-amplified proxy."""
+    cold = train_reference(data, CFG, tmp_path / "cold", progress=False)
+    proxy = tmp_path / "cold" / "early.pt"
+    start = WarmStart(Path(cold.checkpoint), 0.5, proxy=proxy)
+    warm = train_reference(data, CFG, tmp_path / "warm", progress=False, warm=start)
+    early = tmp_path / "warm" / "early.pt"
+    assert early.read_bytes() == proxy.read_bytes()
+    assert list(zip(warm.biased_tags["class"], warm.biased_tags["tag"])) == [("cat", "red")]
+    kept = early.stat().st_mtime_ns
+    train_reference(data, CFG, tmp_path / "warm", progress=False, warm=start)  # a rerun: the same proxy, untouched
+    assert early.stat().st_mtime_ns == kept
 
 
 def test_a_validation_split_too_small_to_decide_is_helped_by_cross_fitted_references(data, tmp_path):

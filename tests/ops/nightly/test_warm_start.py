@@ -29,8 +29,8 @@ def _night(root: Path, night: str, ids: pd.Series, mode: str = "cold") -> tuple[
     """A trained night's dataset, reference and candidate (their checkpoints and training ids on disk)."""
     run = root / "training" / night
     run.mkdir(parents=True, exist_ok=True)
-    for name in ("reference.pt", "candidate.pt"):
-        torch.save({"model": {}, "classes": CLASSES}, run / name)
+    for name in ("reference.pt", "candidate.pt", "early.pt"):
+        torch.save({"model": {}, "classes": CLASSES, "file": name}, run / name)
     warm.write_train_ids(ids, run)
     chain = 0 if mode == "cold" else warm.read_state(_config(root)).promoted.warm_chain + 1
     plan = {"mode": mode, "reason": "", "fraction": 1.0, "from_night": None, "chain": chain}
@@ -66,7 +66,10 @@ def test_a_night_that_adds_images_trains_warm_for_the_new_share_plus_the_replay(
     assert "100 new training images beside 300" in plan["reason"]
     start = warm.warm_start(cfg, plan, "candidate")
     assert start.checkpoint == tmp_path / "warm" / "n1" / "candidate.pt" and start.checkpoint.is_file()
-    assert warm.warm_start(cfg, plan, "reference").checkpoint.name == "reference.pt"
+    reference = warm.warm_start(cfg, plan, "reference")
+    assert reference.checkpoint.name == "reference.pt"
+    assert torch.load(reference.proxy)["file"] == "early.pt"  # the reference's early proxy, kept for warm ones
+    assert start.proxy is None
 
 
 @pytest.mark.parametrize(("change", "reason"), [
