@@ -48,10 +48,11 @@ def describe_validation_error(error: ValidationError, *, what: str, model: type[
     problems = []
     for item in error.errors(include_url=False):
         key, value = ".".join(str(part) for part in item["loc"]), item.get("input")
-        if item["type"] == "extra_forbidden":
+        unknown = item["type"] == "extra_forbidden"
+        if unknown:
             key, value = _dotted(key, value)  # "no.such.key" as typed, not "no" with the rest as its value
         problem = f"{key or '(top level)'}: {item['msg']}" + (f" (got {value!r})" if show_input else "")
-        if model is not None and item["type"] == "extra_forbidden":
+        if model is not None and unknown:
             problem += did_you_mean(key, model)
         elif model is not None and (accepts := setting_description(model, item["loc"])):
             problem += f"; it takes {accepts}"

@@ -180,11 +180,10 @@ def write_train_ids(train_ids: pd.Series, run_dir: Path) -> None:
 
 def _keep_checkpoints(cfg: NightlyConfig, night: str, reference: TrainedReference, candidate: Candidate) -> None:
     folder = _folder(cfg) / night
+    early = Path(reference["dir"]) / EARLY_CHECKPOINT  # absent when the run was too short to keep one
     sources = ((reference["checkpoint"], REFERENCE_NAME), (candidate["checkpoint"], CANDIDATE_NAME),
-               (Path(reference["dir"]) / IDS_NAME, IDS_NAME), (Path(reference["dir"]) / EARLY_CHECKPOINT, PROXY_NAME))
+               (Path(reference["dir"]) / IDS_NAME, IDS_NAME), *([(early, PROXY_NAME)] if early.is_file() else []))
     for source, name in sources:
-        if name == PROXY_NAME and not Path(source).is_file():
-            continue  # a reference kept no early model (too short a run): warm ones keep their own
         with atomic_path(folder / name) as tmp:
             shutil.copyfile(source, tmp)
 

@@ -69,9 +69,9 @@ def run_warm_bench(work: Path, *, benchmark: str = "synthetic-scenes", seed: int
         if previous is not None:
             new = int((partitions == night - 1).sum())
             fraction = warm_fraction(new, len(night_data["train"]) - new, replay)
-            start = {model: WarmStart(Path(previous["checkpoints"][model]), fraction) for model in ("reference", "mavias")}
-            start["reference"] = dataclasses.replace(start["reference"],
-                                                     proxy=start["reference"].checkpoint.parent / EARLY_CHECKPOINT)
+            reference = Path(previous["checkpoints"]["reference"])
+            start = {"reference": WarmStart(reference, fraction, proxy=reference.parent / EARLY_CHECKPOINT),
+                     "mavias": WarmStart(Path(previous["checkpoints"]["mavias"]), fraction)}
         name = f"night {night}" + (" warm" if start else " cold")
         night_dir = root / (f"night-{night}-warm-replay{replay:g}" if start else f"night-{night}-cold")
         with steps.step(name):
