@@ -33,18 +33,20 @@ def validate_relevance(table: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def _parse_flags(values: pd.Series) -> pd.Series:
-    words = values.str.strip().str.lower()
-    unknown = sorted(set(words) - TRUE_WORDS - FALSE_WORDS)
-    if unknown:
-        raise RelevanceError(f"column 'relevant' holds {unknown[:5]}; write true/false (or 1/0)")
+def _parse_flags(values: pd.Series, path: Path) -> pd.Series:
+    words = values.astype(str).str.strip().str.lower()
+    bad = ~words.isin(TRUE_WORDS | FALSE_WORDS)
+    if bad.any():
+        lines = ", ".join(str(i + 2) for i in values.index[bad][:5])  # + the header, counted from 1
+        raise RelevanceError(f"{path}: column 'relevant' holds {sorted(set(words[bad]))[:5]} on line(s) {lines}; "
+                             "write true/false (or 1/0)")
     return words.isin(TRUE_WORDS)
 
 
 def read_relevance_table(path: Path) -> pd.DataFrame:
     table = read_parquet_or_csv(path, what="relevance table", error=RelevanceError)
     if path.suffix == ".csv" and "relevant" in table.columns:
-        table["relevant"] = _parse_flags(table["relevant"])
+        table["relevant"] = _parse_flags(table["relevant"], path)
     return table
 
 

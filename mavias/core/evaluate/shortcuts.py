@@ -10,7 +10,10 @@ A tag t (irrelevant to class c) is a shortcut of c when two kinds of evidence, m
    t is present (on the validation split; on a small split also the cross-fitted references' on the training split,
    :mod:`mavias.core.protocol.crossfit`). *Within*: class-c samples with t against class-c samples without it. *Cross*:
    samples of the other classes with t against those without it, each centred on its own class's median. One-sided
-   Mann-Whitney tests, combined by Stouffer's method, Benjamini-Hochberg over the pairs the association screened in.
+   Mann-Whitney tests; either part can show reliance (the smaller p-value, doubled: Bonferroni over the two), as a
+   within-class comparison can be confounded by what else comes with t in c's images (a lighthouse that takes the
+   boat's place in the frame) while other classes' images with t still show the pull towards c. Benjamini-Hochberg
+   over the pairs the association screened in.
    Probabilities, not 0/1 accuracy, so a reference that is 99.5% accurate on biased validation data still shows how
    much more confident t makes it. Where the reference run kept an early checkpoint (a bias-amplified proxy: an
    early-stopped ERM leans on shortcuts more openly, as in FACTS), each pair takes the strongest of the models'
@@ -24,8 +27,8 @@ lower bound of the odds ratio at least ``MIN_ODDS_RATIO``), both effects point t
 over to other classes: where at least ``MIN_CROSS_SUPPORT`` validation images of other classes carry the tag, the
 cross AUC is at least of medium size (``MIN_CROSS_AUC``). A cue the model uses as evidence for c raises c's
 probability on any image; a tag that only goes with clearer pictures of c (a part the tagger sees when the object is
-plain, which a judge mistook for context) does not. ``score`` = the reliance effect 2·AUC − 1 (averaged over the
-parts measured) ranks the tags of a class.
+plain, which a judge mistook for context) does not. ``score`` = the reliance effect 2·AUC − 1 of the part that
+shows it ranks the tags of a class.
 
 A pair no model's samples can decide (fewer than ``MIN_SIDE`` images on the smaller side of the within-class test and
 fewer than ``MIN_CROSS_SUPPORT`` of other classes with the tag, for every model) and that is not shown relied on is
@@ -39,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import combine_pvalues, false_discovery_control, hypergeom, mannwhitneyu
+from scipy.stats import false_discovery_control, hypergeom, mannwhitneyu
 
 MAX_Q_VALUE = 0.05
 # A shortcut is a strong cue, not any enrichment: Chen, Cohen & Chen (2010) put a medium effect at an odds ratio of
@@ -153,8 +156,9 @@ def _pair_reliance(label: int, labels: np.ndarray, has: np.ndarray, log_probs: n
     centred = score - _class_medians(score, labels)
     cross = _one_sided(centred[~own & has], centred[~own & ~has])
     parts = [part for part in (within, cross) if part is not None]
-    p = combine_pvalues([part[1] for part in parts], method="stouffer").pvalue if parts else np.nan
-    effect = float(np.mean([2 * part[0] - 1 for part in parts])) if parts else np.nan
+    strongest = min(parts, key=lambda part: part[1], default=None)
+    p = np.nan if strongest is None else min(1.0, strongest[1] * len(parts))
+    effect = np.nan if strongest is None else 2 * strongest[0] - 1
     return {"within_auc": np.nan if within is None else within[0], "within_n_with": int((own & has).sum()),
             "within_n_without": int((own & ~has).sum()), "cross_auc": np.nan if cross is None else cross[0],
             "cross_n_with": int((~own & has).sum()), "reliance_p": float(p), "score": effect}

@@ -81,6 +81,13 @@ def test_duplicate_content_is_quarantined_not_lost(tmp_path):
     assert result.quarantined["reason"].str.startswith("same content as").all()
 
 
+def test_a_folder_without_images_says_what_layout_and_files_it_needs(tmp_path):
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    (tmp_path / "photos" / "cat" / "notes.txt").write_text("not an image")
+    with pytest.raises(UserError, match=r"no images found in .*photos: .*<folder>/<class>/<image>; .*\.jpg.*--layout"):
+        import_imagefolder(tmp_path / "photos", progress=False)
+
+
 def test_waterbirds_metadata_and_malformed_rows(tmp_path):
     root = write_waterbirds(tmp_path / "waterbird_complete95_forest2water2", 24)
     meta = pd.read_csv(root / "metadata.csv", dtype=str)

@@ -63,6 +63,16 @@ def test_eval_prints_precision_and_recall(tmp_path):
     assert "--review" in result.output
 
 
+def test_eval_names_the_file_and_line_of_a_decision_it_cannot_read(tmp_path):
+    (tmp_path / "truth.csv").write_text("class,tag,relevant\ncar,wheel,true\ncar,road,false\n")
+    (tmp_path / "judged.csv").write_text("class,tag,relevant\ncar,wheel,true\ncar,road,maybe\n")
+    result = runner.invoke(root_app, ["judge", "eval", "--truth", str(tmp_path / "truth.csv"),
+                                      "--predicted", str(tmp_path / "judged.csv")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert "judged.csv: column 'relevant' holds ['maybe'] on line(s) 3; write true/false" in line
+
+
 def test_eval_reads_a_csv_truth_without_source_and_compares_two_judges(fake_llm, tmp_path):
     (tmp_path / "truth.csv").write_text("class,tag,relevant\ncar,wheel,true\ncar,road,false\ncar,sky,false\n")
     result = invoke("eval", "--truth", tmp_path / "truth.csv", *llm_options(fake_llm, tmp_path), "--compare", "offline")
