@@ -237,8 +237,8 @@ def _reason(row) -> str:
         return "no validation sample to measure the reference's reliance (with and without the tag)"
     if not row.biased and row.reliance_q <= MAX_Q_VALUE and row.score > 0:
         return (f"relied on only within the class: other classes' images with it are not pulled towards it (cross "
-                f"AUC {row.cross_auc:.2f} on {row.cross_n_with:.0f} images, a shortcut needs {MIN_CROSS_AUC}); more "
-                "likely part of the object, which the judge may have called irrelevant")
+                f"AUC {row.cross_auc:.2f} on {row.cross_n_with:.0f} images, a shortcut needs {MIN_CROSS_AUC}): a "
+                "part of the object the judge may have called irrelevant, or a cue used only beside the object's own")
     if not row.biased and not row.decidable:
         return (f"cannot decide: too few images to measure the reference's reliance ({row.within_n_with:.0f} of the "
                 f"class with it against {row.within_n_without:.0f} without, {row.cross_n_with:.0f} of other classes "

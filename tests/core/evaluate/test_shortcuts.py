@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import norm
 
 from mavias.core.evaluate.shortcuts import Predictions, association, find_shortcuts, reliance
 
