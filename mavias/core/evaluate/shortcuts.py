@@ -25,7 +25,9 @@ that never trained on it; the screening reads only their tag counts). A pair is 
 and its reliance q-value are both at most ``MAX_Q_VALUE``, the association is at least of medium size (the interval's
 lower bound of the odds ratio at least ``MIN_ODDS_RATIO``), both effects point the same way, and the reliance carries
 over to other classes: where at least ``MIN_CROSS_SUPPORT`` validation images of other classes carry the tag, the
-cross AUC is at least of medium size (``MIN_CROSS_AUC``). A cue the model uses as evidence for c raises c's
+cross AUC may be of medium size (``MIN_CROSS_AUC`` at most its one-sided 95% upper bound, from the Mann-Whitney
+null standard error): a pair is turned away only when those images show the pull is smaller, not when they are too few or too
+noisy to tell (15 images of which a tagger's stray tags make half). A cue the model uses as evidence for c raises c's
 probability on any image; a tag that only goes with clearer pictures of c (a part the tagger sees when the object is
 plain, which a judge mistook for context) does not. ``score`` = the reliance effect 2·AUC − 1 of the part that
 shows it ranks the tags of a class.
@@ -53,12 +55,14 @@ MIN_CROSS_AUC = 0.64
 MIN_CROSS_SUPPORT = 10
 MIN_SIDE = 10  # images on the smaller side of a within-class reliance test, below which it cannot decide
 Z_95 = 1.959964
+Z_95_ONE_SIDED = 1.644854
 SHORTCUT = "shortcut"
+RULE_VERSION = 3  # part of the cache key of a reference's B' (mavias.core.protocol.reference): bump on any change
 CROSS_FITTED = "cross-fitted"  # the name of the cross-fitted references' predictions (mavias.core.protocol.crossfit)
 SHORTCUT_COLUMNS = [
     "class", "tag", "support", "class_n", "others_with_tag", "log_odds", "log_odds_ci_low", "log_odds_ci_high",
     "association_q", "within_auc", "within_n_with", "within_n_without", "cross_auc", "cross_n_with",
-    "reliance_p", "reliance_q", "score", "model", "decidable", "biased", "reason", "rank", "rule",
+    "cross_n_without", "reliance_p", "reliance_q", "score", "model", "decidable", "biased", "reason", "rank", "rule",
 ]
 
 
@@ -130,8 +134,8 @@ def reliance(pairs: pd.DataFrame, predictions: Sequence[Predictions]) -> pd.Data
     return pd.DataFrame(rows, index=pairs.index, columns=RELIANCE_COLUMNS)
 
 
-RELIANCE_COLUMNS = ["within_auc", "within_n_with", "within_n_without", "cross_auc", "cross_n_with", "reliance_p",
-                    "score", "model", "decidable"]
+RELIANCE_COLUMNS = ["within_auc", "within_n_with", "within_n_without", "cross_auc", "cross_n_with", "cross_n_without",
+                    "reliance_p", "score", "model", "decidable"]
 
 
 def _thin(row: dict) -> bool:
@@ -161,7 +165,8 @@ def _pair_reliance(label: int, labels: np.ndarray, has: np.ndarray, log_probs: n
     effect = np.nan if strongest is None else 2 * strongest[0] - 1
     return {"within_auc": np.nan if within is None else within[0], "within_n_with": int((own & has).sum()),
             "within_n_without": int((own & ~has).sum()), "cross_auc": np.nan if cross is None else cross[0],
-            "cross_n_with": int((~own & has).sum()), "reliance_p": float(p), "score": effect}
+            "cross_n_with": int((~own & has).sum()), "cross_n_without": int((~own & ~has).sum()),
+            "reliance_p": float(p), "score": effect}
 
 
 def _class_medians(score: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -194,7 +199,7 @@ def find_shortcuts(
         pairs.loc[tested, "reliance_q"] = false_discovery_control(pairs.loc[tested, "reliance_p"].to_numpy())
     pairs["decidable"] = pairs["decidable"].astype("boolean").fillna(False).astype(bool)  # untested: not decided
     pairs["biased"] = (pairs["reliance_q"] <= MAX_Q_VALUE) & (pairs["score"] > 0) & carries_over(pairs)
-    pairs["reason"] = [_reason(row) for row in pairs.itertuples()]
+    pairs["reason"] = [_reason(row, upper) for row, upper in zip(pairs.itertuples(), cross_auc_upper(pairs))]
     pairs["class"] = [class_names[label] for label in pairs["label"]]
     pairs = pairs.sort_values(["label", "biased", "score", "log_odds", "tag"],
                               ascending=[True, False, False, False, True], na_position="last")
@@ -215,9 +220,17 @@ def is_undecided(evidence: pd.DataFrame) -> pd.Series:
 
 
 def carries_over(evidence: pd.DataFrame) -> pd.Series:
-    """The pairs whose reliance is not confined to the class's own images (or that lack the images to tell)."""
-    few = pd.to_numeric(evidence["cross_n_with"], errors="coerce").fillna(0) < MIN_CROSS_SUPPORT
-    return few | (pd.to_numeric(evidence["cross_auc"], errors="coerce") >= MIN_CROSS_AUC)
+    """The pairs whose reliance is not shown confined to the class's own images: too few other-class images with the
+    tag to tell, or a cross AUC whose one-sided 95% upper bound reaches ``MIN_CROSS_AUC``."""
+    with_tag = pd.to_numeric(evidence["cross_n_with"], errors="coerce").fillna(0)
+    return (with_tag < MIN_CROSS_SUPPORT) | (cross_auc_upper(evidence) >= MIN_CROSS_AUC)
+
+
+def cross_auc_upper(evidence: pd.DataFrame) -> pd.Series:
+    """The one-sided 95% upper bound of each pair's cross AUC (NaN where a side is empty)."""
+    n_with, n_without = (pd.to_numeric(evidence[c], errors="coerce") for c in ("cross_n_with", "cross_n_without"))
+    se = np.sqrt((n_with + n_without + 1) / (12 * n_with * n_without))
+    return pd.to_numeric(evidence["cross_auc"], errors="coerce") + Z_95_ONE_SIDED * se
 
 
 def is_associated(evidence: pd.DataFrame) -> pd.Series:
@@ -227,7 +240,7 @@ def is_associated(evidence: pd.DataFrame) -> pd.Series:
     return (q <= MAX_Q_VALUE) & (low >= np.log(MIN_ODDS_RATIO))
 
 
-def _reason(row) -> str:
+def _reason(row, cross_upper: float) -> str:
     if row.association_q > MAX_Q_VALUE or row.log_odds_ci_low <= 0:
         return f"not more frequent in the class than elsewhere (association q {row.association_q:.2g})"
     if row.log_odds_ci_low < np.log(MIN_ODDS_RATIO):
@@ -237,8 +250,9 @@ def _reason(row) -> str:
         return "no validation sample to measure the reference's reliance (with and without the tag)"
     if not row.biased and row.reliance_q <= MAX_Q_VALUE and row.score > 0:
         return (f"relied on only within the class: other classes' images with it are not pulled towards it (cross "
-                f"AUC {row.cross_auc:.2f} on {row.cross_n_with:.0f} images, a shortcut needs {MIN_CROSS_AUC}): a "
-                "part of the object the judge may have called irrelevant, or a cue used only beside the object's own")
+                f"AUC {row.cross_auc:.2f} on {row.cross_n_with:.0f} images, at most {cross_upper:.2f} within "
+                f"its 95% interval, a shortcut needs {MIN_CROSS_AUC}): a part of the object the judge may have called "
+                "irrelevant, or a cue used only beside the object's own")
     if not row.biased and not row.decidable:
         return (f"cannot decide: too few images to measure the reference's reliance ({row.within_n_with:.0f} of the "
                 f"class with it against {row.within_n_without:.0f} without, {row.cross_n_with:.0f} of other classes "

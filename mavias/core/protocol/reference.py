@@ -21,6 +21,7 @@ from mavias.core.evaluate.shortcuts import (
     MIN_CROSS_SUPPORT,
     MIN_ODDS_RATIO,
     MIN_SIDE,
+    RULE_VERSION,
     SHORTCUT,
     SHORTCUT_COLUMNS,
     Predictions,
@@ -119,7 +120,7 @@ def load_reference(run_dir: str | Path, data: PreparedData, *, rule: str = SHORT
     early = run_dir / EARLY_CHECKPOINT
     folds = log_probs_path(run_dir)
     thresholds = [MAX_Q_VALUE, MIN_ODDS_RATIO, MIN_CROSS_AUC, MIN_CROSS_SUPPORT, MIN_SIDE]
-    key = {"rule": rule, "min_support": min_support, "thresholds": thresholds,
+    key = {"rule": rule, "rule_version": RULE_VERSION, "min_support": min_support, "thresholds": thresholds,
            "data": _fingerprint(data), "checkpoint": checkpoint.name,
            "checkpoint_mtime": checkpoint.stat().st_mtime_ns,
            "early_mtime": early.stat().st_mtime_ns if early.is_file() else None,

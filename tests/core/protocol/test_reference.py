@@ -1,6 +1,7 @@
 """The open-set reference as a user meets it: a trained, near-perfect ERM reference still gives the planted shortcut,
 any ERM run is a reference, and the wrong run is one readable error."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -8,8 +9,10 @@ import pandas as pd
 import pytest
 import torch
 
+from mavias.core.evaluate.shortcuts import RULE_VERSION
 from mavias.core.protocol import BIASED_TAGS_FILE, load_reference, train_reference
 from mavias.core.protocol.crossfit import CROSSFIT_DIR, FOLDS, KEY_FILE, LOG_PROBS_FILE, cross_fit, fold_of
+from mavias.core.protocol.reference import DISCOVERY_FILE
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import feature_split
 from mavias.core.train.prepare import PreparedData
@@ -53,6 +56,17 @@ def test_a_near_perfect_reference_still_gives_the_planted_shortcut(data, tmp_pat
     assert (tmp_path / "erm" / BIASED_TAGS_FILE).is_file() and (tmp_path / "erm" / "early.pt").is_file()
     assert not (tmp_path / "erm" / CROSSFIT_DIR).exists()  # 600 validation samples decide: no cross-fitting
     assert set(reference.val_groups) <= {f"{c}|{k}" for c in CLASSES for k in ("aligned", "conflicting")}
+
+
+def test_biased_tags_cached_under_another_rule_are_computed_again(data, tmp_path):
+    train_reference(data, CFG, tmp_path / "erm", progress=False)
+    key = json.loads((tmp_path / "erm" / DISCOVERY_FILE).read_text())
+    assert key["rule_version"] == RULE_VERSION  # the rule that computed them is part of their cache key
+    (tmp_path / "erm" / DISCOVERY_FILE).write_text(json.dumps({**key, "rule_version": RULE_VERSION - 1}))
+    (tmp_path / "erm" / BIASED_TAGS_FILE).write_text("class,tag\n")  # what the older rule found
+    reference = load_reference(tmp_path / "erm", data)
+    assert list(zip(reference.biased_tags["class"], reference.biased_tags["tag"])) == [("cat", "red")]
+    assert json.loads((tmp_path / "erm" / DISCOVERY_FILE).read_text())["rule_version"] == RULE_VERSION
 
 
 def test_a_warm_reference_keeps_the_early_proxy_of_the_run_it_started_from(data, tmp_path):
