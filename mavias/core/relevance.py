@@ -37,9 +37,10 @@ def _parse_flags(values: pd.Series, path: Path) -> pd.Series:
     words = values.astype(str).str.strip().str.lower()
     bad = ~words.isin(TRUE_WORDS | FALSE_WORDS)
     if bad.any():
-        lines = ", ".join(str(i + 2) for i in values.index[bad][:5])  # + the header, counted from 1
-        raise RelevanceError(f"{path}: column 'relevant' holds {sorted(set(words[bad]))[:5]} on line(s) {lines}; "
-                             "write true/false (or 1/0)")
+        rows = [str(i + 1) for i in values.index[bad]]  # data rows counted from 1 under the header
+        shown = ", ".join(rows[:5]) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
+        raise RelevanceError(f"{path}: column 'relevant' holds {sorted(set(values[bad].str.strip()))[:5]} on data "
+                             f"row(s) {shown}; write true/false (or 1/0)")
     return words.isin(TRUE_WORDS)
 
 

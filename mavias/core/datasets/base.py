@@ -98,9 +98,8 @@ def build_import(
 ) -> ImportResult:
     """Hash and decode every candidate file (thread pool); quarantine the unusable rows with their reason."""
     if candidates.empty:
-        raise UserError(f"no images found in {info.source}: a class-folder layout holds one sub-folder per class with "
-                        f"its images inside (<folder>/<class>/<image>; {', '.join(sorted(IMAGE_SUFFIXES))} files); "
-                        "for a published dataset's own layout, name it with --layout")
+        raise UserError(f"no images found for {info.name} in {info.source} (images are "
+                        f"{', '.join(sorted(IMAGE_SUFFIXES))} files); check the path and the dataset's layout")
     rows = candidates.sort_values("uri", kind="stable").reset_index(drop=True)
     problems = rows["problem"] if "problem" in rows.columns else pd.Series([None] * len(rows))
     problems = problems.where(problems.notna() & (problems != ""), None)

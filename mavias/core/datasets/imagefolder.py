@@ -11,7 +11,14 @@ from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
-from mavias.core.datasets.base import ImportResult, build_import, is_image_name, require_path, stratified_split
+from mavias.core.datasets.base import (
+    IMAGE_SUFFIXES,
+    ImportResult,
+    build_import,
+    is_image_name,
+    require_path,
+    stratified_split,
+)
 from mavias.core.manifest import SPLITS, DatasetInfo
 from mavias.errors import UserError
 
@@ -56,6 +63,9 @@ def import_imagefolder(root: str | Path, options: SplitOptions = SplitOptions(),
     root = require_path(Path(root), "one sub-folder per class").resolve()
     names = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
     rows = layout_rows(names, options)
+    if rows.empty:
+        raise UserError(f"no images found in {root}: a class folder holds one sub-folder per class with its images "
+                        f"inside ({root.name}/<class>/<image>; {', '.join(sorted(IMAGE_SUFFIXES))} files)")
     rows["uri"] = [str(root / name) for name in rows["name"]]
     info = DatasetInfo(name=root.name, source=str(root), notes=_split_note(options))
     return build_import(rows.drop(columns="name"), info, progress=progress)

@@ -10,7 +10,8 @@ A tag t (irrelevant to class c) is a shortcut of c when two kinds of evidence, m
    t is present (on the validation split; on a small split also the cross-fitted references' on the training split,
    :mod:`mavias.core.protocol.crossfit`). *Within*: class-c samples with t against class-c samples without it. *Cross*:
    samples of the other classes with t against those without it, each centred on its own class's median. One-sided
-   Mann-Whitney tests; either part can show reliance (the smaller p-value, doubled: Bonferroni over the two), as a
+   Mann-Whitney tests; either part can show reliance (the smaller p-value, doubled: Bonferroni over the two; the cross
+   part only with at least ``MIN_CROSS_SUPPORT`` images), as a
    within-class comparison can be confounded by what else comes with t in c's images (a lighthouse that takes the
    boat's place in the frame) while other classes' images with t still show the pull towards c. Benjamini-Hochberg
    over the pairs the association screened in.
@@ -160,6 +161,8 @@ def _pair_reliance(label: int, labels: np.ndarray, has: np.ndarray, log_probs: n
     centred = score - _class_medians(score, labels)
     cross = _one_sided(centred[~own & has], centred[~own & ~has])
     parts = [part for part in (within, cross) if part is not None]
+    if within is not None and (~own & has).sum() < MIN_CROSS_SUPPORT:
+        parts = [within]  # a few images of other classes cannot show a shortcut on their own (chosen by counts alone)
     strongest = min(parts, key=lambda part: part[1], default=None)
     p = np.nan if strongest is None else min(1.0, strongest[1] * len(parts))
     effect = np.nan if strongest is None else 2 * strongest[0] - 1
@@ -223,7 +226,8 @@ def carries_over(evidence: pd.DataFrame) -> pd.Series:
     """The pairs whose reliance is not shown confined to the class's own images: too few other-class images with the
     tag to tell, or a cross AUC whose one-sided 95% upper bound reaches ``MIN_CROSS_AUC``."""
     with_tag = pd.to_numeric(evidence["cross_n_with"], errors="coerce").fillna(0)
-    return (with_tag < MIN_CROSS_SUPPORT) | (cross_auc_upper(evidence) >= MIN_CROSS_AUC)
+    upper = cross_auc_upper(evidence)  # NaN when every other-class image carries the tag: nothing to tell
+    return (with_tag < MIN_CROSS_SUPPORT) | upper.isna() | (upper >= MIN_CROSS_AUC)
 
 
 def cross_auc_upper(evidence: pd.DataFrame) -> pd.Series:
@@ -249,10 +253,10 @@ def _reason(row, cross_upper: float) -> str:
     if np.isnan(row.reliance_p):
         return "no validation sample to measure the reference's reliance (with and without the tag)"
     if not row.biased and row.reliance_q <= MAX_Q_VALUE and row.score > 0:
-        return (f"relied on only within the class: other classes' images with it are not pulled towards it (cross "
-                f"AUC {row.cross_auc:.2f} on {row.cross_n_with:.0f} images, at most {cross_upper:.2f} within "
-                f"its 95% interval, a shortcut needs {MIN_CROSS_AUC}): a part of the object the judge may have called "
-                "irrelevant, or a cue used only beside the object's own")
+        return (f"relied on within the class, but other classes' images with it are pulled towards it less than by a "
+                f"shortcut (cross AUC {row.cross_auc:.2f} on {row.cross_n_with:.0f} images, at most {cross_upper:.2f} "
+                f"at its one-sided 95% bound, a shortcut needs {MIN_CROSS_AUC}): a part of the object the judge may "
+                "have called irrelevant, or a cue used only beside the object's own")
     if not row.biased and not row.decidable:
         return (f"cannot decide: too few images to measure the reference's reliance ({row.within_n_with:.0f} of the "
                 f"class with it against {row.within_n_without:.0f} without, {row.cross_n_with:.0f} of other classes "

@@ -70,7 +70,7 @@ def test_eval_names_the_file_and_line_of_a_decision_it_cannot_read(tmp_path):
                                       "--predicted", str(tmp_path / "judged.csv")])
     assert result.exit_code == 2 and "Traceback" not in result.output
     (line,) = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert "judged.csv: column 'relevant' holds ['maybe'] on line(s) 3; write true/false" in line
+    assert "judged.csv: column 'relevant' holds ['maybe'] on data row(s) 2; write true/false" in line
 
 
 def test_eval_reads_a_csv_truth_without_source_and_compares_two_judges(fake_llm, tmp_path):
