@@ -11,10 +11,9 @@ A tag t (irrelevant to class c) is a shortcut of c when two kinds of evidence, m
    :mod:`mavias.core.protocol.crossfit`). *Within*: class-c samples with t against class-c samples without it. *Cross*:
    samples of the other classes with t against those without it, each centred on its own class's median. One-sided
    Mann-Whitney tests; either part can show reliance (the smaller p-value, doubled: Bonferroni over the two; the cross
-   part only with at least ``MIN_CROSS_SUPPORT`` images), as a
-   within-class comparison can be confounded by what else comes with t in c's images (a lighthouse that takes the
-   boat's place in the frame) while other classes' images with t still show the pull towards c. Benjamini-Hochberg
-   over the pairs the association screened in.
+   part only with at least ``MIN_CROSS_SUPPORT`` images), as a within-class comparison can be confounded by what else
+   comes with t in c's images (a lighthouse that takes the boat's place in the frame) while other classes' images
+   with t still show the pull towards c. Benjamini-Hochberg over the pairs the association screened in.
    Probabilities, not 0/1 accuracy, so a reference that is 99.5% accurate on biased validation data still shows how
    much more confident t makes it. Where the reference run kept an early checkpoint (a bias-amplified proxy: an
    early-stopped ERM leans on shortcuts more openly, as in FACTS), each pair takes the strongest of the models'
@@ -27,11 +26,11 @@ and its reliance q-value are both at most ``MAX_Q_VALUE``, the association is at
 lower bound of the odds ratio at least ``MIN_ODDS_RATIO``), both effects point the same way, and the reliance carries
 over to other classes: where at least ``MIN_CROSS_SUPPORT`` validation images of other classes carry the tag, the
 cross AUC may be of medium size (``MIN_CROSS_AUC`` at most its one-sided 95% upper bound, from the Mann-Whitney
-null standard error): a pair is turned away only when those images show the pull is smaller, not when they are too few or too
-noisy to tell (15 images of which a tagger's stray tags make half). A cue the model uses as evidence for c raises c's
-probability on any image; a tag that only goes with clearer pictures of c (a part the tagger sees when the object is
-plain, which a judge mistook for context) does not. ``score`` = the reliance effect 2·AUC − 1 of the part that
-shows it ranks the tags of a class.
+null standard error): a pair is turned away only when those images show the pull is smaller, not when they are too
+few or too noisy to tell (15 images of which a tagger's stray tags make half). A cue the model uses as evidence for
+c raises c's probability on any image; a tag that only goes with clearer pictures of c (a part the tagger sees when
+the object is plain, which a judge mistook for context) does not. ``score`` = the reliance effect 2·AUC − 1 of the
+part that shows it ranks the tags of a class.
 
 A pair no model's samples can decide (fewer than ``MIN_SIDE`` images on the smaller side of the within-class test and
 fewer than ``MIN_CROSS_SUPPORT`` of other classes with the tag, for every model) and that is not shown relied on is
@@ -161,14 +160,15 @@ def _pair_reliance(label: int, labels: np.ndarray, has: np.ndarray, log_probs: n
     centred = score - _class_medians(score, labels)
     cross = _one_sided(centred[~own & has], centred[~own & ~has])
     parts = [part for part in (within, cross) if part is not None]
-    if within is not None and (~own & has).sum() < MIN_CROSS_SUPPORT:
+    n_cross = int((~own & has).sum())
+    if within is not None and n_cross < MIN_CROSS_SUPPORT:
         parts = [within]  # a few images of other classes cannot show a shortcut on their own (chosen by counts alone)
     strongest = min(parts, key=lambda part: part[1], default=None)
     p = np.nan if strongest is None else min(1.0, strongest[1] * len(parts))
     effect = np.nan if strongest is None else 2 * strongest[0] - 1
     return {"within_auc": np.nan if within is None else within[0], "within_n_with": int((own & has).sum()),
             "within_n_without": int((own & ~has).sum()), "cross_auc": np.nan if cross is None else cross[0],
-            "cross_n_with": int((~own & has).sum()), "cross_n_without": int((~own & ~has).sum()),
+            "cross_n_with": n_cross, "cross_n_without": int((~own & ~has).sum()),
             "reliance_p": float(p), "score": effect}
 
 

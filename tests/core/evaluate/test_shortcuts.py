@@ -16,6 +16,17 @@ def _series(rows: list[list[str]]) -> pd.Series:
     return pd.Series(rows, dtype=object)
 
 
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    return logits - np.log(np.exp(logits).sum(1, keepdims=True))
+
+
+def _audit(split, n_train: int, n_val: int) -> pd.DataFrame:
+    """B' evidence from a simulated training split and a reference's predictions on a validation split, drawn from
+    ``split`` in that order."""
+    labels, tags, _ = split(n_train)
+    return find_shortcuts(labels, tags, tags, [Predictions("reference", *split(n_val))], CLASSES, min_support=20)
+
+
 def test_association_counts_odds_ratio_interval_and_exact_p_by_hand():
     labels = np.array([0, 0, 0, 1, 1, 1])
     tags = _series([["red"], ["red"], ["red"], ["red"], [], ["fur"]])
@@ -70,12 +81,9 @@ def test_a_shortcut_is_found_when_the_within_class_comparison_is_confounded():
         tags = _series([["kennel"] if k else [] for k in kennel])
         own = 6.0 - 2.5 * (kennel & (labels == 1))  # the kennel hides the dog...
         logits = rng.normal(0, 0.7, (n, 3)) + own[:, None] * np.eye(3)[labels] + 1.5 * np.outer(kennel, [0, 1, 0])
-        return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))  # ...and pulls towards dog
+        return labels, tags, _log_softmax(logits)  # ...and pulls towards dog
 
-    labels, tags, _ = split(3000)
-    val_labels, val_tags, val_log_probs = split(900)
-    found = find_shortcuts(labels, tags, tags, [Predictions("reference", val_labels, val_tags, val_log_probs)],
-                           CLASSES, min_support=20)
+    found = _audit(split, 3000, 900)
     kennel = found[(found["class"] == "dog") & (found["tag"] == "kennel")].iloc[0]
     assert kennel["within_auc"] < 0.4 and kennel["cross_auc"] >= 0.64 and kennel["cross_n_with"] >= 40
     assert kennel["biased"] and kennel["score"] == pytest.approx(2 * kennel["cross_auc"] - 1)  # the cross part decided
@@ -87,7 +95,7 @@ def _independent(seed: int, n: int = 600):
     vocabulary = ["red", "blue", "grass", "sky", "indoor", "night", "wood", "snow"]
     tags = _series([[t for t in vocabulary if rng.random() < 0.3] for _ in range(n)])
     logits = rng.normal(0, 1, (n, 3)) + 4.0 * np.eye(3)[labels]  # a good model of the class, blind to the tags
-    log_probs = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    log_probs = _log_softmax(logits)
     return labels, tags, log_probs
 
 
@@ -113,7 +121,7 @@ def test_a_planted_tag_is_found_and_an_associated_tag_the_model_ignores_is_not()
         collar = np.where(labels == 1, rng.random(n) < 0.9, rng.random(n) < 0.05)
         tags = _series([[*(["red"] if r else []), *(["collar"] if c else [])] for r, c in zip(red, collar)])
         logits = rng.normal(0, 0.5, (n, 3)) + 6.0 * np.eye(3)[labels] + 2.5 * np.outer(red, [1, 0, 0])
-        return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+        return labels, tags, _log_softmax(logits)
 
     labels, tags, _ = split(2000)
     val_labels, val_tags, val_log_probs = split(600)
@@ -140,10 +148,9 @@ def test_an_associated_tag_the_model_ignores_is_rarely_called_a_shortcut():
             collar = rng.random(n) < np.select([labels == 1, labels == 0], [0.9, 0.3], 0.02)
             tags = _series([["collar"] if c else [] for c in collar])
             logits = rng.normal(0, 1.0, (n, 3)) + rng.normal(4.0, 1.0, (n, 1)) * np.eye(3)[labels]
-            return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+            return labels, tags, _log_softmax(logits)
 
-        labels, tags, _ = split(2000)
-        found = find_shortcuts(labels, tags, tags, [Predictions("reference", *split(600))], CLASSES, min_support=20)
+        found = _audit(split, 2000, 600)
         assert is_associated(found[found["class"] == "dog"]).all()  # the test reaches the reliance step
         found_any += int(found["biased"].any())
     assert found_any <= 2
@@ -157,12 +164,9 @@ def test_a_tag_only_twice_as_common_in_a_class_is_not_a_shortcut_even_when_the_m
         brown = rng.random(n) < np.where(labels == 2, 0.3, 0.15)  # twice as common among foxes: odds ratio 2.4
         tags = _series([["brown"] if b else [] for b in brown])
         logits = rng.normal(0, 0.5, (n, 3)) + 6.0 * np.eye(3)[labels] + 1.5 * np.outer(brown, [0, 0, 1])
-        return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+        return labels, tags, _log_softmax(logits)
 
-    labels, tags, _ = split(4000)
-    val_labels, val_tags, val_log_probs = split(1500)
-    found = find_shortcuts(labels, tags, tags, [Predictions("reference", val_labels, val_tags, val_log_probs)],
-                           CLASSES, min_support=20)
+    found = _audit(split, 4000, 1500)
     brown = found[(found["class"] == "fox") & (found["tag"] == "brown")].iloc[0]
     assert brown["association_q"] <= 0.05 and brown["log_odds_ci_low"] > 0  # a real, significant enrichment
     assert not found["biased"].any()
@@ -184,12 +188,9 @@ def test_a_tag_relied_on_only_within_its_class_is_a_part_not_a_shortcut():
         tags = _series([[*(["red"] if r else []), *(["rim"] if m else [])] for r, m in zip(red, rim)])
         own = 6.0 + 1.5 * clarity * (labels == 0)
         logits = rng.normal(0, 0.5, (n, 3)) + own[:, None] * np.eye(3)[labels] + 2.5 * np.outer(red, [1, 0, 0])
-        return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+        return labels, tags, _log_softmax(logits)
 
-    labels, tags, _ = split(3000)
-    val_labels, val_tags, val_log_probs = split(900)
-    found = find_shortcuts(labels, tags, tags, [Predictions("reference", val_labels, val_tags, val_log_probs)],
-                           CLASSES, min_support=20)
+    found = _audit(split, 3000, 900)
     biased = set(zip(found.loc[found["biased"], "class"], found.loc[found["biased"], "tag"]))
     assert biased == {("cat", "red")}
     rim = found[(found["class"] == "cat") & (found["tag"] == "rim")].iloc[0]
@@ -210,12 +211,9 @@ def test_a_shortcut_stays_when_the_few_other_class_images_with_it_cannot_show_it
         stray = rng.random(n) < 0.02
         tags = _series([["blue"] if b or s else [] for b, s in zip(blue, stray)])
         logits = rng.normal(0, 0.5, (n, 3)) + 6.0 * np.eye(3)[labels] + 2.0 * np.outer(blue, [0, 0, 1])
-        return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+        return labels, tags, _log_softmax(logits)
 
-    labels, tags, _ = split(3000)
-    val_labels, val_tags, val_log_probs = split(900)
-    found = find_shortcuts(labels, tags, tags, [Predictions("reference", val_labels, val_tags, val_log_probs)],
-                           CLASSES, min_support=20)
+    found = _audit(split, 3000, 900)
     blue = found[(found["class"] == "fox") & (found["tag"] == "blue")].iloc[0]
     assert 10 <= blue["cross_n_with"] <= 25 and blue["cross_auc"] < 0.64, blue.to_dict()
     assert blue["biased"] and blue["reliance_q"] <= 0.05, blue.to_dict()
@@ -228,7 +226,7 @@ def _small_validation(seed: int, n: int, lean: float):
     red = np.where(labels == 0, rng.random(n) < 0.95, rng.random(n) < 0.03)
     tags = _series([["red"] if r else [] for r in red])
     logits = rng.normal(0, 0.5, (n, 3)) + 6.0 * np.eye(3)[labels] + lean * np.outer(red, [1, 0, 0])
-    return labels, tags, logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    return labels, tags, _log_softmax(logits)
 
 
 def test_a_pair_too_few_images_can_test_is_undecided_until_more_predictions_decide_it():
