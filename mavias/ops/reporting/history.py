@@ -17,6 +17,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from mavias.core.evaluate.metrics import require_columns
+from mavias.core.evaluate.shortcuts import RULE_VERSION
 from mavias.utils.atomic import write_json
 
 TOP_K = 10
@@ -35,6 +36,7 @@ class HistoryEntry(BaseModel):
     average_accuracy: float
     biased_tags: dict[str, list[str]]  # class -> top-k biased tags, in rank order
     promoted: bool
+    audit_rule: int | None = None  # version of the B' rule behind biased_tags; None: recorded before versions were kept
 
 
 def history_entry(
@@ -59,6 +61,7 @@ def history_entry(
         average_accuracy=metrics["average_accuracy"],
         biased_tags=biased_tags_by_class(biased_tags),
         promoted=promoted,
+        audit_rule=RULE_VERSION,
     )
 
 

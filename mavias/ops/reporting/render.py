@@ -221,6 +221,16 @@ class Drift:
     def table(self) -> pd.DataFrame | None:
         return None if self.previous is None else bias_drift(self.previous.biased_tags, self.tonight.biased_tags)
 
+    @property
+    def rule_note(self) -> str:
+        """Why some drift may not be the data's: the B' rule changed between the two nights ("" when it did not)."""
+        if self.previous is None or self.previous.audit_rule == self.tonight.audit_rule:
+            return ""
+        before = "an earlier version" if self.previous.audit_rule is None else f"version {self.previous.audit_rule}"
+        return (f"The audit's rule changed since {self.previous.date} ({before}, tonight version "
+                f"{self.tonight.audit_rule}): shortcuts marked new or no longer found may follow the rule, not the "
+                "data; the next night compares like with like.")
+
 
 def _drift(context: ReportContext) -> Drift | None:
     """None when tonight has no history entry (no candidate was evaluated)."""
@@ -303,6 +313,8 @@ def render_text(context: ReportContext) -> str:
     views = class_shortcuts(context, None if drift is None else drift.table())
     if views:
         lines += ["", "Shortcuts found (B', per class):", *shortcut_lines(views)]
+        if drift is not None and drift.rule_note:
+            lines.append(f"  {drift.rule_note}")
     if context.trust:
         lines += ["", "How far to trust the tags behind them:", *(f"  - {line}" for line in context.trust)]
     lines += _decision_source_text(context.decision_sources)

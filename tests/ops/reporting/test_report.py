@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mavias.core.evaluate.shortcuts import RULE_VERSION
 from mavias.core.judging.quality import ClassChanges
 from mavias.ops.export.parity import VerificationResult
 from mavias.ops.gates import GateReport, evaluate_gates
@@ -96,7 +97,7 @@ def history(rng: np.random.Generator, tags: dict[str, list[str]], nights: int) -
         HistoryEntry(date=start + timedelta(days=i), run_id=f"scheduled__{start + timedelta(days=i)}", version=f"v{i}",
                      worst_group_accuracy=0.6 + 0.01 * i + rng.normal(0, 0.01), worst_group_ci_low=0.55 + 0.01 * i,
                      worst_group_ci_high=0.68 + 0.01 * i, average_accuracy=0.85 + 0.003 * i,
-                     biased_tags=previous_tags, promoted=i % 3 != 1)
+                     biased_tags=previous_tags, promoted=i % 3 != 1, audit_rule=RULE_VERSION)
         for i in range(nights)
     ]
 
@@ -283,6 +284,18 @@ def test_bias_drift_lists_new_and_gone_tags():
         {"class": "cat", "new": ["sofa"], "gone": []},
         {"class": "dog", "new": ["bed", "grass"], "gone": ["carpet"]},
     ]
+
+
+@pytest.mark.parametrize("before", [None, RULE_VERSION - 1])
+def test_drift_across_a_change_of_the_audit_rule_says_so(context, before):
+    note = "The audit's rule changed since 2025-06-14"
+    assert note not in render_text(context) and note not in unescape(render_report(context, {}))
+    previous = context.history[-2].model_copy(update={"audit_rule": before})
+    upgraded = context.model_copy(update={"history": [*context.history[:-2], previous, context.history[-1]]})
+    text, html = render_text(upgraded), " ".join(parse(render_report(upgraded, {})).text)
+    assert note in text and note in html
+    assert ("an earlier version" if before is None else f"version {before}") in text
+    assert f"tonight version {RULE_VERSION}" in text
 
 
 def test_logit_summary_of_aligned_and_conflicting_samples():
