@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from mavias.core.evaluate.shortcuts import carries_over
 from mavias.ops.reporting.context import ReportContext
 from mavias.ops.reporting.history import TOP_K
 
@@ -45,7 +46,7 @@ def evidence(row: Mapping[str, Any]) -> dict[str, str]:
 @dataclass(frozen=True)
 class ClassShortcuts:
     name: str
-    shortcuts: list[dict[str, Any]]  # tag, new, evidence phrases
+    shortcuts: list[dict[str, Any]]  # tag, new, within_only (relied on within the class only), evidence phrases
     gone: list[str]  # shortcuts of the previous night that are not any more
     reason: str  # why the class has no shortcut ("" when it has)
     missing_from_evaluation: bool = False
@@ -55,18 +56,21 @@ def class_shortcuts(context: ReportContext, drift: pd.DataFrame | None) -> list[
     """Every class with B' rows or a status line, in name order; ``drift``: new and gone tags per class."""
     biased = context.biased_tags
     top = biased[pd.to_numeric(biased["rank"], errors="coerce") <= TOP_K] if len(biased) else biased
+    within_only = ~carries_over(top)
     status = context.shortcut_status
     status_rows = {} if status is None else {str(r["class"]): r for r in status.to_dict("records")}
     changes = {} if drift is None else {r["class"]: r for r in drift.to_dict("records")}
     names = sorted({*map(str, top["class"]), *status_rows, *changes})
     views = []
     for name in names:
-        rows = top[top["class"] == name].sort_values("rank").to_dict("records")
+        rows = top[top["class"] == name].sort_values("rank")
+        rows = [{**row, "within_only": bool(within_only[i])} for i, row in zip(rows.index, rows.to_dict("records"))]
         new = set(changes.get(name, {}).get("new", []))
         info = status_rows.get(name, {})
         n_eval = _number(info.get("n_eval"))
         views.append(ClassShortcuts(
-            name, [{"tag": r["tag"], "new": r["tag"] in new, **evidence(r)} for r in rows],
+            name, [{"tag": r["tag"], "new": r["tag"] in new, "within_only": r["within_only"], **evidence(r)}
+                   for r in rows],
             list(changes.get(name, {}).get("gone", [])), "" if rows else str(info.get("reason") or ""),
             n_eval == 0))
     return views
@@ -76,7 +80,9 @@ def shortcut_lines(views: list[ClassShortcuts]) -> list[str]:
     """The plain-text version (the email's text part)."""
     lines = []
     for view in views:
-        tags = ", ".join(f"{s['tag']}{' (new)' if s['new'] else ''}" for s in view.shortcuts)
+        tags = ", ".join(f"{s['tag']}{' (new)' if s['new'] else ''}"
+                         f"{' (within the class only: check its relevance)' if s['within_only'] else ''}"
+                         for s in view.shortcuts)
         line = f"  {view.name}: {tags or 'none'}" + (f" ({view.reason})" if view.reason else "")
         if view.gone:
             line += f"; no longer: {', '.join(view.gone)}"

@@ -7,7 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mavias.core.evaluate.shortcuts import Predictions, association, find_shortcuts, is_associated, reliance
+from mavias.core.evaluate.shortcuts import (
+    Predictions,
+    association,
+    carries_over,
+    find_shortcuts,
+    is_associated,
+    reliance,
+)
 
 CLASSES = ["cat", "dog", "fox"]
 
@@ -173,10 +180,11 @@ def test_a_tag_only_twice_as_common_in_a_class_is_not_a_shortcut_even_when_the_m
     assert "weakly" in brown["reason"]
 
 
-def test_a_tag_relied_on_only_within_its_class_is_a_part_not_a_shortcut():
+def test_a_tag_relied_on_only_within_its_class_stays_and_asks_for_a_look_at_its_relevance():
     """"rim" goes with clear pictures of cats (the tagger sees it when the object is plain): within the class the
-    model is surer where it is tagged, but other classes' images tagged "rim" are not pulled towards cat. "red" is a
-    shortcut: it raises cat wherever it appears."""
+    model is surer where it is tagged, but other classes' images tagged "rim" are not pulled towards cat. Only the
+    relevance decision tells such a part from a co-object used beside the object, so it stays in B' and says so.
+    "red" raises cat wherever it appears."""
     rng = np.random.default_rng(2)
 
     def split(n):
@@ -192,12 +200,15 @@ def test_a_tag_relied_on_only_within_its_class_is_a_part_not_a_shortcut():
 
     found = _audit(split, 3000, 900)
     biased = set(zip(found.loc[found["biased"], "class"], found.loc[found["biased"], "tag"]))
-    assert biased == {("cat", "red")}
-    rim = found[(found["class"] == "cat") & (found["tag"] == "rim")].iloc[0]
+    assert biased == {("cat", "red"), ("cat", "rim")}
+    rim, red = (found[(found["class"] == "cat") & (found["tag"] == tag)].iloc[0] for tag in ("rim", "red"))
     assert rim["within_auc"] > 0.7 and rim["reliance_q"] <= 0.05 and rim["cross_n_with"] >= 10  # relied on, within
-    assert rim["cross_auc"] < 0.64 and "relied on within the class, but other classes' images" in rim["reason"]
+    assert rim["cross_auc"] < 0.64 and "within the class only" in rim["reason"]
+    assert rim["reason"].endswith("check its relevance decision")
     bound = float(re.search(r"at most (\d\.\d+)", rim["reason"]).group(1))
     assert bound < 0.64 and rim["cross_n_with"] >= 50  # enough images of other classes to show the pull is small
+    assert "within the class only" not in red["reason"] and list(carries_over(found[found["biased"]])) == [
+        tag == "red" for tag in found.loc[found["biased"], "tag"]]
 
 
 def test_a_shortcut_stays_when_the_few_other_class_images_with_it_cannot_show_it_does_not_carry_over():

@@ -67,7 +67,7 @@ def biased_tags_table(tags: dict[str, list[str]]) -> pd.DataFrame:
     rows = [
         {"class": name, "tag": tag, "support": 200 - 12 * rank, "class_n": 300, "others_with_tag": 10 + rank,
          "log_odds": 4.0, "log_odds_ci_low": 3.1, "log_odds_ci_high": 4.9, "association_q": 1e-9,
-         "within_auc": 0.8, "cross_auc": 0.9, "reliance_q": 2e-4, "score": 0.6 - 0.05 * rank,
+         "within_auc": 0.8, "cross_auc": 0.9, "cross_n_with": 40, "cross_n_without": 500, "reliance_q": 2e-4, "score": 0.6 - 0.05 * rank,
          "biased": True, "rank": rank + 1, "rule": "shortcut"}
         for name, names in tags.items() for rank, tag in enumerate(names)
     ]
@@ -284,6 +284,18 @@ def test_bias_drift_lists_new_and_gone_tags():
         {"class": "cat", "new": ["sofa"], "gone": []},
         {"class": "dog", "new": ["bed", "grass"], "gone": ["carpet"]},
     ]
+
+
+def test_a_shortcut_relied_on_within_its_class_only_asks_for_a_look_at_its_relevance(context):
+    biased = context.biased_tags.copy()
+    first = biased.index[1]  # a class's second shortcut: not new tonight
+    biased.loc[first, "cross_auc"] = 0.45  # 40 other-class images with the tag show no pull towards the class
+    confined = context.model_copy(update={"biased_tags": biased})
+    marker = "within the class only: check its relevance"
+    assert marker not in render_text(context) and marker not in " ".join(parse(render_report(context, {})).text)
+    text, html = render_text(confined), " ".join(parse(render_report(confined, {})).text)
+    assert html.count(marker) == 1 and text.count(marker) == 1
+    assert f"{biased.loc[first, 'tag']} ({marker})" in text
 
 
 @pytest.mark.parametrize("before", [None, RULE_VERSION - 1])
