@@ -80,17 +80,25 @@ def audit_command(
     table, _ = summary_table(result.evaluation)
     console.print(table)
     warn(result.caveats)
-    console.print(f"biased tags (B'): {_biased_by_class(result.biased_tags)}; every (class, tag) pair tested, with "
-                  f"why it is or is not in B': {result.evidence}", soft_wrap=True)
+    console.print(f"every (class, tag) pair tested, with why it is or is not in B': {result.evidence}\n"
+                  f"biased tags (B'): {_biased_by_class(result.biased_tags)}", soft_wrap=True)
     console.print(f"quality gates: {'passed' if result.gates_passed else 'FAILED (see the report)'}\n"
                   f"report: {result.report}\nmodel: {result.model} (serve it: mavias serve --model-dir "
                   f"{result.model.parent})", soft_wrap=True)
 
 
 def _biased_by_class(path: Path) -> str:
+    """B' per class; a pair relied on within its class only is marked, with what to check, on a line of its own."""
+    from mavias.core.evaluate.shortcuts import carries_over
     from mavias.utils.csvfile import read_csv
 
     table = read_csv(path, keep_default_na=False)
     if table.empty:
         return "none"
-    return "; ".join(f"{name}: {', '.join(rows['tag'])}" for name, rows in table.groupby("class", sort=True))
+    carried = carries_over(table)
+    table["shown"] = table["tag"].where(carried, table["tag"] + " (within the class only)")
+    listed = "; ".join(f"{name}: {', '.join(rows['shown'])}" for name, rows in table.groupby("class", sort=True))
+    if carried.all():
+        return listed
+    return (f"{listed}\n'within the class only': a co-object used beside the object, or a part of it the judge called "
+            "irrelevant; check its relevance decision (mavias judge export-review)")

@@ -108,3 +108,18 @@ def test_tags_from_random_weights_are_refused_unless_allowed_and_then_called_noi
     assert "randomly initialised model" in (out / "report.html").read_text()
     assert json.loads((out / "audit.json").read_text())["tags_are_noise"] is True
     assert "caveat" in pd.read_csv(out / "biased_tags.csv").columns
+
+
+def test_the_console_line_marks_a_shortcut_relied_on_within_its_class_only(tmp_path):
+    from mavias.cli.audit import _biased_by_class
+
+    path = tmp_path / "biased_tags.csv"
+    pd.DataFrame({"class": ["bird", "bird", "car"], "tag": ["forest", "mushroom", "road"],
+                  "cross_auc": [0.95, 0.45, 0.9], "cross_n_with": [60, 53, 40],
+                  "cross_n_without": [700, 747, 700]}).to_csv(path, index=False)
+    line = _biased_by_class(path)
+    listed, hint = line.split("\n")
+    assert listed == "bird: forest, mushroom (within the class only); car: road"
+    assert hint.startswith("'within the class only': a co-object") and "check its relevance decision" in hint
+    path.write_text(path.read_text().replace("0.45", "0.91"))
+    assert _biased_by_class(path) == "bird: forest, mushroom; car: road"
