@@ -64,15 +64,14 @@ def class_shortcuts(context: ReportContext, drift: pd.DataFrame | None) -> list[
     views = []
     for name in names:
         rows = top[top["class"] == name].sort_values("rank")
-        rows = [{**row, "within_only": bool(within_only[i])} for i, row in zip(rows.index, rows.to_dict("records"))]
         new = set(changes.get(name, {}).get("new", []))
+        shortcuts = [{"tag": r["tag"], "new": r["tag"] in new, "within_only": bool(within_only[i]), **evidence(r)}
+                     for i, r in zip(rows.index, rows.to_dict("records"))]
         info = status_rows.get(name, {})
         n_eval = _number(info.get("n_eval"))
         views.append(ClassShortcuts(
-            name, [{"tag": r["tag"], "new": r["tag"] in new, "within_only": r["within_only"], **evidence(r)}
-                   for r in rows],
-            list(changes.get(name, {}).get("gone", [])), "" if rows else str(info.get("reason") or ""),
-            n_eval == 0))
+            name, shortcuts, list(changes.get(name, {}).get("gone", [])),
+            "" if shortcuts else str(info.get("reason") or ""), n_eval == 0))
     return views
 
 
