@@ -90,15 +90,15 @@ def audit_command(
 def _biased_by_class(path: Path) -> str:
     """B' per class; a pair relied on within its class only is marked, with what to check, on a line of its own."""
     from mavias.core.evaluate.shortcuts import carries_over
+    from mavias.ops.reporting.shortcut_view import WITHIN_ONLY, WITHIN_ONLY_MEANING
     from mavias.utils.csvfile import read_csv
 
     table = read_csv(path, keep_default_na=False)
     if table.empty:
         return "none"
     carried = carries_over(table)
-    table["shown"] = table["tag"].where(carried, table["tag"] + " (within the class only)")
+    table["shown"] = table["tag"].where(carried, table["tag"] + f" ({WITHIN_ONLY})")
     listed = "; ".join(f"{name}: {', '.join(rows['shown'])}" for name, rows in table.groupby("class", sort=True))
     if carried.all():
         return listed
-    return (f"{listed}\n'within the class only': a co-object used beside the object, or a part of it the judge called "
-            "irrelevant; check its relevance decision (mavias judge export-review)")
+    return f"{listed}\n({WITHIN_ONLY}: {WITHIN_ONLY_MEANING})"

@@ -64,8 +64,9 @@ def _reason(row: dict, min_support: int, chance: float) -> tuple[str, str]:
                                  "too few images to measure the reference's reliance on them; collect more images "
                                  "of the class, with and without them")
     return "not_relied_on", (f"the reference does not lean on its {row['n_associated']} associated tag(s) as "
-                             "shortcuts: they co-occur with the class, but it does not take them as evidence for the "
-                             "class on other classes' images (each tag's reason: shortcut_evidence.csv)")
+                             "shortcuts: they co-occur with the class, but it takes them as evidence for the class "
+                             "neither on the class's own images nor on other classes' (each tag's reason: "
+                             "shortcut_evidence.csv)")
 
 
 def class_status(class_names: Sequence[str], train_labels: np.ndarray, train_irrelevant: pd.Series,

@@ -137,6 +137,12 @@ def load_reference(run_dir: str | Path, data: PreparedData, *, rule: str = SHORT
     return Reference(checkpoint, biased, tag_groups(data["val"], biased, data.classes), run, paper, evidence)
 
 
+def rule_version(run_dir: str | Path) -> int | None:
+    """The version of the B' rule that computed the run folder's B' (None: a folder from before it was kept)."""
+    meta = Path(run_dir) / DISCOVERY_FILE
+    return json.loads(meta.read_text()).get("rule_version") if meta.is_file() else None
+
+
 def _reference_checkpoint(run_dir: Path, data: PreparedData) -> Path:
     checkpoint = reference_checkpoint(run_dir)
     _, classes, _ = load_main_model(checkpoint)

@@ -12,6 +12,7 @@ import pandas as pd
 from mavias.core.evaluate.explain import small_group_caveats, trust_lines
 from mavias.core.judging.factory import describe_judge
 from mavias.core.manifest import load_manifest
+from mavias.core.protocol.reference import rule_version
 from mavias.core.tagging.base import RANDOM_WEIGHTS_WARNING
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import method_name
@@ -89,7 +90,8 @@ def report_context(audit: Audit, name: str, version: str, notes: list[str]) -> R
     metrics = {role: json.loads((audit.paths.evaluation(role) / "metrics.json").read_text()) for role in
                ("mavias", "reference")}
     entry = history_entry(night=date.today(), run_id=version, version=version, evaluation=metrics["mavias"],
-                          wg_source=source, biased_tags=audit.reference.biased_tags, promoted=False)
+                          wg_source=source, biased_tags=audit.reference.biased_tags, promoted=False,
+                          audit_rule=rule_version(audit.paths.reference))
     counts = audit.counts
     return ReportContext(
         model_name=name, version=version, run_id=version, created=datetime.now(UTC), promoted=False,

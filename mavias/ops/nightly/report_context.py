@@ -18,6 +18,7 @@ from mavias.core.evaluate.shortcuts import SHORTCUT_COLUMNS
 from mavias.core.judging.base import OFFLINE_SOURCE
 from mavias.core.judging.factory import describe_judge
 from mavias.core.judging.review import REVIEW_SOURCE
+from mavias.core.protocol.reference import rule_version
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.tagging.base import tag_lists
 from mavias.core.train.config import method_name
@@ -110,6 +111,7 @@ def _history_entry(results: NightResults, context: ReportContext) -> HistoryEntr
         night=results["sensed"]["date"], run_id=context.run_id, version=context.version,
         evaluation=json.loads(Path(results["evaluated"]["candidate"]).read_text()),
         wg_source=context.gates.config.wg_source, biased_tags=context.biased_tags, promoted=context.promoted,
+        audit_rule=rule_version(results["reference"]["dir"]),
     )
 
 

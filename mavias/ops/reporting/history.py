@@ -17,7 +17,6 @@ import pandas as pd
 from pydantic import BaseModel
 
 from mavias.core.evaluate.metrics import require_columns
-from mavias.core.evaluate.shortcuts import RULE_VERSION
 from mavias.utils.atomic import write_json
 
 TOP_K = 10
@@ -48,8 +47,10 @@ def history_entry(
     wg_source: str,
     biased_tags: pd.DataFrame,
     promoted: bool,
+    audit_rule: int | None,
 ) -> HistoryEntry:
-    """Tonight's entry from the candidate's evaluate_checkpoint result and the reference's biased tags."""
+    """Tonight's entry from the candidate's evaluate_checkpoint result and the reference's biased tags (computed by
+    version ``audit_rule`` of the B' rule)."""
     metrics = evaluation[wg_source]
     return HistoryEntry(
         date=night,
@@ -61,7 +62,7 @@ def history_entry(
         average_accuracy=metrics["average_accuracy"],
         biased_tags=biased_tags_by_class(biased_tags),
         promoted=promoted,
-        audit_rule=RULE_VERSION,
+        audit_rule=audit_rule,
     )
 
 

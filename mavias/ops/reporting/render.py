@@ -26,7 +26,7 @@ from mavias.ops.reporting.context import RelevanceChanges, ReportContext
 from mavias.ops.reporting.history import TOP_K, HistoryEntry, bias_drift
 from mavias.ops.reporting.mail import EmailContent
 from mavias.ops.reporting.plots import LOGIT_PLOT, TREND_PLOT, render_plots
-from mavias.ops.reporting.shortcut_view import class_shortcuts, shortcut_lines
+from mavias.ops.reporting.shortcut_view import WITHIN_ONLY, WITHIN_ONLY_MEANING, class_shortcuts, shortcut_lines
 from mavias.utils.atomic import atomic_path, write_bytes
 
 TEMPLATE_DIR = Path(__file__).with_name("templates")
@@ -223,11 +223,12 @@ class Drift:
 
     @property
     def rule_note(self) -> str:
-        """Why some drift may not be the data's: the B' rule changed between the two nights ("" when it did not)."""
-        if self.previous is None or self.previous.audit_rule == self.tonight.audit_rule:
+        """Why some drift may not be the data's: the B' rule changed between the two nights ("" when it did not, or
+        nothing drifted)."""
+        if self.previous is None or self.previous.audit_rule == self.tonight.audit_rule or self.table().empty:
             return ""
         before = "an earlier version" if self.previous.audit_rule is None else f"version {self.previous.audit_rule}"
-        return (f"The audit's rule changed since {self.previous.date} ({before}, tonight version "
+        return (f"The shortcut rule (B') changed since {self.previous.date} ({before}, tonight version "
                 f"{self.tonight.audit_rule}): shortcuts marked new or no longer found may follow the rule, not the "
                 "data; the next night compares like with like.")
 
@@ -280,6 +281,8 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         relevance=context.relevance_changes,
         changed_classes=changed_classes(context.relevance_changes) if context.relevance_changes else [],
         classes_shown=CHANGED_CLASSES_SHOWN,
+        within_only=WITHIN_ONLY,
+        within_only_meaning=WITHIN_ONLY_MEANING,
     )
 
 
@@ -312,9 +315,8 @@ def render_text(context: ReportContext) -> str:
     drift = _drift(context)
     views = class_shortcuts(context, None if drift is None else drift.table())
     if views:
-        lines += ["", "Shortcuts found (B', per class):", *shortcut_lines(views)]
-        if drift is not None and drift.rule_note:
-            lines.append(f"  {drift.rule_note}")
+        note = [f"  {drift.rule_note}"] if drift is not None and drift.rule_note else []
+        lines += ["", "Shortcuts found (B', per class):", *note, *shortcut_lines(views)]
     if context.trust:
         lines += ["", "How far to trust the tags behind them:", *(f"  - {line}" for line in context.trust)]
     lines += _decision_source_text(context.decision_sources)

@@ -13,6 +13,11 @@ from mavias.core.evaluate.shortcuts import carries_over
 from mavias.ops.reporting.context import ReportContext
 from mavias.ops.reporting.history import TOP_K
 
+WITHIN_ONLY = "within the class only"
+WITHIN_ONLY_MEANING = ("the reference leans on it for the class's own images, not for other classes' images that carry "
+                       "it: a co-object the model uses beside the object, or a part of the object the judge called "
+                       "irrelevant; check its relevance decision")
+
 
 def _number(value: Any) -> float | None:
     number = pd.to_numeric(value, errors="coerce")
@@ -56,7 +61,7 @@ def class_shortcuts(context: ReportContext, drift: pd.DataFrame | None) -> list[
     """Every class with B' rows or a status line, in name order; ``drift``: new and gone tags per class."""
     biased = context.biased_tags
     top = biased[pd.to_numeric(biased["rank"], errors="coerce") <= TOP_K] if len(biased) else biased
-    within_only = ~carries_over(top)
+    top = top.assign(within_only=~carries_over(top))
     status = context.shortcut_status
     status_rows = {} if status is None else {str(r["class"]): r for r in status.to_dict("records")}
     changes = {} if drift is None else {r["class"]: r for r in drift.to_dict("records")}
@@ -65,8 +70,8 @@ def class_shortcuts(context: ReportContext, drift: pd.DataFrame | None) -> list[
     for name in names:
         rows = top[top["class"] == name].sort_values("rank")
         new = set(changes.get(name, {}).get("new", []))
-        shortcuts = [{"tag": r["tag"], "new": r["tag"] in new, "within_only": bool(within_only[i]), **evidence(r)}
-                     for i, r in zip(rows.index, rows.to_dict("records"))]
+        shortcuts = [{"tag": r["tag"], "new": r["tag"] in new, "within_only": bool(r["within_only"]), **evidence(r)}
+                     for r in rows.to_dict("records")]
         info = status_rows.get(name, {})
         n_eval = _number(info.get("n_eval"))
         views.append(ClassShortcuts(
@@ -79,8 +84,7 @@ def shortcut_lines(views: list[ClassShortcuts]) -> list[str]:
     """The plain-text version (the email's text part)."""
     lines = []
     for view in views:
-        tags = ", ".join(f"{s['tag']}{' (new)' if s['new'] else ''}"
-                         f"{' (within the class only: check its relevance)' if s['within_only'] else ''}"
+        tags = ", ".join(f"{s['tag']}{' (new)' if s['new'] else ''}{f' ({WITHIN_ONLY})' if s['within_only'] else ''}"
                          for s in view.shortcuts)
         line = f"  {view.name}: {tags or 'none'}" + (f" ({view.reason})" if view.reason else "")
         if view.gone:
@@ -88,4 +92,6 @@ def shortcut_lines(views: list[ClassShortcuts]) -> list[str]:
         if view.missing_from_evaluation:
             line += "; no image of this class in the evaluation set: its groups are not measured"
         lines.append(line)
+    if any(s["within_only"] for view in views for s in view.shortcuts):
+        lines.append(f"  ({WITHIN_ONLY}: {WITHIN_ONLY_MEANING})")
     return lines

@@ -12,7 +12,7 @@ import torch
 from mavias.core.evaluate.shortcuts import RULE_VERSION
 from mavias.core.protocol import BIASED_TAGS_FILE, load_reference, train_reference
 from mavias.core.protocol.crossfit import CROSSFIT_DIR, FOLDS, KEY_FILE, LOG_PROBS_FILE, cross_fit, fold_of
-from mavias.core.protocol.reference import DISCOVERY_FILE
+from mavias.core.protocol.reference import DISCOVERY_FILE, rule_version
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import feature_split
 from mavias.core.train.prepare import PreparedData
@@ -63,6 +63,7 @@ def test_biased_tags_cached_under_another_rule_are_computed_again(data, tmp_path
     key = json.loads((tmp_path / "erm" / DISCOVERY_FILE).read_text())
     assert key["rule_version"] == RULE_VERSION  # the rule that computed them is part of their cache key
     (tmp_path / "erm" / DISCOVERY_FILE).write_text(json.dumps({**key, "rule_version": RULE_VERSION - 1}))
+    assert rule_version(tmp_path / "erm") == RULE_VERSION - 1 and rule_version(tmp_path) is None  # as the report reads
     (tmp_path / "erm" / BIASED_TAGS_FILE).write_text("class,tag\n")  # what the older rule found
     reference = load_reference(tmp_path / "erm", data)
     assert list(zip(reference.biased_tags["class"], reference.biased_tags["tag"])) == [("cat", "red")]

@@ -126,7 +126,8 @@ def fake_context(*, classes: list[str] | None = None, promoted: bool = False, ni
     gates = evaluate_gates(candidate, evaluation(0.55), production, CONFIG)
     run_id = "scheduled__2025-06-15T02:00:00+00:00"
     tonight = history_entry(night=date(2025, 6, 15), run_id=run_id, version="20250615T0200", evaluation=candidate,
-                            wg_source="open_set", biased_tags=biased, promoted=promoted)
+                            wg_source="open_set", biased_tags=biased, promoted=promoted,
+                            audit_rule=RULE_VERSION)
     return ReportContext(
         model_name="imagenet9", version="20250615T0200", run_id=run_id,
         created=datetime(2025, 6, 15, 3, 41, tzinfo=UTC), promoted=promoted, production_version="20250613T0200",
@@ -291,16 +292,25 @@ def test_a_shortcut_relied_on_within_its_class_only_asks_for_a_look_at_its_relev
     first = biased.index[1]  # a class's second shortcut: not new tonight
     biased.loc[first, "cross_auc"] = 0.45  # 40 other-class images with the tag show no pull towards the class
     confined = context.model_copy(update={"biased_tags": biased})
-    marker = "within the class only: check its relevance"
-    assert marker not in render_text(context) and marker not in " ".join(parse(render_report(context, {})).text)
+    marker = "within the class only"
+    html = " ".join(parse(render_report(context, {})).text)
+    assert marker not in render_text(context) and html.count(marker) == 1  # the rule's own explanation
     text, html = render_text(confined), " ".join(parse(render_report(confined, {})).text)
-    assert html.count(marker) == 1 and text.count(marker) == 1
-    assert f"{biased.loc[first, 'tag']} ({marker})" in text
+    assert html.count(marker) == 2 and text.count(marker) == 2  # the marked shortcut, and what it means
+    assert f"{biased.loc[first, 'tag']} ({marker})" in text and "check its relevance decision" in text
+
+
+@pytest.mark.parametrize("drop", [True, False])
+def test_shortcut_tables_without_the_cross_counts_or_read_back_as_text_mark_nothing(context, drop):
+    biased = context.biased_tags.astype(str)  # as read back from CSV with keep_default_na=False
+    biased = biased.drop(columns=["cross_n_with", "cross_n_without"]) if drop else biased.assign(cross_auc="")
+    text = render_text(context.model_copy(update={"biased_tags": biased}))
+    assert "within the class only" not in text and "Shortcuts found" in text
 
 
 @pytest.mark.parametrize("before", [None, RULE_VERSION - 1])
 def test_drift_across_a_change_of_the_audit_rule_says_so(context, before):
-    note = "The audit's rule changed since 2025-06-14"
+    note = "The shortcut rule (B') changed since 2025-06-14"
     assert note not in render_text(context) and note not in unescape(render_report(context, {}))
     previous = context.history[-2].model_copy(update={"audit_rule": before})
     upgraded = context.model_copy(update={"history": [*context.history[:-2], previous, context.history[-1]]})
