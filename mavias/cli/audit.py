@@ -90,7 +90,7 @@ def audit_command(
 def _biased_by_class(path: Path) -> str:
     """B' per class; a pair relied on within its class only is marked, with what to check, on a line of its own."""
     from mavias.core.evaluate.shortcuts import carries_over
-    from mavias.ops.reporting.shortcut_view import WITHIN_ONLY, WITHIN_ONLY_MEANING
+    from mavias.ops.reporting.shortcut_view import WITHIN_ONLY, WITHIN_ONLY_LEGEND
     from mavias.utils.csvfile import read_csv
 
     table = read_csv(path, keep_default_na=False)
@@ -101,4 +101,4 @@ def _biased_by_class(path: Path) -> str:
     listed = "; ".join(f"{name}: {', '.join(rows['shown'])}" for name, rows in table.groupby("class", sort=True))
     if carried.all():
         return listed
-    return f"{listed}\n({WITHIN_ONLY}: {WITHIN_ONLY_MEANING})"
+    return f"{listed}\n{WITHIN_ONLY_LEGEND}"

@@ -263,6 +263,7 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         image_sources = {name: data_uri(png) for name, png in render_plots(context).items()}
     drift = _drift(context)
     changes = None if drift is None else drift.table()
+    rule_note = "" if drift is None else drift.rule_note
     return _environment().get_template("report.html.j2").render(
         c=context,
         headline=headline(context),
@@ -281,6 +282,7 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         relevance=context.relevance_changes,
         changed_classes=changed_classes(context.relevance_changes) if context.relevance_changes else [],
         classes_shown=CHANGED_CLASSES_SHOWN,
+        rule_note=rule_note,
         within_only=WITHIN_ONLY,
         within_only_meaning=WITHIN_ONLY_MEANING,
     )

@@ -17,6 +17,7 @@ WITHIN_ONLY = "within the class only"
 WITHIN_ONLY_MEANING = ("the reference leans on it for the class's own images, not for other classes' images that carry "
                        "it: a co-object the model uses beside the object, or a part of the object the judge called "
                        "irrelevant; check its relevance decision")
+WITHIN_ONLY_LEGEND = f"({WITHIN_ONLY}: {WITHIN_ONLY_MEANING})"
 
 
 def _number(value: Any) -> float | None:
@@ -93,5 +94,5 @@ def shortcut_lines(views: list[ClassShortcuts]) -> list[str]:
             line += "; no image of this class in the evaluation set: its groups are not measured"
         lines.append(line)
     if any(s["within_only"] for view in views for s in view.shortcuts):
-        lines.append(f"  ({WITHIN_ONLY}: {WITHIN_ONLY_MEANING})")
+        lines.append(f"  {WITHIN_ONLY_LEGEND}")
     return lines
