@@ -19,6 +19,7 @@ from mavias.cli.options import (
     Overrides,
     Preset,
     Pretrained,
+    ReviewPath,
     TaggerModel,
     Threshold,
     TopK,
@@ -58,6 +59,7 @@ def audit_command(
     llm_model: LlmModel = DEFAULT_LLM_MODEL,
     timeout: LlmTimeout = 120.0,
     max_retries: LlmMaxRetries = 5,
+    review: ReviewPath = None,
     config: ConfigFile = None,
     preset: Preset = None,
     set_: Overrides = [],
@@ -75,16 +77,27 @@ def audit_command(
                                    max_retries=max_retries)
     result = run_audit(AuditOptions(path=path, out=out, tags=tags, layout=layout, min_support=min_support,
                                     tagger=tagger, allow_random_tags=allow_random_tags, judge=judge_settings,
-                                    config=config, preset=preset, overrides=parse_overrides(set_), gates=gates,
+                                    review=review, config=config, preset=preset, overrides=parse_overrides(set_), gates=gates,
                                     device=device, name=name))
     table, _ = summary_table(result.evaluation)
     console.print(table)
     warn(result.caveats)
     console.print(f"every (class, tag) pair tested, with why it is or is not in B': {result.evidence}\n"
-                  f"biased tags (B'): {_biased_by_class(result.biased_tags)}", soft_wrap=True)
+                  f"biased tags (B'): {_biased_by_class(result.biased_tags)}\n{_how_to_review(result.relevance, review)}",
+                  soft_wrap=True)
     console.print(f"quality gates: {'passed' if result.gates_passed else 'FAILED (see the report)'}\n"
                   f"report: {result.report}\nmodel: {result.model} (serve it: mavias serve --model-dir "
                   f"{result.model.parent})", soft_wrap=True)
+
+
+def _how_to_review(relevance: Path, review: Path | None) -> str:
+    """The next step when a relevance decision is wrong: the same audit with a review, which trains MAVias again and
+    keeps the reference."""
+    again = "then run this audit again with it (the reference is kept, MAVias trains again)"
+    if review is not None:
+        return f"to correct another relevance decision: edit {review}, {again}"
+    return (f"to correct a relevance decision: mavias judge export-review {relevance} --out review.yaml, keep the tags "
+            f"you correct, {again.replace('with it', 'with --review review.yaml')}")
 
 
 def _biased_by_class(path: Path) -> str:

@@ -102,12 +102,13 @@ def _log_probs(pred: pd.DataFrame, classes: list[str]) -> np.ndarray:
 
 
 def _fingerprint(data: PreparedData) -> str:
-    """What B' depends on besides the checkpoint: the classes and every train/val sample with its tags."""
+    """What B' depends on besides the checkpoint: the classes and every train/val sample with its tags and which of
+    them were judged irrelevant (a reviewed decision changes B' without changing a tag)."""
     digest = hashlib.sha256(json.dumps(data.classes).encode())
     for split in ("train", "val"):
         frame = data[split].frame
-        for sample, tags in zip(frame["sample_id"], frame["sample_tags"]):
-            digest.update(f"{split}:{sample}:{sorted(tags)}".encode())
+        for sample, tags, irrelevant in zip(frame["sample_id"], frame["sample_tags"], frame["irrelevant_tags"]):
+            digest.update(f"{split}:{sample}:{sorted(tags)}:{sorted(irrelevant)}".encode())
     return digest.hexdigest()[:16]
 
 

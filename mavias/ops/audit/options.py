@@ -29,6 +29,7 @@ class AuditOptions:
     tagger: TaggerSettings = TaggerSettings()  # used when the data brings no tags of its own
     allow_random_tags: bool = False  # tags of an untrained model are noise: refused unless asked for
     judge: JudgeSettings = JudgeSettings()
+    review: Path | None = None  # reviewed relevance decisions (`mavias judge export-review`), winning over the judge's
     config: Path | None = None  # training settings: none of the audit's own, the recipe's unless given here
     preset: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -50,9 +51,14 @@ class AuditOptions:
                 "overrides": _jsonable(self.overrides)}
 
 
-def audit_version(inputs: dict[str, Any]) -> str:
-    """The audit's version name (model card, report): the same inputs give the same name."""
-    return "audit-" + hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:8]
+    def review_digest(self) -> str | None:
+        return None if self.review is None else _digest(self.review)
+
+
+def audit_version(inputs: dict[str, Any], review: str | None = None) -> str:
+    """The audit's version name (model card, report): the same inputs (and review) give the same name."""
+    named = inputs if review is None else {**inputs, "review": review}
+    return "audit-" + hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def _digest(path: Path) -> str:
@@ -130,6 +136,17 @@ class AuditState:
             document = {"inputs": inputs}
             shutil.rmtree(paths.workspace / "tags", ignore_errors=True)  # shards an interrupted tagger left
         self.document = {"done": {}, **document}
+
+    def follow_review(self, digest: str | None, paths: AuditPaths) -> None:
+        """Another review than the decisions were made with (or none where there was one) is not another audit: the
+        judging is done again (the tags and the judge's own decisions come from their caches) and MAVias trains again
+        on the new bias embeddings. The ERM reference never reads relevance, so it is kept; its B' is recomputed."""
+        if self.document.get("review") == digest:
+            return
+        if self.done("discover") is not None:
+            shutil.rmtree(paths.mavias, ignore_errors=True)
+            del self.document["done"]["discover"]
+        self.record(review=digest)
 
     def done(self, step: str) -> dict[str, Any] | None:
         """What a finished step recorded, or None when it has not finished."""

@@ -11,12 +11,15 @@ import pandas as pd
 
 from mavias.core.evaluate.explain import small_group_caveats, trust_lines
 from mavias.core.judging.factory import describe_judge
+from mavias.core.judging.review import REVIEW_SOURCE
 from mavias.core.manifest import load_manifest
 from mavias.core.protocol.reference import rule_version
+from mavias.core.relevance import load_relevance
 from mavias.core.tagging.base import RANDOM_WEIGHTS_WARNING
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import method_name
 from mavias.core.train.inference import predict
+from mavias.ops.audit.options import PARTITION
 from mavias.ops.audit.steps import Audit, biased_tags_reason, prepare
 from mavias.ops.export.parity import VerificationResult
 from mavias.ops.reporting.context import DiscoveryCounts, ReportContext
@@ -76,6 +79,9 @@ def trust(audit: Audit) -> list[str]:
     if known.get("tags", {}).get("source") == "tagger" and "mean_f1" in known["tags"]:
         tags_quality = f"measured mean per-tag F1 {known['tags']['mean_f1']:.2f} on held-out images"
     judged_by, judge_quality = describe_judge(audit.options.judge)
+    relevance = load_relevance(audit.workspace.relevance(PARTITION))
+    if reviewed := int((relevance["source"] == REVIEW_SOURCE).sum()):
+        judged_by += f", {reviewed} decision(s) of them overridden by the review {audit.options.review}"
     if "precision" in known.get("relevance", {}):
         judge_quality = (f"measured precision {known['relevance']['precision']:.0%} / recall "
                          f"{known['relevance']['recall']:.0%} on these classes")

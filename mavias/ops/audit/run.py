@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mavias.ops.audit import steps
-from mavias.ops.audit.options import AuditOptions, audit_version
+from mavias.ops.audit.options import PARTITION, AuditOptions, audit_version
 from mavias.ops.audit.report import write_outputs
 from mavias.utils.progress import StepProgress, progress_line
 
@@ -19,6 +19,7 @@ class AuditResult:
     model: Path
     biased_tags: Path
     evidence: Path  # every (class, tag) pair tested, with why it is or is not in B'
+    relevance: Path  # the relevance decisions B' and MAVias used (the input of `mavias judge export-review`)
     caveats: list[str]
     evaluation: dict  # MAVias's evaluate_checkpoint result
     gates_passed: bool
@@ -42,7 +43,7 @@ def run_audit(options: AuditOptions) -> AuditResult:
     audit = steps.begin(options)
     folder = options.path.resolve().parent if options.path.is_file() else options.path.resolve()
     name = options.name or folder.name
-    version = audit_version(audit.state.document["inputs"])
+    version = audit_version(audit.state.document["inputs"], audit.state.document.get("review"))
     plan = _plan(audit, name, version)
     progress = StepProgress(len(plan), desc="audit", enabled=options.progress)
     try:
@@ -55,5 +56,6 @@ def run_audit(options: AuditOptions) -> AuditResult:
     finally:
         progress.close()
     return AuditResult(audit.paths.report, audit.paths.model, audit.paths.biased_tags,
-                       audit.paths.reference / "shortcut_evidence.csv", audit.state.document["caveats"],
+                       audit.paths.reference / "shortcut_evidence.csv", audit.workspace.relevance(PARTITION),
+                       audit.state.document["caveats"],
                        audit.evaluations["mavias"], audit.gates.passed)

@@ -23,8 +23,9 @@ from tests.support.training import make_trainer
 CLASSES = ["cat", "dog", "fox"]
 
 
-def _split(n: int, seed: int, name: str):
-    """x1, x2 separate the classes (almost) perfectly; x3 is a 95% shortcut of "cat" that the tag "red" names."""
+def _split(n: int, seed: int, name: str, relevant: frozenset[str] = frozenset()):
+    """x1, x2 separate the classes (almost) perfectly; x3 is a 95% shortcut of "cat" that the tag "red" names;
+    ``relevant`` tags are judged relevant to every class."""
     rng = np.random.default_rng(seed)
     y = rng.integers(0, 3, n)
     centres = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
@@ -34,7 +35,7 @@ def _split(n: int, seed: int, name: str):
                           "x1": centres[y, 0] + rng.normal(0, 0.6, n), "x2": centres[y, 1] + rng.normal(0, 0.6, n),
                           "x3": 3.0 * red + rng.normal(0, 0.3, n)})
     frame["sample_tags"] = [sorted(t) for t in tags]
-    frame["irrelevant_tags"] = frame["sample_tags"]
+    frame["irrelevant_tags"] = [[t for t in tags if t not in relevant] for tags in frame["sample_tags"]]
     split = feature_split(frame, CLASSES)
     split.embeddings = torch.tensor(frame[["x3"]].to_numpy(), dtype=torch.float32)
     return split
@@ -68,6 +69,16 @@ def test_biased_tags_cached_under_another_rule_are_computed_again(data, tmp_path
     reference = load_reference(tmp_path / "erm", data)
     assert list(zip(reference.biased_tags["class"], reference.biased_tags["tag"])) == [("cat", "red")]
     assert json.loads((tmp_path / "erm" / DISCOVERY_FILE).read_text())["rule_version"] == RULE_VERSION
+
+
+def test_biased_tags_follow_a_changed_relevance_decision_of_the_same_tags(data, tmp_path):
+    """A reviewed decision changes which tags are irrelevant, not the tags: B' must not be read from the cache."""
+    train_reference(data, CFG, tmp_path / "erm", progress=False)
+    reviewed = PreparedData(CLASSES, {"train": _split(1500, 0, "t", frozenset({"red"})),
+                                      "val": _split(600, 1, "v", frozenset({"red"}))}, pd.DataFrame())
+    assert load_reference(tmp_path / "erm", reviewed).biased_tags.empty  # "red" relevant: no candidate left
+    reference = load_reference(tmp_path / "erm", data)
+    assert list(zip(reference.biased_tags["class"], reference.biased_tags["tag"])) == [("cat", "red")]
 
 
 def test_a_warm_reference_keeps_the_early_proxy_of_the_run_it_started_from(data, tmp_path):

@@ -65,6 +65,24 @@ def test_an_audit_names_the_planted_shortcut_and_resumes(tmp_path):
     again = ok(mavias(*args, cache=tmp_path / "cache"))
     assert "erm epoch" not in again and "mavias epoch" not in again  # finished trainings are not repeated
     assert biased_pairs(out / "biased_tags.csv") == found
+    assert "to correct a relevance decision: mavias judge export-review" in again
+
+    # a person decides one shortcut's tag is relevant after all: the same audit with the review
+    (name, tag), *_ = sorted(found)
+    review = tmp_path / "review.yaml"
+    review.write_text(f"version: 1\ndecisions:\n  {name}:\n    relevant: [{tag}]\n")
+    reviewed = ok(mavias(*args, "--review", review, cache=tmp_path / "cache"))
+    assert "erm epoch" not in reviewed and "mavias epoch 1/10: train_loss" in reviewed  # only MAVias trains again
+    assert biased_pairs(out / "biased_tags.csv") == found - {(name, tag)}
+    assert "1 decision(s) of them overridden by the review" in " ".join((out / "report.html").read_text().split())
+    assert json.loads((out / "model" / "model_card.json").read_text())["version"] != card["version"]
+    assert "to correct another relevance decision: edit" in reviewed
+    rerun = ok(mavias(*args, "--review", review, cache=tmp_path / "cache"))
+    assert "erm epoch" not in rerun and "mavias epoch" not in rerun
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("version: 1\ndecisions: [oops]\n")
+    refused = mavias(*args, "--review", broken, cache=tmp_path / "cache")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr and "broken.yaml" in refused.stderr
 
 
 @pytest.mark.slow

@@ -81,3 +81,10 @@ def test_a_folder_of_one_class_is_refused_before_any_tagging_or_training(tmp_pat
     root = write_imagefolder(tmp_path / "photos", {"cat": 8})
     fails_cleanly(root, "--out", tmp_path / "audit",
                   expect="only class 'cat' in the training split; a classifier needs at least 2 classes")
+
+
+def test_a_review_file_that_does_not_exist_stops_the_audit_before_any_work(shapes, tmp_path):
+    root, sidecar = shapes
+    fails_cleanly(root, "--tags", sidecar, "--out", tmp_path / "audit", "--review", tmp_path / "review.yaml",
+                  expect="review.yaml do not exist; write them with `mavias judge export-review`")
+    assert not (tmp_path / "audit").exists()
