@@ -203,8 +203,9 @@ def find_shortcuts(
         pairs.loc[tested, "reliance_q"] = false_discovery_control(pairs.loc[tested, "reliance_p"].to_numpy())
     pairs["decidable"] = pairs["decidable"].astype("boolean").fillna(False).astype(bool)  # untested: not decided
     pairs["biased"] = (pairs["reliance_q"] <= MAX_Q_VALUE) & (pairs["score"] > 0)
-    pairs["reason"] = [_reason(row, carries, upper) for row, carries, upper
-                       in zip(pairs.itertuples(), carries_over(pairs), cross_auc_upper(pairs))]
+    upper = cross_auc_upper(pairs)
+    pairs["reason"] = [_reason(row, carries, bound) for row, carries, bound
+                       in zip(pairs.itertuples(), carries_over(pairs, upper), upper)]
     pairs["class"] = [class_names[label] for label in pairs["label"]]
     pairs = pairs.sort_values(["label", "biased", "score", "log_odds", "tag"],
                               ascending=[True, False, False, False, True], na_position="last")
@@ -224,14 +225,15 @@ def is_undecided(evidence: pd.DataFrame) -> pd.Series:
     return is_associated(evidence) & ~as_flag(evidence["biased"]) & ~pd.Series(decidable, index=evidence.index)
 
 
-def carries_over(evidence: pd.DataFrame) -> pd.Series:
+def carries_over(evidence: pd.DataFrame, upper: pd.Series | None = None) -> pd.Series:
     """The pairs whose reliance is not shown confined to the class's own images: too few other-class images with the
     tag to tell, or a cross AUC whose one-sided 95% upper bound reaches ``MIN_CROSS_AUC`` (also as read back from CSV;
-    a table without the cross counts, from before they were kept, tells nothing)."""
+    a table without the cross counts, from before they were kept, tells nothing); ``upper``: the pairs'
+    :func:`cross_auc_upper`, where already computed."""
     if not {"cross_auc", "cross_n_with", "cross_n_without"} <= set(evidence.columns):
         return pd.Series(True, index=evidence.index)
     with_tag = pd.to_numeric(evidence["cross_n_with"], errors="coerce").fillna(0)
-    upper = cross_auc_upper(evidence)  # NaN when every other-class image carries the tag: nothing to tell
+    upper = cross_auc_upper(evidence) if upper is None else upper  # NaN: every other-class image carries the tag
     return (with_tag < MIN_CROSS_SUPPORT) | upper.isna() | (upper >= MIN_CROSS_AUC)
 
 

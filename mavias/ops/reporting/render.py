@@ -12,7 +12,7 @@ import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import make_msgid
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -218,14 +218,15 @@ class Drift:
     tonight: HistoryEntry
     previous: HistoryEntry | None
 
+    @cached_property
     def table(self) -> pd.DataFrame | None:
         return None if self.previous is None else bias_drift(self.previous.biased_tags, self.tonight.biased_tags)
 
-    @property
+    @cached_property
     def rule_note(self) -> str:
         """Why some drift may not be the data's: the B' rule changed between the two nights ("" when it did not, or
         nothing drifted)."""
-        if self.previous is None or self.previous.audit_rule == self.tonight.audit_rule or self.table().empty:
+        if self.previous is None or self.previous.audit_rule == self.tonight.audit_rule or self.table.empty:
             return ""
         before = "an earlier version" if self.previous.audit_rule is None else f"version {self.previous.audit_rule}"
         return (f"The shortcut rule (B') changed since {self.previous.date} ({before}, tonight version "
@@ -262,7 +263,7 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
     if image_sources is None:
         image_sources = {name: data_uri(png) for name, png in render_plots(context).items()}
     drift = _drift(context)
-    changes = None if drift is None else drift.table()
+    changes = None if drift is None else drift.table
     rule_note = "" if drift is None else drift.rule_note
     return _environment().get_template("report.html.j2").render(
         c=context,
@@ -315,7 +316,7 @@ def render_text(context: ReportContext) -> str:
     lines += [f"  [{g.status.upper():7}] {_gate_line(g)}" for g in context.gates.results]
     lines += ["", "Next steps:", *(f"  - {step}" for step in head.next_steps)]
     drift = _drift(context)
-    views = class_shortcuts(context, None if drift is None else drift.table())
+    views = class_shortcuts(context, None if drift is None else drift.table)
     if views:
         note = [f"  {drift.rule_note}"] if drift is not None and drift.rule_note else []
         lines += ["", "Shortcuts found (B', per class):", *note, *shortcut_lines(views)]

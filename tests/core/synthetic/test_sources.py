@@ -38,6 +38,11 @@ def test_tags_come_from_the_tagger_and_relevance_from_the_judge(benchmark):
     assert discovery["tags"]["source"] == "tagger" and discovery["tags"]["mean_f1"] >= 0.5
     quality = json.loads((folder / "tagger" / "low" / "quality.json").read_text())
     assert quality["mean_f1"] == discovery["tags"]["mean_f1"] and quality["tagging_images"] >= 250
+    per_tag = pd.DataFrame(discovery["tags"]["per_tag"])  # each tag's quality on the held-out tagging split
+    assert set(per_tag.columns) == {"tag", "support", "precision", "recall", "f1"}
+    measured = per_tag[per_tag["support"] > 0]
+    assert measured["f1"].fillna(0.0).mean() == pytest.approx(discovery["tags"]["mean_f1"])
+    assert measured["recall"].between(0, 1).all() and discovery["tags"]["held_out_images"] == quality["held_out_images"]
     relevance, truth = load_relevance(folder / "relevance.parquet"), load_relevance(folder / "truth" / "relevance.parquet")
     assert set(zip(relevance["class"], relevance["tag"])) == set(zip(truth["class"], truth["tag"]))  # every pair
     assert "ground_truth" not in set(relevance["source"]) and set(truth["source"]) == {"ground_truth"}
