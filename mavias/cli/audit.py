@@ -77,14 +77,14 @@ def audit_command(
                                    max_retries=max_retries)
     result = run_audit(AuditOptions(path=path, out=out, tags=tags, layout=layout, min_support=min_support,
                                     tagger=tagger, allow_random_tags=allow_random_tags, judge=judge_settings,
-                                    review=review, config=config, preset=preset, overrides=parse_overrides(set_), gates=gates,
-                                    device=device, name=name))
+                                    review=review, config=config, preset=preset, overrides=parse_overrides(set_),
+                                    gates=gates, device=device, name=name))
     table, _ = summary_table(result.evaluation)
     console.print(table)
     warn(result.caveats)
     console.print(f"every (class, tag) pair tested, with why it is or is not in B': {result.evidence}\n"
-                  f"biased tags (B'): {_biased_by_class(result.biased_tags)}\n{_how_to_review(result.relevance, review)}",
-                  soft_wrap=True)
+                  f"biased tags (B'): {_biased_by_class(result.biased_tags)}\n"
+                  f"{_how_to_review(result.relevance, review)}", soft_wrap=True)
     console.print(f"quality gates: {'passed' if result.gates_passed else 'FAILED (see the report)'}\n"
                   f"report: {result.report}\nmodel: {result.model} (serve it: mavias serve --model-dir "
                   f"{result.model.parent})", soft_wrap=True)
