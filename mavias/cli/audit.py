@@ -93,11 +93,11 @@ def audit_command(
 def _how_to_review(relevance: Path, review: Path | None) -> str:
     """The next step when a relevance decision is wrong: the same audit with a review, which trains MAVias again and
     keeps the reference."""
-    again = "then run this audit again with it (the reference is kept, MAVias trains again)"
+    kept = "(the reference is kept, MAVias trains again)"
     if review is not None:
-        return f"to correct another relevance decision: edit {review}, {again}"
+        return f"to correct another relevance decision: edit {review}, then run this audit again with it {kept}"
     return (f"to correct a relevance decision: mavias judge export-review {relevance} --out review.yaml, keep the tags "
-            f"you correct, {again.replace('with it', 'with --review review.yaml')}")
+            f"you correct, then run this audit again with --review review.yaml {kept}")
 
 
 def _biased_by_class(path: Path) -> str:

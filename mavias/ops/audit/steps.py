@@ -15,7 +15,7 @@ from mavias.core.datasets.sidecar import attach_tags
 from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
 from mavias.core.encode import make_encoder
 from mavias.core.judging.factory import make_judge
-from mavias.core.judging.review import load_review
+from mavias.core.judging.review import ReviewedDecisions, load_review
 from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
 from mavias.core.manifest.checks import require_trainable
 from mavias.core.protocol import (
@@ -50,6 +50,7 @@ class Audit:
     paths: AuditPaths
     state: AuditState
     config: TrainConfig
+    review: ReviewedDecisions | None = None  # read once, before any work
     counts: DiscoveryCounts | None = None
     data: PreparedData | None = None
     reference: Reference | None = None
@@ -81,12 +82,11 @@ def begin(options: AuditOptions) -> Audit:
     if folder_without_tags and options.tagger.random_weights and not options.allow_random_tags:
         raise UserError(RANDOM_TAGS_REFUSED)
     config = load_config(options.config, preset=options.preset, overrides=options.overrides)
-    if options.review is not None:
-        load_review(options.review)  # a file that cannot be read stops the audit before any work
+    review = load_review(options.review) if options.review is not None else None  # unreadable: stops here
     paths = AuditPaths(options.out)
     state = AuditState(paths, options.inputs())
     state.follow_review(options.review_digest(), paths)
-    return Audit(options, paths, state, config)
+    return Audit(options, paths, state, config, review)
 
 
 def import_data(audit: Audit) -> Path:
@@ -124,9 +124,8 @@ def discover(audit: Audit) -> Path:
     tagger = _tagger(audit, "tags" in manifest.columns)
     judge = make_judge(audit.options.judge)
     encoder = make_encoder(audit.config.encoder, device=audit.options.device)
-    review = load_review(audit.options.review) if audit.options.review is not None else None
     audit.counts = discover_partition(audit.paths.data, audit.paths.workspace, tagger, judge, encoder, name=PARTITION,
-                                      review=review, progress=audit.options.progress)
+                                      review=audit.review, progress=audit.options.progress)
     tags = read_tags(audit.workspace.tags_table(PARTITION))
     warnings = tagging_warnings(tagger, tags, audit.counts.images - audit.counts.images_quarantined)
     audit.state.record(tags_are_noise=random_weights(tagger))

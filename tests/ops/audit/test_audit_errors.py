@@ -88,4 +88,3 @@ def test_a_review_file_that_does_not_exist_stops_the_audit_before_any_work(shape
     fails_cleanly(root, "--tags", sidecar, "--out", tmp_path / "audit", "--review", tmp_path / "review.yaml",
                   expect="review.yaml do not exist; write them with `mavias judge export-review`")
     assert not (tmp_path / "audit").exists()
-
