@@ -89,8 +89,9 @@ def discover(
                                allow_download=allow_download)
     judge_obj = make_judge(JudgeSettings(kind=judge, base_url=base_url, model=llm_model, timeout=timeout,
                                          max_retries=max_retries))
+    reviewed = load_review(review) if review else None
     counts = discover_partition(partition, workspace, tagger_obj, judge_obj, encoder_obj, name=name,
-                                review=load_review(review) if review else None, num_shards=num_shards,
+                                review=reviewed, num_shards=num_shards,
                                 batch_size=batch_size, num_workers=workers)
     summary = asdict(counts)
     per_class = summary.pop("llm_requests_per_class")
@@ -98,7 +99,8 @@ def discover(
     console.print(counts_table(f"discovery of {partition}", summary))
     ws, part = Workspace(workspace), partition_name(partition, name)
     usable = counts.images - counts.images_quarantined
-    warn(tagging_warnings(tagger_obj, read_tags(ws.tags_table(part)), usable))
+    warn(tagging_warnings(tagger_obj, read_tags(ws.tags_table(part)), usable)
+         + (reviewed.unknown_classes(manifest["label"]) if reviewed else []))
     console.print(f"tags: {ws.tags_table(part)}\nrelevance decisions: {ws.relevance(part)}\n"
                   f"next: mavias train --manifest {manifest_path} --relevance {ws.relevance(part)} "
                   f"--tags {ws.tags_table(part)} --workspace {workspace} --set method=erm --out runs/erm",

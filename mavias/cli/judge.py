@@ -25,6 +25,7 @@ from mavias.cli.options import (
     Samples,
     SystemInUser,
     console,
+    warn,
 )
 from mavias.core.judging.base import BATCH_SIZE, JudgeStats, RelevanceJudge
 from mavias.core.judging.cache import DecisionCache, decide_all
@@ -86,6 +87,7 @@ class JudgeOptions:
                 bar.update(task, description=f"judging with {judge.judge_id}: {judged} tags")
 
             table = decide_all(judge, wanted, cache, reviewed, batch_size=self.batch_size, on_batch=advance)
+        warn(reviewed.unknown_classes(wanted) if reviewed else [])
         return table, judge
 
 

@@ -86,8 +86,8 @@ RelevanceOption = Annotated[str | None, typer.Option(
     "or a relevance table of yours for the benchmark's (class, tag) pairs")]
 TaggerCheckpointOption = Annotated[Path | None, typer.Option(
     "--tagger-checkpoint", help="tag with this tagger (a tagger.pt of the same benchmark) instead of training one")]
-LeakOption = Annotated[int, typer.Option("--leak", min=0, help="mark each class's K most frequent defining tags "
-                                         "irrelevant: a judge mistake, to stress-test the bias path")]
+LeakOption = Annotated[int, typer.Option("--leak", min=0, help="mark each class's K most class-specific defining "
+                                         "tags irrelevant: a judge mistake, to stress-test the bias path")]
 TaggerQualityOption = Annotated[str, typer.Option(
     "--tagger-quality", help="low, default or high: the tagger's target mean per-tag F1 (0.5, 0.7, 0.9)")]
 

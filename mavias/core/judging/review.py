@@ -14,6 +14,7 @@ decisions in this format for a person to edit.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -63,6 +64,16 @@ class ReviewedDecisions(BaseModel):
             return {}
         known = {_key(t): True for t in reviewed.relevant} | {_key(t): False for t in reviewed.irrelevant}
         return {tag: known[_key(tag)] for tag in tags if _key(tag) in known}
+
+    def unknown_classes(self, classes: Iterable[str]) -> list[str]:
+        """A warning (a one-item list) when the review names classes the data lacks: they decide nothing."""
+        classes = sorted(set(map(str, classes)))
+        unknown = sorted(set(self.decisions) - set(classes))
+        if not unknown:
+            return []
+        return [f"the reviewed decisions name {len(unknown)} class(es) the data does not have ({', '.join(unknown)}): "
+                f"their verdicts apply to nothing; class names match exactly, rename them to one of the data's "
+                f"classes ({', '.join(classes[:10])}{', ...' if len(classes) > 10 else ''})"]
 
 
 class ReviewError(UserError, ValueError):

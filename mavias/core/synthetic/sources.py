@@ -11,7 +11,7 @@ own (its manifest then points at the images by absolute path):
   spurious ones);
 - relevance: ``judge`` (default) asks the offline judge about every (class, word) pair of the vocabulary; ``oracle``
   keeps the ground truth; a path reads a relevance table of the user's (its pairs must be the benchmark's); ``leak``
-  K then marks each class's K most frequent defining tags irrelevant (a judge mistake that hands the label to the
+  K then marks each class's K most class-specific defining tags irrelevant (a judge mistake that hands the label to the
   bias path: a stress test);
 - ``benchmark.json`` ``discovery`` says where the tags and decisions came from and how good they are.
 """
@@ -97,15 +97,24 @@ def read_relevance(path: Path, truth: pd.DataFrame) -> pd.DataFrame:
 
 
 def leak_defining_tags(relevance: pd.DataFrame, truth: pd.DataFrame, manifest: pd.DataFrame, k: int) -> pd.DataFrame:
-    """``relevance`` with each class's ``k`` most frequent truly relevant tags that it marks relevant turned
-    irrelevant (frequency over the class's training images; ties by name)."""
+    """``relevance`` with each class's ``k`` most class-specific truly relevant tags that it marks relevant turned
+    irrelevant. Specificity over the training images: the share of the class's images carrying the tag times the
+    share of the tag's images in the class (a tag every class carries, as digits' "numeral", leaks no label;
+    ties by name)."""
     train = manifest[manifest["split"] == "train"][["label", "tags"]].explode("tags").dropna()
-    counts = train.groupby(["label", "tags"]).size()
+    together = train.groupby(["label", "tags"]).size()
+    per_class = manifest.loc[manifest["split"] == "train", "label"].value_counts()
+    per_tag = train.groupby("tags").size()
     defining = set(zip(truth.loc[truth["relevant"], "class"], truth.loc[truth["relevant"], "tag"]))
+
+    def specificity(name: str, tag: str) -> float:
+        n = together.get((name, tag), 0)
+        return n * n / (per_class[name] * per_tag[tag]) if n else 0.0
+
     table = relevance.copy()
     for name, rows in table[table["relevant"]].groupby("class"):
         candidates = [t for t in rows["tag"] if (name, t) in defining]
-        ranked = sorted(candidates, key=lambda t: (-counts.get((name, t), 0), t))[:k]
+        ranked = sorted(candidates, key=lambda t: (-specificity(name, t), t))[:k]
         table.loc[(table["class"] == name) & table["tag"].isin(ranked), ["relevant", "source"]] = [False, LEAK_SOURCE]
     return table
 

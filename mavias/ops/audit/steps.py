@@ -128,6 +128,8 @@ def discover(audit: Audit) -> Path:
                                       review=audit.review, progress=audit.options.progress)
     tags = read_tags(audit.workspace.tags_table(PARTITION))
     warnings = tagging_warnings(tagger, tags, audit.counts.images - audit.counts.images_quarantined)
+    if audit.review is not None:
+        warnings += audit.review.unknown_classes(manifest["label"])
     audit.state.record(tags_are_noise=random_weights(tagger))
     audit.state.finish("discover", {"counts": asdict(audit.counts), "warnings": warnings})
     return relevance

@@ -62,7 +62,10 @@ def _discovered_tables(cfg: NightlyConfig, names: Iterable[str]) -> tuple[pd.Dat
     relevance = relevance.assign(_stood_in=stood_in).sort_values("_stood_in", kind="stable")  # the LLM's wins
     relevance = relevance[RELEVANCE_COLUMNS].drop_duplicates(["class", "tag"]).reset_index(drop=True)
     if cfg.discovery.review is not None:
-        relevance = apply_review(relevance, load_review(cfg.discovery.review))
+        review = load_review(cfg.discovery.review)
+        relevance = apply_review(relevance, review)
+        for warning in review.unknown_classes(relevance["class"]):
+            log.warning("%s (%s)", warning, cfg.discovery.review)
     return tags.drop_duplicates(["sample_id", "tag"]), relevance
 
 

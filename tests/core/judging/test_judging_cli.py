@@ -51,6 +51,16 @@ def test_run_over_a_vocabulary_then_export_a_review(fake_llm, tmp_path):
     assert review.decisions["car"].irrelevant == ["road"]
 
 
+def test_run_warns_when_the_review_names_a_class_it_does_not_judge(tmp_path):
+    (tmp_path / "vocab.txt").write_text("wheel\nroad\n")
+    (tmp_path / "review.yaml").write_text("version: 1\ndecisions:\n  cars: {relevant: [road]}\n")
+    out = tmp_path / "relevance.parquet"
+    result = invoke("run", "--classes", "car", "--vocabulary", tmp_path / "vocab.txt", "--out", out,
+                    "--review", tmp_path / "review.yaml", "--no-cache")
+    assert "warning: the reviewed decisions name 1 class(es) the data does not have (cars)" in result.output
+    assert not load_relevance(out)["source"].eq("review").any()
+
+
 def test_eval_prints_precision_and_recall(tmp_path):
     truth = pd.DataFrame({"class": ["car"] * 4, "tag": ["wheel", "road", "tire", "sky"],
                           "relevant": [True, False, True, False], "source": "ground_truth"})  # fmt: skip

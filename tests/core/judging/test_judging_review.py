@@ -46,3 +46,11 @@ def test_invalid_review_files_are_rejected(tmp_path, document):
 def test_an_empty_review_file_decides_nothing(tmp_path):
     (tmp_path / "review.yaml").write_text("")
     assert load_review(tmp_path / "review.yaml").verdicts("bird", ["wing"]) == {}
+
+
+def test_a_review_naming_a_class_the_data_lacks_is_one_warning_naming_it(tmp_path):
+    (tmp_path / "review.yaml").write_text("version: 1\ndecisions:\n  birds: {relevant: [wing]}\n  car: {}\n")
+    review = load_review(tmp_path / "review.yaml")
+    [warning] = review.unknown_classes(["bird", "car", "car"])
+    assert "1 class(es) the data does not have (birds)" in warning and "(bird, car)" in warning
+    assert review.unknown_classes(["birds", "car", "boat"]) == []

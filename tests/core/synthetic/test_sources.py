@@ -63,14 +63,17 @@ def test_a_variant_shares_the_images_and_the_tagger(benchmark, tmp_path):
     assert json.loads((variant / "benchmark.json").read_text())["discovery"]["relevance"]["recall"] < 1.0
 
 
-def test_leak_turns_the_most_frequent_defining_tags_irrelevant():
-    truth = pd.DataFrame([("car", "wheel", True), ("car", "door", True), ("car", "road", False)],
+def test_leak_turns_the_most_class_specific_defining_tag_irrelevant():
+    truth = pd.DataFrame([("car", "wheel", True), ("car", "door", True), ("car", "road", False),
+                          ("bus", "door", True), ("bus", "wheel", False)],
                          columns=["class", "tag", "relevant"]).assign(source="truth")
-    manifest = pd.DataFrame({"label": ["car"] * 3, "split": "train",
-                             "tags": [["wheel", "door"], ["door"], ["road", "door"]]})
-    leaked = leak_defining_tags(truth, truth, manifest, 1).set_index("tag")
-    assert not leaked.loc["door", "relevant"] and leaked.loc["door", "source"] == "leak"
-    assert leaked.loc["wheel", "relevant"]  # less frequent than "door": kept
+    manifest = pd.DataFrame({"label": ["car"] * 3 + ["bus"] * 3, "split": "train",
+                             "tags": [["wheel", "door"], ["wheel", "door"], ["road", "door"], *[["door"]] * 3]})
+    leaked = leak_defining_tags(truth, truth, manifest, 1).set_index(["class", "tag"])
+    # car: "door" is on every car image but as often on bus images (3/3 x 3/6 = 0.5 < wheel's 2/3 x 2/2)
+    assert not leaked.loc[("car", "wheel"), "relevant"] and leaked.loc[("car", "wheel"), "source"] == "leak"
+    assert leaked.loc[("car", "door"), "relevant"]
+    assert not leaked.loc[("bus", "door"), "relevant"]  # the bus's only defining tag
 
 
 def test_a_users_table_or_checkpoint_that_does_not_fit_is_one_line(benchmark, tmp_path):
