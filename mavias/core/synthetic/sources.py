@@ -11,8 +11,8 @@ own (its manifest then points at the images by absolute path):
   spurious ones);
 - relevance: ``judge`` (default) asks the offline judge about every (class, word) pair of the vocabulary; ``oracle``
   keeps the ground truth; a path reads a relevance table of the user's (its pairs must be the benchmark's); ``leak``
-  K then marks each class's K most class-specific defining tags irrelevant (a judge mistake that hands the label to the
-  bias path: a stress test);
+  K then marks each class's K most class-specific defining tags irrelevant (a judge mistake that hands the label to
+  the bias path: a stress test);
 - ``benchmark.json`` ``discovery`` says where the tags and decisions came from and how good they are.
 """
 
@@ -101,9 +101,10 @@ def leak_defining_tags(relevance: pd.DataFrame, truth: pd.DataFrame, manifest: p
     irrelevant. Specificity over the training images: the share of the class's images carrying the tag times the
     share of the tag's images in the class (a tag every class carries, as digits' "numeral", leaks no label;
     ties by name)."""
-    train = manifest[manifest["split"] == "train"][["label", "tags"]].explode("tags").dropna()
+    images = manifest.loc[manifest["split"] == "train", ["label", "tags"]]
+    train = images.explode("tags").dropna()
     together = train.groupby(["label", "tags"]).size()
-    per_class = manifest.loc[manifest["split"] == "train", "label"].value_counts()
+    per_class = images["label"].value_counts()
     per_tag = train.groupby("tags").size()
     defining = set(zip(truth.loc[truth["relevant"], "class"], truth.loc[truth["relevant"], "tag"]))
 
