@@ -33,7 +33,7 @@ from mavias.tools.demo.run import DemoData, make_demo_data, upload_manifest_fold
 from mavias.tools.demo.services import AIRFLOW_COMMAND, DAG_ID, airflow_environment, read_night, smtp_server
 from tests.support.s3server import create_bucket
 
-NIGHT_TIMEOUT_S = 480
+NIGHT_TIMEOUT_S = 900  # a hang guard: a night takes 30-300 s on two cores, more while other tests load them
 GATES = Path(__file__).with_name("gates_test.yaml")
 CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}
 # Every setting pinned (none left to the recipe): the tests exercise the nightly flow on a tiny model, not the recipe

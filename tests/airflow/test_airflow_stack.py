@@ -23,7 +23,7 @@ from tests.support.s3server import moto_endpoint  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
-RUN_TIMEOUT_S = 420
+RUN_TIMEOUT_S = 900
 TRAINING = TEST_TRAINING | {"image_size": 16, "epochs": 2, "backbone.width": 8}
 
 

@@ -10,9 +10,9 @@ One full night on tiny data, with training spread over two gloo processes (`trai
   version in the registry and one promotion.
 Bad input (no stack needed): a port in use, a broker or a database that does not answer.
 
-Wall time on the 2-core box, loaded: about 7-9 minutes for the module (start ≈ 1-2 min, the night ≈ 5 min with
+Wall time on two cores, loaded: about 7-13 minutes for the module (start ≈ 1-2 min, the night ≈ 5 min with
 the 30 s heartbeat timeout). Bounded: the stack's start, the kill and the night share one budget (NIGHT_BUDGET_S),
-under pytest-timeout's 900 s for the module's first test; the stack is stopped whatever happens.
+under pytest-timeout's 1800 s for the module's first test; the stack is stopped whatever happens.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tests.support.s3server import moto_endpoint  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.slow
 
-NIGHT_BUDGET_S = 840  # from nothing to the night's end: up, the DAG parsed, the kill, up again, the run
+NIGHT_BUDGET_S = 1500  # from nothing to the night's end: up, the DAG parsed, the kill, up again, the run
 HEARTBEAT_TIMEOUT_S = 30
 GPU_TASKS = {"tag_shard", "train_reference", "tune_trial"}
 TRAINING = TEST_TRAINING | {"image_size": 16, "epochs": 3, "backbone.width": 8}

@@ -102,7 +102,7 @@ def test_mavias_train_nproc_2_on_images_through_the_command_line(tmp_path) -> No
 
     data = tmp_path / "scenes"
     invoke("data", "make", "synthetic-scenes", "--out", data, "--n-train", "120", "--n-val", "40",
-           "--n-test-per-cell", "1", "--image-size", "32")
+           "--n-test-per-cell", "1", "--image-size", "32", "--tags", "oracle", "--relevance", "oracle")  # no tagger
     out = tmp_path / "erm"
     invoke("train", "--manifest", data / "manifest.parquet", "--relevance", data / "relevance.parquet",
            "--workspace", tmp_path / "ws", "--set", "method=erm", "--set", "selection=val_acc", "--set", "epochs=2",

@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 from mavias.cli import app
 
 runner = CliRunner()
+# The search is under test, not discovery: the generator's tags and relevance spare each test a tagger's training.
+ORACLE = ["--tags", "oracle", "--relevance", "oracle"]
 
 
 def _invoke(*args: str) -> str:
@@ -37,7 +39,7 @@ def _complete_trials(db) -> int:
 def test_tune_two_trials_resumed_after_a_kill(tmp_path):
     data = tmp_path / "shapes"
     _invoke("data", "make", "shape-colours", "--out", str(data), "--n-train", "300", "--n-val", "150",
-            "--n-test-per-cell", "1", "--image-size", "16")
+            "--n-test-per-cell", "1", "--image-size", "16", *ORACLE)
     common = ["--manifest", str(data / "manifest.parquet"), "--relevance", str(data / "relevance.parquet"),
               "--workspace", str(tmp_path / "ws")]
     small = ["--set", "epochs=4", "--set", "image_size=16", "--set", "backbone.width=8", "--set", "batch_size=64"]
@@ -126,7 +128,7 @@ def test_a_diverging_trial_stops_itself_not_the_search(tmp_path):
     """Every trial of a rate far too high diverges: each is stopped and recorded, and the search ends in one line."""
     data = tmp_path / "shapes"
     _invoke("data", "make", "shape-colours", "--out", str(data), "--n-train", "200", "--n-val", "100",
-            "--n-test-per-cell", "1", "--image-size", "16")
+            "--n-test-per-cell", "1", "--image-size", "16", *ORACLE)
     command = [sys.executable, "-m", "mavias.cli", "tune", "--manifest", str(data / "manifest.parquet"),
                "--relevance", str(data / "relevance.parquet"), "--workspace", str(tmp_path / "ws"),
                "--out", str(tmp_path / "search"), "--trials", "2", "--set", "method=erm", "--set", "epochs=3",
