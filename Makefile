@@ -18,11 +18,12 @@ demo: install
 # the tests. plugins/ goes on the path for the Airflow plugin; the DAG folder is found from the repository root.
 # The tests run on TEST_WORKERS processes (pytest-xdist), one test file per worker at a time so that a file's
 # services and fixtures start once; every worker has its own cache folder and one torch thread. Three workers on two
-# cores: the Airflow nights spend part of their time waiting on services and subprocesses.
+# cores: the Airflow nights spend part of their time waiting on services and subprocesses. Files are handed out in
+# collection order (--no-loadscope-reorder), which tests/conftest.py starts with the longest files.
 TEST_WORKERS ?= 3
 test: install $(VENV)/.installed-test
 	PYTHONPATH=plugins $(VENV)/bin/lint-imports
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # WordNet 3.0 for the offline relevance judge (no PyPI package ships its data); PostgreSQL 15 and Redis 7 for the
 # CeleryExecutor stack (`mavias airflow up --executor celery`, started by its test on 127.0.0.1).

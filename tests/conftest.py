@@ -10,8 +10,8 @@ import torch
 from mavias.core.encode import SentenceTransformerEncoder
 from mavias.core.judging.offline import OfflineJudge
 
-# The longest test files start first, in this order: pytest-xdist (`--dist loadfile`) hands out files in collection
-# order, and a long file that starts late is the run's tail (the fault nights alone take a third of the wall time).
+# The longest test files start first, in this order: with `--no-loadscope-reorder` (the Makefile) pytest-xdist hands
+# out files in collection order instead of by their number of tests, which put these few-test, long files last.
 LONGEST_FIRST = [
     "tests/airflow/test_nightly_faults.py", "tests/airflow/test_celery_stack.py", "tests/airflow/test_nightly_e2e.py",
     "tests/ops/audit/test_audit.py", "tests/core/tune/test_tune_cli.py", "tests/airflow/test_nightly_llm_judge.py",

@@ -24,7 +24,7 @@ from tests.airflow.fault_scenario import FaultNight, Scenario, print_table
 from tests.airflow.harness import TEST_TRAINING
 from tests.support.s3server import FaultInjectingProxy
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # eleven nights, the first test waits for them all
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # twelve nights, the first test waits for them all
 
 GET_FAILURES, PUT_FAILURES = 6, 2  # botocore makes 5 attempts per request (S3Settings.max_attempts)
 BATCH = 16
@@ -109,12 +109,14 @@ def _run_nights(s: Scenario) -> None:
         d.client.put_object(Bucket=d.settings.bucket, Key=key, Body=body)
     s.withheld -= held.keys()
 
+    s.night(f"s3.step_deadline_s {STEP_DEADLINE_S} s, shorter than the local work of some steps", "no step fails "
+            "for it: the deadline counts time spent waiting on the store", env={
+                "MAVIAS_S3_STEP_DEADLINE_S": str(STEP_DEADLINE_S)})
+
     changed = _replace_a_validated_image(s, "small")
     s.upload("after-change", s.rows(20))
-    s.night(f"s3.step_deadline_s {STEP_DEADLINE_S} s, shorter than the local work of some steps; an image of a "
-            "processed partition replaced in the bucket, the workspace's copy lost", "no step fails for the "
-            "deadline, which counts time spent waiting on the store; the partition is left out of training and named "
-            "in the report with what to do; the rest trains", env={"MAVIAS_S3_STEP_DEADLINE_S": str(STEP_DEADLINE_S)})
+    s.night("an image of a processed partition replaced in the bucket, the workspace's copy lost", "the partition "
+            "is left out of training and named in the report with what to do; the rest trains")
     s.nights[list(s.nights)[-1]].facts["changed"] = changed
     d.client.put_object(Bucket=d.settings.bucket, Key=changed[0], Body=changed[1])  # restored for later checks
 
@@ -170,7 +172,7 @@ def _html(night: FaultNight) -> str:
 
 
 def test_every_fault_night_sends_its_report_and_loses_no_data(scenario: Scenario) -> None:
-    assert len(scenario.nights) == 11
+    assert len(scenario.nights) == 12
     for night in scenario.nights.values():
         assert night.subject, f"{night.fault}: no report email"
         assert night.lost == [], f"{night.fault}: lost {night.lost}"
@@ -254,7 +256,7 @@ def test_a_stalled_bucket_costs_the_report_its_deadline_not_attempts_x_timeout(s
     night = _night(scenario, 6)
     assert night.night.returncode == 0, night.night.log
     report = night.night.tasks.loc[night.night.tasks["task_id"] == "report"]
-    assert report["duration_s"].item() < 4 * REPORT_DEADLINE_S + 10  # stalled calls: 5 attempts x 60 s each before
+    assert report["duration_s"].item() < 100  # without the deadline: 5 attempts x a 60 s read timeout (300 s)
     assert not night.night.results["report"]["uploaded"] and night.subject
     assert f"step's deadline of {REPORT_DEADLINE_S} s" in _html(night).replace("&#39;", "'")
     later = f"models/{scenario.d.config['model_name']}/reports/20250207T000000/attempt-1/report.html"
@@ -313,7 +315,7 @@ def test_a_step_that_computes_longer_than_its_store_deadline_is_not_failed_for_i
 
 
 def test_a_partition_changed_after_validation_is_left_out_and_named_and_old_data_is_pruned(scenario: Scenario) -> None:
-    night = _night(scenario, 10)
+    night = _night(scenario, 11)
     assert night.night.returncode == 0, night.night.log
     dataset = night.night.results["prepare_dataset"]
     assert "small" not in dataset["partitions"] and "after-change" in dataset["partitions"]
