@@ -96,7 +96,7 @@ def _cmdline(process: psutil.Process) -> list[str]:
 def night(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Iterator[CeleryNight]:  # noqa: F811
     root = tmp_path_factory.mktemp("celery")
     with stack_deployment(root, moto_endpoint, train={"overrides": TRAINING, "nproc": 2},
-                          discovery={"tagger": "manifest", "num_shards": 2, "batch_size": 32},
+                          discovery={"tagger": "manifest", "num_shards": 1, "batch_size": 32},
                           airflow={"schedule": None, "retries": 2, "retry_delay_s": 1}) as deployment:
         home = root / "airflow"
         options = {"port": free_port(), "smtp": ("127.0.0.1", deployment.smtp_port), "executor": "celery",

@@ -17,14 +17,14 @@ import pytest
 import yaml
 
 from mavias.ops.nightly.incoming import ProcessedLedger
-from mavias.storage.s3 import list_objects, put_json
+from mavias.storage.s3 import list_objects
 from mavias.tools.demo.run import DemoData
 from tests.airflow.conftest import deploy
 from tests.airflow.fault_scenario import FaultNight, Scenario, print_table
 from tests.airflow.harness import TEST_TRAINING
 from tests.support.s3server import FaultInjectingProxy
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # twelve nights, the first test waits for them all
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # eleven nights, the first test waits for them all
 
 GET_FAILURES, PUT_FAILURES = 6, 2  # botocore makes 5 attempts per request (S3Settings.max_attempts)
 BATCH = 16
@@ -75,11 +75,6 @@ def _run_nights(s: Scenario) -> None:
     d.client.put_object(Bucket=d.settings.bucket, Key=d.registry.pointer_key, Body=b'{"name": "scenes-te')
     s.night("a corrupt (truncated) production pointer", "promotion refused, the night fails visibly, report sent")
     d.registry.repair()
-
-    put_json(d.client, d.settings, d.registry.pointer_key, {"name": d.config["model_name"], "history": []})
-    s.night("a pointer with an empty history while versions are published", "read as corrupt: the night fails "
-            "visibly, report sent")
-    s.nights[list(s.nights)[-1]].facts["repaired"] = d.registry.repair().version
 
     for name in ("a..b", "odd name"):
         d.client.put_object(Bucket=d.settings.bucket, Key=f"incoming/{name}/manifest.csv", Body=b"x")
@@ -172,7 +167,7 @@ def _html(night: FaultNight) -> str:
 
 
 def test_every_fault_night_sends_its_report_and_loses_no_data(scenario: Scenario) -> None:
-    assert len(scenario.nights) == 12
+    assert len(scenario.nights) == 11
     for night in scenario.nights.values():
         assert night.subject, f"{night.fault}: no report email"
         assert night.lost == [], f"{night.fault}: lost {night.lost}"
@@ -245,33 +240,26 @@ def test_a_corrupt_pointer_fails_the_night_visibly_and_the_report_goes_out(scena
     assert "mavias registry repair --name scenes-test" in _html(night)
 
 
-def test_an_empty_history_with_published_versions_is_corrupt(scenario: Scenario) -> None:
-    night = _night(scenario, 5)
-    assert night.night.returncode != 0 and "FAILED, corrupt production pointer" in night.subject
-    assert "the promotion history was lost" in _html(night)
-    assert night.facts["repaired"]  # repair rebuilt production from the newest passed version
-
-
 def test_a_stalled_bucket_costs_the_report_its_deadline_not_attempts_x_timeout(scenario: Scenario) -> None:
-    night = _night(scenario, 6)
+    night = _night(scenario, 5)
     assert night.night.returncode == 0, night.night.log
     report = night.night.tasks.loc[night.night.tasks["task_id"] == "report"]
     assert report["duration_s"].item() < 100  # without the deadline: 5 attempts x a 60 s read timeout (300 s)
     assert not night.night.results["report"]["uploaded"] and night.subject
     assert f"step's deadline of {REPORT_DEADLINE_S} s" in _html(night).replace("&#39;", "'")
-    later = f"models/{scenario.d.config['model_name']}/reports/20250207T000000/attempt-1/report.html"
+    later = f"models/{scenario.d.config['model_name']}/reports/20250206T000000/attempt-1/report.html"
     keys = {o.key for o in list_objects(scenario.d.client, scenario.d.settings, later)}
     assert keys == {later}  # uploaded by the next night's report
 
 
 def test_unsafe_incoming_folders_are_listed_in_the_report(scenario: Scenario) -> None:
-    night = _night(scenario, 6)
+    night = _night(scenario, 5)
     assert night.night.returncode == 0 and night.night.results["sense"]["unsafe"] == ["'a..b'", "'odd name'"]
     assert "Ignored incoming folder(s) with unsafe names" in _html(night)
 
 
 def test_a_configuration_error_fails_at_once_and_says_what_to_do(scenario: Scenario) -> None:
-    night = _night(scenario, 7)
+    night = _night(scenario, 6)
     assert night.night.returncode != 0 and night.night.state("pull_and_validate") == "failed"
     assert night.night.tasks.loc[night.night.tasks["task_id"] == "pull_and_validate", "try_number"].item() == 1
     html = _html(night).replace("&#39;", "'")
@@ -280,7 +268,7 @@ def test_a_configuration_error_fails_at_once_and_says_what_to_do(scenario: Scena
 
 
 def test_data_equal_to_production_is_skipped_and_nothing_is_published_again(scenario: Scenario) -> None:
-    night = _night(scenario, 8)
+    night = _night(scenario, 7)
     assert night.night.returncode == 0, night.night.log
     assert night.night.results["prepare_dataset"]["same_as_production"]
     for task_id in ("train_reference", "plan_trials", "evaluate", "publish", "promote"):
@@ -293,7 +281,7 @@ def test_data_equal_to_production_is_skipped_and_nothing_is_published_again(scen
 def test_a_partition_still_uploading_waits_and_one_named_like_the_evaluation_set_is_ordinary(
     scenario: Scenario,
 ) -> None:
-    night = _night(scenario, 9)
+    night = _night(scenario, 8)
     assert night.night.returncode == 0, night.night.log
     validated = night.night.results["pull_and_validate"]
     assert list(validated["waiting"]) == ["still-uploading"] and "3 file(s)" in validated["waiting"]["still-uploading"]
@@ -302,11 +290,11 @@ def test_a_partition_still_uploading_waits_and_one_named_like_the_evaluation_set
     tags = scenario.d.workspace / "discovery" / "tags"
     evaluation = pd.read_parquet(tags / "_evaluation-v1" / "tags.parquet")
     assert set(evaluation["sample_id"]).isdisjoint(pd.read_parquet(tags / "evaluation-v1" / "tags.parquet")["sample_id"])
-    assert "still-uploading" in _night(scenario, 10).night.results["pull_and_validate"]["valid"]  # complete: taken
+    assert "still-uploading" in _night(scenario, 9).night.results["pull_and_validate"]["valid"]  # complete: taken
 
 
 def test_a_step_that_computes_longer_than_its_store_deadline_is_not_failed_for_it(scenario: Scenario) -> None:
-    night = _night(scenario, 10)
+    night = _night(scenario, 9)
     assert night.night.returncode == 0, night.night.log
     tasks = night.night.tasks
     assert tasks["try_number"].max() == 1  # nothing retried
@@ -315,7 +303,7 @@ def test_a_step_that_computes_longer_than_its_store_deadline_is_not_failed_for_i
 
 
 def test_a_partition_changed_after_validation_is_left_out_and_named_and_old_data_is_pruned(scenario: Scenario) -> None:
-    night = _night(scenario, 11)
+    night = _night(scenario, 10)
     assert night.night.returncode == 0, night.night.log
     dataset = night.night.results["prepare_dataset"]
     assert "small" not in dataset["partitions"] and "after-change" in dataset["partitions"]
