@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from mavias.core.judging.base import OFFLINE_SOURCE
+from mavias.core.judging.names import CLASS_NAME_SOURCE
 from mavias.tools.demo.run import DemoData
 from mavias.tools.demo.services import smtp_server
 from tests.airflow.harness import Deployment, Night, make_deployment
@@ -100,6 +101,8 @@ def test_the_llm_judges_the_night_with_the_connections_model_and_key(scenario: S
     assert scenario.healthy.authorizations == {f"Bearer {KEY}"}
     relevance = _relevance(night)
     assert (relevance["source"] == "llm:gemma3-270m").sum() > 0
+    own_names = relevance[relevance["tag"] == relevance["class"]]  # decided by rule, never asked of the LLM
+    assert len(own_names) == 3 and own_names["relevant"].all() and (own_names["source"] == CLASS_NAME_SOURCE).all()
     assert night.state("train_mavias") == "success"
 
 

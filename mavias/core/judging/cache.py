@@ -20,6 +20,7 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponenti
 
 from mavias.core.judging.base import BATCH_SIZE, ReadsClassSet, RelevanceJudge, batches
 from mavias.core.judging.guarded import decide_batch
+from mavias.core.judging.names import CLASS_NAME_SOURCE, names_class
 from mavias.core.judging.review import REVIEW_SOURCE, ReviewedDecisions
 from mavias.core.relevance import RELEVANCE_COLUMNS, validate_relevance
 
@@ -125,7 +126,8 @@ def decide(
     on_batch: Callable[[int], None] | None = None,
     tally: DecisionTally | None = None,
 ) -> pd.DataFrame:
-    """The relevance table of one class: reviewed verdicts, else cached decisions, else the judge's.
+    """The relevance table of one class: reviewed verdicts, else the class's own name relevant
+    (:mod:`~mavias.core.judging.names`), else cached decisions, else the judge's.
 
     Only tags without a reviewed or cached decision reach the judge, in batches of ``batch_size`` (shuffled by a
     seed of the class); each batch is cached under the judge that decided it as soon as it is decided, so an
@@ -135,11 +137,12 @@ def decide(
     tally = tally if tally is not None else DecisionTally()
     unique = sorted({tag.strip() for tag in tags if tag and tag.strip()})
     reviewed = review.verdicts(class_name, unique) if review is not None else {}
-    to_decide = [tag for tag in unique if tag not in reviewed]
+    named = [tag for tag in unique if tag not in reviewed and names_class(tag, class_name)]
+    to_decide = [tag for tag in unique if tag not in reviewed and tag not in named]
     decided = cache.lookup(judge, class_name, to_decide) if cache is not None else {}
     deciders = dict.fromkeys(decided, judge.judge_id)
     judge.stats.cache_hits += len(decided)
-    tally.sources[class_name].update({"cache": len(decided), "review": len(reviewed)})
+    tally.sources[class_name].update({"cache": len(decided), "review": len(reviewed), "name": len(named)})
     for batch in batches(_shuffled([tag for tag in to_decide if tag not in decided], class_name), batch_size):
         parts = decide_batch(judge, class_name, batch)
         tally.calls[class_name] += any(part.source == "judge" for part in parts)
@@ -154,6 +157,7 @@ def decide(
             on_batch(len(batch))
     rows = [(class_name, tag, decided[tag], deciders[tag]) for tag in to_decide]
     rows += [(class_name, tag, verdict, REVIEW_SOURCE) for tag, verdict in reviewed.items()]
+    rows += [(class_name, tag, True, CLASS_NAME_SOURCE) for tag in named]
     table = pd.DataFrame(rows, columns=RELEVANCE_COLUMNS).sort_values("tag", kind="stable")
     return validate_relevance(table)
 

@@ -18,8 +18,9 @@ from mavias.core.judging.guards import implausible, unsafe_tag_reason
 log = logging.getLogger(__name__)
 
 # Who decided a (class, tag) pair in a run of `decide`: the configured judge, its earlier decision in the cache,
-# the offline judge standing in for a failed LLM, the offline judge for a tag withheld from the LLM, a human review.
-SOURCES = ("judge", "cache", "fallback", "withheld", "review")
+# the offline judge standing in for a failed LLM, the offline judge for a tag withheld from the LLM, a human review,
+# the rule that a class's own name is relevant (mavias.core.judging.names).
+SOURCES = ("judge", "cache", "fallback", "withheld", "review", "name")
 
 
 @dataclass(frozen=True)

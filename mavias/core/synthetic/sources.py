@@ -100,7 +100,8 @@ def leak_defining_tags(relevance: pd.DataFrame, truth: pd.DataFrame, manifest: p
     """``relevance`` with each class's ``k`` most class-specific truly relevant tags that it marks relevant turned
     irrelevant. Specificity over the training images: the share of the class's images carrying the tag times the
     share of the tag's images in the class (a tag every class carries, as digits' "numeral", leaks no label;
-    ties by name)."""
+    ties by name). The class's own name can be leaked too: the stress is applied after the judge and its rule that
+    a class's own name is relevant (:mod:`mavias.core.judging.names`)."""
     images = manifest.loc[manifest["split"] == "train", ["label", "tags"]]
     train = images.explode("tags").dropna()
     together = train.groupby(["label", "tags"]).size()

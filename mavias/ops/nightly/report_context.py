@@ -17,6 +17,7 @@ from mavias.core.evaluate.metrics import GROUP_TABLE_COLUMNS, MIN_SUPPORT
 from mavias.core.evaluate.shortcuts import SHORTCUT_COLUMNS
 from mavias.core.judging.base import OFFLINE_SOURCE
 from mavias.core.judging.factory import describe_judge
+from mavias.core.judging.names import CLASS_NAME_SOURCE
 from mavias.core.judging.review import REVIEW_SOURCE
 from mavias.core.protocol.reference import rule_version
 from mavias.core.relevance import irrelevant_tags
@@ -34,8 +35,8 @@ from mavias.ops.reporting.context import DiscoveryCounts, RelevanceChanges, Repo
 from mavias.ops.reporting.history import HistoryEntry, history_entry
 from mavias.utils.csvfile import read_csv
 
-DECISION_SOURCE_COLUMNS = ["llm", "offline", "review", "tonight_judge", "tonight_cache", "tonight_fallback",
-                           "tonight_withheld"]
+DECISION_SOURCE_COLUMNS = ["llm", "offline", "review", "own_name", "tonight_judge", "tonight_cache",
+                           "tonight_fallback", "tonight_withheld"]
 CANDIDATE_STEPS = ("planned", "discovered", "dataset", "reference", "candidate", "evaluated", "gates", "packaged")
 PROTOCOLS = {"open_set": "open-set (label-free: the reference's B')", "closed_set": "closed-set (group attributes)"}
 
@@ -134,18 +135,24 @@ def _trust(cfg: NightlyConfig, results: NightResults) -> list[str]:
 
 
 def decision_sources(relevance: pd.DataFrame | None, tonight: Mapping[str, Mapping[str, int]]) -> pd.DataFrame:
-    """Per class, who made the decisions the night trained on (the LLM, the offline judge, a human review: the
-    relevance table's ``source``) and where tonight's discovery took its decisions from (:data:`SOURCES`)."""
+    """Per class, who made the decisions the night trained on (the LLM, the offline judge, a human review, the rule
+    that a class's own name is relevant: the relevance table's ``source``) and where tonight's discovery took its
+    decisions from (:data:`SOURCES`)."""
     rows: dict[str, dict[str, int]] = {}
     if relevance is not None:
-        kind = relevance["source"].map(lambda s: "review" if s == REVIEW_SOURCE else
-                                       "offline" if str(s).startswith(OFFLINE_SOURCE) else "llm")
+        kind = relevance["source"].map(_decider)
         for (name, who), n in relevance.groupby(["class", kind]).size().items():
             rows.setdefault(str(name), {})[who] = int(n)
     for name, counts in tonight.items():
         rows.setdefault(name, {}).update({f"tonight_{source}": n for source, n in counts.items()})
     table = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=DECISION_SOURCE_COLUMNS).fillna(0)
     return table.astype(int).rename_axis("class").reset_index().sort_values("class", ignore_index=True)
+
+
+def _decider(source: str) -> str:
+    """The column of :data:`DECISION_SOURCE_COLUMNS` a relevance row's ``source`` counts in."""
+    by_rule = {REVIEW_SOURCE: "review", CLASS_NAME_SOURCE: "own_name"}
+    return by_rule.get(source) or ("offline" if str(source).startswith(OFFLINE_SOURCE) else "llm")
 
 
 def _decisions(results: NightResults) -> pd.DataFrame | None:

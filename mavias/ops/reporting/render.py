@@ -332,10 +332,11 @@ def render_text(context: ReportContext) -> str:
 def _decision_source_text(table: pd.DataFrame | None) -> list[str]:
     if table is None or table.empty:
         return []
-    return ["", "Who decided relevance, per class (trained on: LLM / offline judge / human review; tonight: asked / "
-                "from the cache / offline stood in / withheld from the LLM):",
-            *(f"  {row['class']}: {row.llm} / {row.offline} / {row.review}; tonight {row.tonight_judge} / "
-              f"{row.tonight_cache} / {row.tonight_fallback} / {row.tonight_withheld}" for _, row in table.iterrows())]
+    return ["", "Who decided relevance, per class (trained on: LLM / offline judge / human review / its own name; "
+                "tonight: asked / from the cache / offline stood in / withheld from the LLM):",
+            *(f"  {row['class']}: {row.llm} / {row.offline} / {row.review} / {row.own_name}; tonight "
+              f"{row.tonight_judge} / {row.tonight_cache} / {row.tonight_fallback} / {row.tonight_withheld}"
+              for _, row in table.iterrows())]
 
 
 def _relevance_text(changes: RelevanceChanges | None) -> list[str]:

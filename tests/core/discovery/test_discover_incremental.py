@@ -8,6 +8,7 @@ from mavias.cli import discover as discover_cli
 from mavias.core import encode
 from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
 from mavias.core.encode import EmbeddingStore, bias_prompt
+from mavias.core.judging.names import names_class
 from mavias.core.manifest import save_manifest
 from mavias.core.relevance import irrelevant_tags, load_relevance
 from mavias.core.tagging import ManifestTagger
@@ -22,8 +23,13 @@ def _pairs(df: pd.DataFrame) -> set[tuple[str, str]]:
     return {(label, tag) for label, tags in zip(df["label"], df["tags"]) for tag in tags}
 
 
-def _pairs_per_class(df: pd.DataFrame) -> dict[str, int]:
-    return dict(Counter(label for label, _ in _pairs(df)))
+def _judged(df: pd.DataFrame) -> set[tuple[str, str]]:
+    """The pairs a judge decides: all but a class's own name (relevant by rule)."""
+    return {(label, tag) for label, tag in _pairs(df) if not names_class(tag, label)}
+
+
+def _judged_per_class(df: pd.DataFrame) -> dict[str, int]:
+    return dict(Counter(label for label, _ in _judged(df)))
 
 
 def _prompts(df: pd.DataFrame, relevance: pd.DataFrame) -> set[str]:
@@ -42,16 +48,18 @@ def test_a_partition_costs_only_what_is_new_and_a_rerun_costs_nothing(scenes, of
 
     tables = [load_relevance(ws / "partitions" / day / "relevance.parquet") for day in ("day1", "day2")]
     relevance = pd.concat(tables).drop_duplicates(["class", "tag"])
-    new_pairs = _pairs(second) - _pairs(first)
+    new_pairs = _judged(second) - _judged(first)
     assert (day1.images_tagged, day1.images_reused) == (24, 0)
     assert day1.llm_requests_per_class == {label: 1 for label in first["label"].unique()}  # < 100 tags per class
-    assert (day1.tags_judged, day1.prompts_encoded) == (len(_pairs(first)), len(_prompts(first, relevance)))
+    assert (day1.tags_judged, day1.prompts_encoded) == (len(_judged(first)), len(_prompts(first, relevance)))
+    named = {label: {"name": 1} for label in first["label"].unique()}  # each class's images carry its own name
+    assert {label: {"name": counts["name"]} for label, counts in day1.decisions_per_class.items()} == named
     assert (day2.images_tagged, day2.images_reused) == (18, 8)
     assert day2.llm_requests_per_class == {label: 1 for label in sorted({label for label, _ in new_pairs})}
     assert day2.tags_judged == len(new_pairs)
     assert day2.prompts_encoded == len(_prompts(second, relevance) - _prompts(first, relevance))
     assert day2.distinct_prompts == len(_prompts(second, relevance))
-    cached = {label: {"cache": n} for label, n in _pairs_per_class(second).items()}
+    cached = {label: {"cache": n, "name": 1} for label, n in _judged_per_class(second).items()}
     assert day2_again == DiscoveryCounts(images=26, images_reused=0, distinct_prompts=day2.distinct_prompts,
                                          decisions_per_class=cached)  # every decision from the cache, none asked
     store = EmbeddingStore(Workspace(ws).embeddings(minilm_encoder.encoder_id))  # what training will find there

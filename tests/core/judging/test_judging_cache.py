@@ -5,6 +5,7 @@ import pytest
 
 from mavias.core.judging.base import JudgeStats, RelevanceJudge, batches
 from mavias.core.judging.cache import DecisionCache, decide, decide_all
+from mavias.core.judging.names import CLASS_NAME_SOURCE
 from mavias.core.judging.review import ReviewedDecisions
 from mavias.core.relevance import RELEVANCE_COLUMNS
 
@@ -87,6 +88,22 @@ def test_reviewed_decisions_win_and_are_never_sent_to_the_judge(tmp_path):
     assert table.loc["sky", "source"] == table.loc["wing", "source"] == "review"
     assert table.loc["beak", "source"] == "recording"
     assert all("sky" not in tags and "wing" not in tags for _, tags in judge.calls[1:])
+
+
+def test_a_tag_naming_the_class_is_relevant_without_asking_the_judge_unless_a_review_says_otherwise():
+    judge = RecordingJudge(set())  # a judge that would call every tag irrelevant
+    tags = ["Traffic_Lights", "traffic-light", "lights", "bird", "road"]
+    table = decide(judge, "traffic light", tags).set_index("tag")
+    assert sorted(tag for _, batch in judge.calls for tag in batch) == ["bird", "lights", "road"]
+    assert table.loc[["Traffic_Lights", "traffic-light"], "relevant"].all()
+    assert set(table.loc[["Traffic_Lights", "traffic-light"], "source"]) == {CLASS_NAME_SOURCE}
+    assert not table.loc[["lights", "bird", "road"], "relevant"].any()
+    assert decide(RecordingJudge(set()), "bus", ["buses", "bus", "busy"]).set_index("tag")["relevant"].to_dict() == {
+        "bus": True, "buses": True, "busy": False}
+    assert decide(RecordingJudge(set()), "butterflies", ["butterfly"])["relevant"].item()
+    review = ReviewedDecisions.model_validate({"decisions": {"bird": {"irrelevant": ["birds"]}}})
+    reviewed = decide(RecordingJudge(set()), "bird", ["birds"], review=review)
+    assert not reviewed["relevant"].item() and reviewed["source"].item() == "review"
 
 
 def test_decide_all_covers_every_class_in_order():

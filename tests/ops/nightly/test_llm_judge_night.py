@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from mavias.core.judging.factory import JudgeSettings
+from mavias.core.judging.names import CLASS_NAME_SOURCE
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.discover import _is_discovered
 from mavias.ops.nightly.layout import layout
@@ -52,16 +53,16 @@ def test_the_llm_endpoint_comes_from_the_environment_or_the_connection_never_the
 
 def test_the_report_counts_who_decided_per_class():
     relevance = pd.DataFrame({
-        "class": ["bird"] * 4 + ["boat"] * 2, "tag": ["wing", "sky", "tree", "fog", "hull", "sea"],
-        "relevant": [True, False, False, False, True, False],
-        "source": ["llm:m", "llm:m", OFFLINE, "review", "llm:m", OFFLINE],
+        "class": ["bird"] * 5 + ["boat"] * 2, "tag": ["wing", "sky", "tree", "fog", "birds", "hull", "sea"],
+        "relevant": [True, False, False, False, True, True, False],
+        "source": ["llm:m", "llm:m", OFFLINE, "review", CLASS_NAME_SOURCE, "llm:m", OFFLINE],
     })  # fmt: skip
     table = decision_sources(relevance, {"bird": {"judge": 1, "cache": 1, "fallback": 1}, "car": {"fallback": 2}})
     rows = table.set_index("class").to_dict(orient="index")
-    assert rows["bird"] == {"llm": 2, "offline": 1, "review": 1, "tonight_judge": 1, "tonight_cache": 1,
-                            "tonight_fallback": 1, "tonight_withheld": 0}
-    assert rows["boat"] == {"llm": 1, "offline": 1, "review": 0, "tonight_judge": 0, "tonight_cache": 0,
-                            "tonight_fallback": 0, "tonight_withheld": 0}
+    assert rows["bird"] == {"llm": 2, "offline": 1, "review": 1, "own_name": 1, "tonight_judge": 1,
+                            "tonight_cache": 1, "tonight_fallback": 1, "tonight_withheld": 0}
+    assert rows["boat"] == {"llm": 1, "offline": 1, "review": 0, "own_name": 0, "tonight_judge": 0,
+                            "tonight_cache": 0, "tonight_fallback": 0, "tonight_withheld": 0}
     assert rows["car"]["tonight_fallback"] == 2 and table["class"].tolist() == ["bird", "boat", "car"]
 
 
