@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from nltk.corpus.reader.wordnet import ADJ, NOUN, VERB, Synset, WordNetCorpusReader
 
+from mavias.core.judging.names import normalize_tag
 from mavias.core.judging.readings import FIGURES, ClassSetReading, read_class_set
 
 # Concrete categories: only senses in these lexicographer files can be kinds or parts of a visual class.
@@ -66,10 +67,6 @@ class ClassConcept:
     attributes: frozenset[str] = frozenset()  # what a defining modifier is a value of ("colour" for "red")
     taxa: frozenset[Synset] = frozenset()  # taxonomic ancestors of a living thing ("aquatic bird", "animal")
     figure: bool = False  # a figure, or a class of a set read as figures: its outline is the class
-
-
-def normalize_tag(tag: str) -> str:
-    return " ".join(tag.strip().lower().replace("_", " ").split())
 
 
 def _lemma_key(text: str) -> str:

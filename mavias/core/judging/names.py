@@ -4,13 +4,12 @@ path the label. The rule decides before any judge is asked; a human review still
 
 from __future__ import annotations
 
-import re
-
 CLASS_NAME_SOURCE = "class name"  # a relevance row's source when this rule decided it
 
 
-def _normal(text: str) -> str:
-    return re.sub(r"[\s_-]+", " ", text.strip().lower())
+def normalize_tag(tag: str) -> str:
+    """A tag as the judges compare it: lower case, ``_`` for a space, single spaces."""
+    return " ".join(tag.strip().lower().replace("_", " ").split())
 
 
 def _forms(name: str) -> set[str]:
@@ -23,5 +22,5 @@ def _forms(name: str) -> set[str]:
 
 def names_class(tag: str, class_name: str) -> bool:
     """Whether ``tag`` is ``class_name`` itself, in another case, spacing or number."""
-    tag, name = _normal(tag), _normal(class_name)
+    tag, name = (normalize_tag(text.replace("-", " ")) for text in (tag, class_name))
     return bool(tag and name) and (tag in _forms(name) or name in _forms(tag))

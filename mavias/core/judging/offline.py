@@ -64,8 +64,8 @@ from mavias.core.judging.concepts import (
     _lemmas,
     _mentions,
     _names,
-    normalize_tag,
 )
+from mavias.core.judging.names import normalize_tag
 from mavias.core.judging.wordnet import load_wordnet
 
 JUDGE_VERSION = "offline-v6"
