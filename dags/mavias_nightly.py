@@ -197,9 +197,9 @@ def evaluate(dataset: dict, reference: dict, candidate: dict) -> dict:
 
 @task
 def package(dataset: dict, candidate: dict, evaluated: dict, gates: dict) -> dict:
-    from mavias.ops.nightly import release
+    from mavias.ops.nightly import package as packaging
 
-    return run_stage(release.package, dataset, candidate, evaluated, gates)
+    return run_stage(packaging.package, dataset, candidate, evaluated, gates)
 
 
 @task.short_circuit(ignore_downstream_trigger_rules=False)

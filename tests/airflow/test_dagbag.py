@@ -1,5 +1,6 @@
-"""The DAG folder imports with zero errors, GPU tasks carry pool, queue and GPU resources, the hooks map Airflow
-connections to the library's settings without leaking secrets, and a bad config is a clear import error.
+"""The DAG folder imports with zero errors and without the packages only tasks use (the light tasks' stages without
+torch or ONNX), GPU tasks carry pool, queue and GPU resources, the hooks map Airflow connections to the library's
+settings without leaking secrets, and a bad config is a clear import error.
 
 Airflow runs in a subprocess (its settings are read once, at import), configured like the demo's."""
 
@@ -22,6 +23,13 @@ GPU_TASKS = {"tag_shard", "train_reference", "tune_trial"}
 # What the tasks use and the DAG file must not import: the dag-processor parses the file every few minutes
 TASK_ONLY_PACKAGES = ("torch", "torchvision", "open_clip", "matplotlib", "scipy", "sklearn", "onnx", "onnxruntime",
                       "great_expectations", "sentence_transformers")
+# The stage modules of the tasks that only move files, pointers and mail (sense ... should_train, publish, promote,
+# record_processed, report, notify, clean_up, finish, quality_gates): a worker starts each task in a fresh process,
+# and importing torch there would cost seconds per task for nothing
+LIGHT_STAGES = ("mavias.ops.nightly.ingest", "mavias.ops.nightly.release", "mavias.ops.nightly.warm",
+                "mavias.ops.nightly.report", "mavias.ops.nightly.retention", "mavias.ops.nightly.failures",
+                "mavias_airflow.operators")
+MODEL_PACKAGES = ("torch", "torchvision", "open_clip", "onnx", "onnxruntime", "sentence_transformers")
 SECRET = "s3cr3t-never-logged"
 
 PROBE = """
@@ -67,6 +75,10 @@ if dag is not None:
     remote = as_llm.with_llm(dataclasses.replace(llm, base_url="http://10.1.2.3:8000/v1"))
     out["llm_problems"] = {"ok": llm_problems(as_llm.with_llm(llm)), "missing": llm_problems(no_conn),
                            "clear_text": llm_problems(remote), "offline": llm_problems(cfg)}
+    import importlib
+    for module in sys.argv[3].split(","):
+        importlib.import_module(module)
+    out["light_stages_imported"] = sorted({name.split(".")[0] for name in sys.modules} & set(sys.argv[4].split(",")))
 print("PROBE " + json.dumps(out, default=str))
 """
 
@@ -101,8 +113,9 @@ def probe(tmp_path: Path, **env: str) -> dict:
     })  # fmt: skip
     environment["AIRFLOW_CONN_SMTP_URI"] = "smtp://127.0.0.1:587?disable_ssl=true&disable_tls=false"
     dags = environment["AIRFLOW__CORE__DAGS_FOLDER"]
-    done = subprocess.run([sys.executable, "-c", PROBE, dags, ",".join(TASK_ONLY_PACKAGES)], env=environment,
-                          capture_output=True, text=True, timeout=300)
+    args = [dags, ",".join(TASK_ONLY_PACKAGES), ",".join(LIGHT_STAGES), ",".join(MODEL_PACKAGES)]
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], env=environment, capture_output=True, text=True,
+                          timeout=300)
     line = next((x for x in done.stdout.splitlines() if x.startswith("PROBE ")), None)
     assert line, done.stdout[-3000:] + done.stderr[-3000:]
     assert SECRET not in done.stdout.replace(line, "") + done.stderr
@@ -122,6 +135,10 @@ def test_dag_folder_imports_without_errors(dag_info: dict) -> None:
 
 def test_parsing_the_dag_file_imports_no_task_only_package(dag_info: dict) -> None:
     assert dag_info["parse_imported"] == []
+
+
+def test_the_tasks_that_move_files_and_mail_import_no_model_package(dag_info: dict) -> None:
+    assert dag_info["light_stages_imported"] == []
 
 
 def test_gpu_tasks_carry_pool_queue_and_resources(dag_info: dict) -> None:

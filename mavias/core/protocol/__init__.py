@@ -7,48 +7,26 @@
    (:mod:`~mavias.core.protocol.evaluation`).
 """
 
-from mavias.core.protocol.evaluation import (
-    BG_ALIGNED,
-    CO_ALIGNED,
-    aligned_values,
-    evaluate_checkpoint,
-    training_proportions,
-    write_run_evaluation,
-)
-from mavias.core.protocol.reference import (
-    BIASED_TAGS_FILE,
-    DISCOVERY_FILE,
-    EVIDENCE_FILE,
-    PAPER_TAGS_FILE,
-    RULES,
-    Reference,
-    compute_biased_tags,
-    empty_reason,
-    load_reference,
-    reference_checkpoint,
-    tag_groups,
-)
-from mavias.core.protocol.runs import resolve_run, train_method, train_reference
+# The names below load their module on first use (PEP 562): the run-folder files (``reference_files``) are read by
+# light tasks (the night's report) that must not pay for importing torch through this package.
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "BG_ALIGNED",
-    "BIASED_TAGS_FILE",
-    "CO_ALIGNED",
-    "DISCOVERY_FILE",
-    "EVIDENCE_FILE",
-    "PAPER_TAGS_FILE",
-    "RULES",
-    "Reference",
-    "aligned_values",
-    "compute_biased_tags",
-    "empty_reason",
-    "evaluate_checkpoint",
-    "load_reference",
-    "reference_checkpoint",
-    "resolve_run",
-    "tag_groups",
-    "train_method",
-    "train_reference",
-    "training_proportions",
-    "write_run_evaluation",
-]
+_HOMES = {
+    "evaluation": ("BG_ALIGNED", "CO_ALIGNED", "aligned_values", "evaluate_checkpoint", "training_proportions",
+                   "write_run_evaluation"),
+    "reference": ("RULES", "Reference", "compute_biased_tags", "empty_reason", "load_reference", "reference_checkpoint",
+                  "tag_groups"),
+    "reference_files": ("BIASED_TAGS_FILE", "DISCOVERY_FILE", "EVIDENCE_FILE", "PAPER_TAGS_FILE", "rule_version"),
+    "runs": ("resolve_run", "train_method", "train_reference"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = sorted(_HOME_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_HOME_OF[name]}"), name)
+    globals()[name] = value
+    return value

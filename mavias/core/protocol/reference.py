@@ -28,6 +28,7 @@ from mavias.core.evaluate.shortcuts import (
     find_shortcuts,
 )
 from mavias.core.protocol.crossfit import cross_fitted, log_probs_path
+from mavias.core.protocol.reference_files import BIASED_TAGS_FILE, DISCOVERY_FILE, EVIDENCE_FILE, PAPER_TAGS_FILE
 from mavias.core.train.checkpoints import EARLY_CHECKPOINT, best_checkpoint, epoch_path, load_main_model
 from mavias.core.train.config import load_config
 from mavias.core.train.data import SplitData
@@ -38,10 +39,6 @@ from mavias.errors import UserError
 from mavias.utils.atomic import write_json
 from mavias.utils.csvfile import read_csv, write_csv
 
-BIASED_TAGS_FILE = "biased_tags.csv"  # B': one row per biased (class, tag)
-EVIDENCE_FILE = "shortcut_evidence.csv"  # every (class, tag) pair tested, with its evidence
-PAPER_TAGS_FILE = "biased_tags_paper.csv"  # B' by the paper's rule, reported alongside
-DISCOVERY_FILE = "biased_tags.json"  # what B' was computed from (a cache key)
 RULES = (SHORTCUT, PAPER)
 
 
@@ -136,12 +133,6 @@ def load_reference(run_dir: str | Path, data: PreparedData, *, rule: str = SHORT
         write_json(meta, key)
     biased, evidence, paper = tables
     return Reference(checkpoint, biased, tag_groups(data["val"], biased, data.classes), run, paper, evidence)
-
-
-def rule_version(run_dir: str | Path) -> int | None:
-    """The version of the B' rule that computed the run folder's B' (None: a folder from before it was kept)."""
-    meta = Path(run_dir) / DISCOVERY_FILE
-    return json.loads(meta.read_text()).get("rule_version") if meta.is_file() else None
 
 
 def _reference_checkpoint(run_dir: Path, data: PreparedData) -> Path:

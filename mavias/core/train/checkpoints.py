@@ -4,12 +4,15 @@ the bias projection)."""
 from __future__ import annotations
 
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from mavias.core.train.config import TrainConfig
-from mavias.core.train.model import MainModel, build_main_model
 from mavias.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+    from mavias.core.train.model import MainModel
 
 CRITERIA = ("val_acc", "val_tag_wg", "val_robust", "val_true_wg")
 EARLY_CHECKPOINT = "early.pt"
@@ -35,6 +38,10 @@ def epoch_path(run: Path, epoch: int) -> Path:
 
 def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[MainModel, list[str], TrainConfig]:
     """Rebuild the main model (backbone + head, no projection) from a best_*.pt or last.pt checkpoint."""
+    import torch  # here, not above: the night's light tasks read this module's file names without torch
+
+    from mavias.core.train.model import build_main_model
+
     state = torch.load(checkpoint, map_location=device, weights_only=True)
     cfg = TrainConfig.model_validate(state["config"])
     weights = main_model_weights(state)

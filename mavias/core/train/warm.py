@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from mavias.core.train.checkpoints import main_model_weights
 from mavias.core.train.config import TrainConfig
-from mavias.core.train.model import MainModel
 from mavias.errors import UserError
+
+if TYPE_CHECKING:
+    from mavias.core.train.model import MainModel
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ def warm_fraction(new: int, old: int, replay: float) -> float:
 
 def load_initial_weights(model: MainModel, checkpoint: str | Path, classes: list[str]) -> None:
     """Start ``model`` from the main model of ``checkpoint``; another class list or architecture is a user error."""
+    import torch  # here, not above: the night's light tasks plan warm starts without torch
+
     try:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError) as err:

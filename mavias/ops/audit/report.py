@@ -13,7 +13,7 @@ from mavias.core.evaluate.explain import small_group_caveats, trust_lines
 from mavias.core.judging.factory import describe_judge
 from mavias.core.judging.review import REVIEW_SOURCE
 from mavias.core.manifest import load_manifest
-from mavias.core.protocol.reference import rule_version
+from mavias.core.protocol.reference_files import rule_version
 from mavias.core.relevance import load_relevance
 from mavias.core.tagging.base import RANDOM_WEIGHTS_WARNING
 from mavias.core.train.checkpoints import load_main_model
@@ -21,7 +21,7 @@ from mavias.core.train.config import method_name
 from mavias.core.train.inference import predict
 from mavias.ops.audit.options import PARTITION
 from mavias.ops.audit.steps import Audit, biased_tags_reason, prepare
-from mavias.ops.export.parity import VerificationResult
+from mavias.ops.export.verification import VerificationResult
 from mavias.ops.reporting.context import DiscoveryCounts, ReportContext
 from mavias.ops.reporting.history import history_entry
 from mavias.ops.reporting.plots import bias_alignment, logit_summary

@@ -2,7 +2,8 @@
 use it:
 
 - :mod:`mavias.ops.export.exporter`: ``export_onnx`` and ``describe_onnx``;
-- :mod:`mavias.ops.export.parity`: ``verify_onnx``, ONNX Runtime against PyTorch on held-out images;
+- :mod:`mavias.ops.export.parity`: ``verify_onnx``, ONNX Runtime against PyTorch on held-out images, its finding a
+  ``VerificationResult`` (:mod:`mavias.ops.export.verification`, readable without torch);
 - :mod:`mavias.ops.export.latency`: ONNX Runtime against PyTorch eager on the CPU;
 - :mod:`mavias.ops.export.version`: the model card of an export, and ``export_checkpoint`` (a run's checkpoint as a
   version folder);

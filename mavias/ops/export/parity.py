@@ -7,10 +7,8 @@ real mismatch (preprocessing, a layer in training mode) differs by far more than
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +16,7 @@ import torch
 from mavias.core.train.model import MainModel
 from mavias.ops.export.exporter import INPUT_NAME, OUTPUT_NAME, ExportError, cpu_eval_copy, require_image_model
 from mavias.ops.export.session import make_session
+from mavias.ops.export.verification import VerificationResult
 
 VERIFY_BATCH = 64
 
@@ -26,33 +25,6 @@ class ExportVerificationError(ExportError):
     def __init__(self, message: str, result: VerificationResult):
         super().__init__(message)
         self.result = result
-
-
-@dataclass(frozen=True)
-class VerificationResult:
-    max_abs_diff: float
-    argmax_equal: bool
-    n: int
-    providers: list[str]
-    atol: float
-    rtol: float = 0.0
-    logit_scale: float = 0.0  # max |logit| of PyTorch on the images
-
-    @property
-    def tolerance(self) -> float:
-        return self.atol + self.rtol * self.logit_scale
-
-    @property
-    def passed(self) -> bool:
-        return self.argmax_equal and self.max_abs_diff <= self.tolerance
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"passed": self.passed}
-
-    @classmethod
-    def from_dict(cls, document: Mapping[str, Any]) -> VerificationResult:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**{k: v for k, v in document.items() if k != "passed"})
 
 
 def _as_float_images(images: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,8 @@ from mavias.core.train.config import TrainConfig, method_name
 from mavias.core.train.transforms import describe_eval_preprocessing
 from mavias.errors import UserError
 from mavias.ops.export.exporter import ExportError, describe_onnx, export_onnx
-from mavias.ops.export.parity import VerificationResult, verify_onnx
+from mavias.ops.export.parity import verify_onnx
+from mavias.ops.export.verification import VerificationResult
 from mavias.ops.gates import GateConfig, GateReport
 from mavias.ops.registry.model_card import (
     CARD_NAME,

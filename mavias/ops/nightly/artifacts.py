@@ -160,7 +160,7 @@ class Gates(TypedDict):
 
 
 class Packaged(TypedDict):
-    """``release.package``: the version folder (ONNX, checkpoint, metrics, gates, model card)."""
+    """``package.package``: the version folder (ONNX, checkpoint, metrics, gates, model card)."""
 
     version: str
     dir: str

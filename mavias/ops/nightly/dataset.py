@@ -34,7 +34,7 @@ from mavias.errors import UserError
 from mavias.ops.nightly.artifacts import Dataset, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.discover import make_text_encoder
-from mavias.ops.nightly.layout import evaluation_partition, layout, pull, registry, s3_client
+from mavias.ops.nightly.layout import DECODED_KEYS_NAME, evaluation_partition, layout, pull, registry, s3_client
 from mavias.ops.nightly.pull import read_pulled
 from mavias.ops.registry import CorruptPointer
 from mavias.ops.reporting.context import RelevanceChanges
@@ -46,10 +46,9 @@ log = logging.getLogger(__name__)
 PREPARED_NAME = "prepared-data.pt"  # mavias.core.train.prepared_io's format; it replaces a pickled "prepared.pt"
 LEGACY_PREPARED = "prepared.pt"
 SIZES_NAME = "sizes.json"
-DECODED_KEYS_NAME = "decoded.json"  # the decoded/<key>/ folders a dataset reads (retention keeps them)
 TRAIN_SPLITS = ("train", "val")
 RELEVANCE_NAME, RELEVANCE_CHANGES_NAME = "relevance.parquet", "relevance_changes.json"
-VERSION_DATASET = "dataset.json"  # a version folder's record of its digest (written by release.package)
+VERSION_DATASET = "dataset.json"  # a version folder's record of its digest (written by package.package)
 
 
 def _discovered_tables(cfg: NightlyConfig, names: Iterable[str]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # both import torch: imported where used, since the DAG file 
 
 NIGHT_FORMAT = "%Y%m%dT%H%M%S"
 CHECKPOINT_NAME = "model.pt"  # the main model's checkpoint in a version folder
+DECODED_KEYS_NAME = "decoded.json"  # the decoded/<key>/ folders a dataset reads (retention keeps them)
 
 
 @dataclass(frozen=True)

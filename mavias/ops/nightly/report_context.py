@@ -19,11 +19,11 @@ from mavias.core.judging.base import OFFLINE_SOURCE
 from mavias.core.judging.factory import describe_judge
 from mavias.core.judging.names import CLASS_NAME_SOURCE
 from mavias.core.judging.review import REVIEW_SOURCE
-from mavias.core.protocol.reference import rule_version
+from mavias.core.protocol.reference_files import rule_version
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.tagging.base import tag_lists
 from mavias.core.train.config import method_name
-from mavias.ops.export.parity import VerificationResult
+from mavias.ops.export.verification import VerificationResult
 from mavias.ops.gates import GateReport, load_gate_config
 from mavias.ops.nightly import warm
 from mavias.ops.nightly.artifacts import NightResults

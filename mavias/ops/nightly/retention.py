@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.dataset import DECODED_KEYS_NAME
-from mavias.ops.nightly.layout import layout, registry
+from mavias.ops.nightly.layout import DECODED_KEYS_NAME, layout, registry
 from mavias.ops.nightly.release import version_origin
 from mavias.ops.nightly.report import ATTEMPT_PREFIX, UPLOADED_SUFFIX
 from mavias.ops.registry import CorruptPointer

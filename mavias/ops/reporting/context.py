@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.judging.quality import ClassChanges
-from mavias.ops.export.parity import VerificationResult
+from mavias.ops.export.verification import VerificationResult
 from mavias.ops.gates import GateReport
 from mavias.ops.reporting.history import HistoryEntry
 

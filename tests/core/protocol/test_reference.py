@@ -12,7 +12,7 @@ import torch
 from mavias.core.evaluate.shortcuts import RULE_VERSION
 from mavias.core.protocol import BIASED_TAGS_FILE, load_reference, train_reference
 from mavias.core.protocol.crossfit import CROSSFIT_DIR, FOLDS, KEY_FILE, LOG_PROBS_FILE, cross_fit, fold_of
-from mavias.core.protocol.reference import DISCOVERY_FILE, rule_version
+from mavias.core.protocol.reference_files import DISCOVERY_FILE, rule_version
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import feature_split
 from mavias.core.train.prepare import PreparedData

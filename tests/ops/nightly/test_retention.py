@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mavias.ops.nightly import retention
 from mavias.ops.nightly.config import NightlyConfig, RetentionSection
-from mavias.ops.nightly.dataset import DECODED_KEYS_NAME
+from mavias.ops.nightly.layout import DECODED_KEYS_NAME
 from mavias.ops.registry import ModelRegistry
 from mavias.storage.s3 import S3Settings
 from tests.support.s3server import moto_endpoint, s3_client, s3_settings  # noqa: F401 - fixtures

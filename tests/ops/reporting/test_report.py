@@ -17,7 +17,7 @@ import pytest
 
 from mavias.core.evaluate.shortcuts import RULE_VERSION
 from mavias.core.judging.quality import ClassChanges
-from mavias.ops.export.parity import VerificationResult
+from mavias.ops.export.verification import VerificationResult
 from mavias.ops.gates import GateReport, evaluate_gates
 from mavias.ops.reporting.context import DiscoveryCounts, RelevanceChanges, ReportContext
 from mavias.ops.reporting.history import (

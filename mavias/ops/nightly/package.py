@@ -1,0 +1,66 @@
+"""Package: the candidate as a version folder (ONNX of backbone + head verified against PyTorch, the checkpoint,
+metrics, gates, model card), named by :func:`~mavias.ops.nightly.release.model_version` for ``publish`` to upload.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import torch
+
+from mavias.core.train.checkpoints import load_main_model
+from mavias.core.train.prepare import PreparedData
+from mavias.ops.export.exporter import export_onnx
+from mavias.ops.export.latency import export_latency_benchmark
+from mavias.ops.export.parity import verify_onnx
+from mavias.ops.export.version import build_model_card
+from mavias.ops.gates import GateReport
+from mavias.ops.nightly.artifacts import Candidate, Dataset, Evaluated, Gates, Packaged
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.dataset import VERSION_DATASET, load_prepared
+from mavias.ops.nightly.layout import CHECKPOINT_NAME, layout
+from mavias.ops.nightly.release import model_version
+from mavias.ops.registry.model_card import CARD_NAME, lineage_from_files, write_model_card
+from mavias.utils.atomic import write_json
+
+log = logging.getLogger(__name__)
+
+VERIFY_IMAGES = 256
+LATENCY_BUDGET_S = 3.0
+
+
+def _held_out_images(data: PreparedData, limit: int = VERIFY_IMAGES) -> torch.Tensor:
+    inputs = data["test"].inputs
+    return torch.stack([inputs[i] for i in range(min(limit, len(inputs)))])
+
+
+def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluated: Evaluated, gates: Gates) -> Packaged:
+    """The version folder: ONNX of backbone + head (verified against PyTorch), checkpoint, metrics, gates, card."""
+    version = model_version(dataset)
+    out = layout(cfg).night(dataset["night"]) / "package" / version
+    model, classes, train_cfg = load_main_model(candidate["checkpoint"])
+    onnx_path = export_onnx(model, out / "model.onnx", image_size=train_cfg.image_size)
+    verification = verify_onnx(onnx_path, model, _held_out_images(load_prepared(dataset)))
+    latency = export_latency_benchmark(model, train_cfg.image_size, runs=cfg.report.latency_runs, budget_s=LATENCY_BUDGET_S)
+    shutil.copyfile(candidate["checkpoint"], out / CHECKPOINT_NAME)
+    write_json(out / "classes.json", classes)
+    write_json(out / VERSION_DATASET, {"digest": dataset["digest"], "partitions": dataset["partitions"]})
+    write_json(out / "latency.json", latency)
+    write_json(out / "gates.json", dict(gates))
+    shutil.copyfile(evaluated["candidate"], out / "metrics.json")
+    dataset_dir = Path(dataset["dir"]) / "dataset"
+    lineage = lineage_from_files(
+        dataset["partitions"], {name: dataset_dir / f"{name}.parquet" for name in ("manifest", "tags", "relevance")}
+    )
+    card = build_model_card(
+        name=cfg.model_name, version=version, classes=classes, onnx_path=onnx_path, verification=verification,
+        evaluation=json.loads(Path(evaluated["candidate"]).read_text()), gates=GateReport.from_dict(gates),
+        train_config=train_cfg, lineage=lineage,
+    )
+    write_model_card(out / CARD_NAME, card)
+    log.info("packaged %s: ONNX max |diff| %.2e, latency %s", version, verification.max_abs_diff, latency["results"])
+    return {"version": version, "dir": str(out), "onnx": str(onnx_path), "onnx_sha256": card["onnx"]["sha256"],
+            "verification": verification.to_dict(), "latency": latency}
