@@ -231,7 +231,11 @@ def eval_command(
     options = JudgeOptions(settings=settings, cache=cache, no_cache=no_cache, review=review, batch_size=batch_size)
     if predicted is not None:
         table = load_relevance(predicted)
-        runs = [(predicted.stem, apply_review(table, load_review(review)) if review else table, None)]
+        if review:
+            reviewed = load_review(review)
+            table = apply_review(table, reviewed)
+            warn(reviewed.unknown_classes(wanted))
+        runs = [(predicted.stem, table, None)]
     else:
         table, judge_obj = options.decide(wanted)
         runs = [(judge_obj.judge_id, table, judge_obj.stats.requests)]

@@ -73,6 +73,19 @@ def test_eval_prints_precision_and_recall(tmp_path):
     assert "--review" in result.output
 
 
+def test_eval_of_a_table_with_a_review_applies_it_and_warns_about_a_class_it_does_not_have(tmp_path):
+    truth = pd.DataFrame({"class": ["car"] * 2, "tag": ["wheel", "road"], "relevant": [True, False],
+                          "source": "ground_truth"})  # fmt: skip
+    truth.to_parquet(tmp_path / "truth.parquet")
+    truth.assign(relevant=[False, False], source="judge").to_parquet(tmp_path / "predicted.parquet")
+    review = "version: 1\ndecisions:\n  car: {relevant: [wheel]}\n  cars: {relevant: [road]}\n"
+    (tmp_path / "review.yaml").write_text(review)
+    result = invoke("eval", "--truth", tmp_path / "truth.parquet", "--predicted", tmp_path / "predicted.parquet",
+                    "--review", tmp_path / "review.yaml")
+    assert "warning: the reviewed decisions name 1 class(es) the data does not have (cars)" in result.output
+    assert "100.0" in result.output  # the review's verdict on car/wheel was applied: nothing missed
+
+
 def test_eval_names_the_file_and_line_of_a_decision_it_cannot_read(tmp_path):
     (tmp_path / "truth.csv").write_text("class,tag,relevant\ncar,wheel,true\ncar,road,false\n")
     (tmp_path / "judged.csv").write_text("class,tag,relevant\ncar,wheel,true\ncar,road,maybe\n")
