@@ -36,9 +36,12 @@ PROBE = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
 
+def imported(packages):
+    return sorted({name.split(".")[0] for name in sys.modules} & set(packages.split(",")))
+
 bag = DagBag(dag_folder=sys.argv[1])
 out = {"import_errors": {k: str(v) for k, v in bag.import_errors.items()}, "tasks": {},
-       "parse_imported": sorted({name.split(".")[0] for name in sys.modules} & set(sys.argv[2].split(",")))}
+       "parse_imported": imported(sys.argv[2])}
 dag = bag.dags.get("mavias_nightly")
 if dag is not None:
     from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
@@ -78,7 +81,7 @@ if dag is not None:
     import importlib
     for module in sys.argv[3].split(","):
         importlib.import_module(module)
-    out["light_stages_imported"] = sorted({name.split(".")[0] for name in sys.modules} & set(sys.argv[4].split(",")))
+    out["light_stages_imported"] = imported(sys.argv[4])
 print("PROBE " + json.dumps(out, default=str))
 """
 

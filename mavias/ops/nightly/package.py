@@ -44,7 +44,8 @@ def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluate
     model, classes, train_cfg = load_main_model(candidate["checkpoint"])
     onnx_path = export_onnx(model, out / "model.onnx", image_size=train_cfg.image_size)
     verification = verify_onnx(onnx_path, model, _held_out_images(load_prepared(dataset)))
-    latency = export_latency_benchmark(model, train_cfg.image_size, runs=cfg.report.latency_runs, budget_s=LATENCY_BUDGET_S)
+    latency = export_latency_benchmark(model, train_cfg.image_size, runs=cfg.report.latency_runs,
+                                       budget_s=LATENCY_BUDGET_S)
     shutil.copyfile(candidate["checkpoint"], out / CHECKPOINT_NAME)
     write_json(out / "classes.json", classes)
     write_json(out / VERSION_DATASET, {"digest": dataset["digest"], "partitions": dataset["partitions"]})
