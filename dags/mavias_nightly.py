@@ -122,9 +122,9 @@ def should_train(validated: dict) -> bool:
 
 @task
 def plan_tagging(validated: dict) -> list[dict]:
-    from mavias.ops.nightly import discover
+    from mavias.ops.nightly import tagging_plan
 
-    return run_stage(discover.plan_tagging, validated)
+    return run_stage(tagging_plan.plan_tagging, validated)
 
 
 @task(**GPU, map_index_template="{{ shard_label }}")

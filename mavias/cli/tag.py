@@ -55,7 +55,8 @@ def tag(
     allow_download: AllowDownload = False,
 ) -> None:
     """Tag a manifest's images; committed shards are skipped, so a killed run resumes where it stopped."""
-    from mavias.core.tagging.run import TagsStore, collect_partition, missing_shards, parse_shard, tag_partition
+    from mavias.core.tagging.run import TagsStore, collect_partition, tag_partition
+    from mavias.core.tagging.shards import missing_shards, parse_shard
 
     shard_spec = parse_shard(shard) if shard else None
     n = shard_spec[1] if shard_spec else num_shards

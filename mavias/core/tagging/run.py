@@ -13,7 +13,6 @@ already seen (same content id, same tagger) instead of tagging them again.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from mavias.core.tagging.base import (
     write_tags,
 )
 from mavias.core.tagging.defaults import DEFAULT_NUM_SHARDS
+from mavias.core.tagging.shards import missing_shards, shard_of, shard_paths
 from mavias.utils.atomic import atomic_path
 from mavias.utils.csvfile import write_csv
 from mavias.utils.progress import progress_bar
@@ -56,28 +56,6 @@ class TagCounts:
 
     def __add__(self, other: TagCounts) -> TagCounts:
         return TagCounts(*(a + b for a, b in zip(astuple(self), astuple(other))))
-
-
-def shard_of(sample_id: str, num_shards: int) -> int:
-    """Deterministic shard of a sample: independent of row order, stable across runs and machines."""
-    return int(hashlib.sha256(sample_id.encode()).hexdigest()[:8], 16) % num_shards
-
-
-def shard_paths(out_dir: Path, index: int, num_shards: int) -> tuple[Path, Path]:
-    """(samples file, tags file) of one shard."""
-    name = f"shard-{index:03d}-of-{num_shards:03d}.parquet"
-    return out_dir / f"samples-{name}", out_dir / f"tags-{name}"
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """'i/n' -> (i, n) with 0 <= i < n."""
-    try:
-        index, num_shards = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise ValueError(f"shard must look like i/n (e.g. 0/4), got {text!r}") from None
-    if not 0 <= index < num_shards:
-        raise ValueError(f"shard {text!r}: need 0 <= i < n")
-    return index, num_shards
 
 
 class TagsStore:
@@ -245,10 +223,6 @@ def tag_partition(
         paths = shard_paths(out_dir, index, num_shards)
         counts += _tag_shard(rows, Path(manifest_dir), tagger, paths, known, shard_reused, loader)
     return counts
-
-
-def missing_shards(out_dir: str | Path, num_shards: int) -> list[int]:
-    return [i for i in range(num_shards) if not shard_paths(Path(out_dir), i, num_shards)[1].exists()]
 
 
 def _committed_paths(out_dir: Path, num_shards: int) -> list[tuple[Path, Path]]:

@@ -1,13 +1,15 @@
 """The nightly flow as plain functions, one module per stage and one function per DAG task; the Airflow DAG
 (``dags/mavias_nightly.py``) only wires them, and the library never imports Airflow.
 
-    ingest     sense -> pull_and_validate -> (training_decision) ... record_processed
-    discover   plan_tagging -> tag_shard (mapped) -> discover
-    dataset    prepare_dataset
-    train      train_reference_model, plan_trials -> run_trial (mapped) -> select_candidate
-    evaluate   evaluate (then the quality_gates task: mavias.ops.gates)
-    release    package -> publish -> promote (and point serving)
-    report     report -> notify
+    ingest        sense -> pull_and_validate -> (training_decision) ... record_processed
+    tagging_plan  plan_tagging
+    discover      tag_shard (mapped) -> discover
+    dataset       prepare_dataset
+    train         train_reference_model, plan_trials -> run_trial (mapped) -> select_candidate
+    evaluate      evaluate (then the quality_gates task: mavias.ops.gates)
+    package       package
+    release       publish -> promote (and point serving)
+    report        report -> notify
 
 Each stage takes the :class:`~mavias.ops.nightly.config.NightlyConfig` and the artifacts of the stages before it
 (:mod:`mavias.ops.nightly.artifacts`: small JSON dicts of paths, URIs and counts, so XCom stays tiny) and returns its

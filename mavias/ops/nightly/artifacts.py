@@ -44,7 +44,7 @@ class Validated(TypedDict):
 
 
 class TagJob(TypedDict):
-    """``discover.plan_tagging``: one untagged shard of a partition (a mapped task)."""
+    """``tagging_plan.plan_tagging``: one untagged shard of a partition (a mapped task)."""
 
     partition: str
     manifest: str

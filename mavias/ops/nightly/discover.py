@@ -1,5 +1,5 @@
-"""Discover: tag (``plan_tagging``, then ``tag_shard`` mapped over the untagged shards), judge and encode
-(``discover``) the partitions not discovered yet, incrementally (:mod:`mavias.core.discovery`).
+"""Discover: tag (``tag_shard`` mapped over the shards :mod:`~mavias.ops.nightly.tagging_plan` planned), judge and
+encode (``discover``) the partitions not discovered yet, incrementally (:mod:`mavias.core.discovery`).
 
 Tonight's new partitions, once the evaluation set, and any processed partition a fresh workspace has not seen; a
 shard committed before (by a killed or earlier attempt) is never tagged again. With ``discovery.judge: llm`` a
@@ -26,50 +26,17 @@ from mavias.core.manifest import load_manifest
 from mavias.core.tagging import Tagger
 from mavias.core.tagging.factory import TaggerSettings
 from mavias.core.tagging.factory import make_tagger as tagger_from_settings
-from mavias.core.tagging.run import TagsStore, missing_shards, tag_partition
+from mavias.core.tagging.run import TagsStore, tag_partition
 from mavias.ops.nightly.artifacts import Discovered, Tagged, TagJob, Validated
 from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_client
+from mavias.ops.nightly.layout import layout
+from mavias.ops.nightly.tagging_plan import partitions_to_discover
 from mavias.ops.nightly.weights import weights_dir
 from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)
 
 LLM_USAGE_NAME = "llm_requests.json"  # nights/<night>/: the LLM requests the night's discover attempts sent
-
-
-def _is_discovered(cfg: NightlyConfig, partition: str) -> bool:
-    """Discovered, and (with an LLM judge) without decisions the offline judge made in the LLM's place."""
-    record = layout(cfg).discovery.partition(partition) / "discovery.json"
-    if not record.exists():
-        return False
-    if cfg.discovery.judge != "llm":
-        return True
-    decisions = json.loads(record.read_text())["counts"].get("decisions_per_class", {})
-    return not any(counts.get("fallback") for counts in decisions.values())
-
-
-def partitions_to_discover(cfg: NightlyConfig, validated: Validated) -> dict[str, str]:
-    """Partition -> local manifest, for those not discovered yet: tonight's new ones, once the evaluation set, and
-    any processed partition a fresh workspace has not seen."""
-    client = s3_client(cfg, "discover")
-    todo = {} if _is_discovered(cfg, evaluation_partition(cfg)) else {evaluation_partition(cfg): validated["evaluation"]}
-    for partition in validated["partitions"]:
-        if not _is_discovered(cfg, partition):
-            todo[partition] = str(pull(cfg, client, partition))
-    return todo
-
-
-def plan_tagging(cfg: NightlyConfig, validated: Validated) -> list[TagJob]:
-    """The untagged shards of the partitions to discover, one job each (shards committed earlier are done)."""
-    n = cfg.discovery.num_shards
-    jobs = [
-        {"partition": name, "manifest": path, "shard": index, "num_shards": n}
-        for name, path in partitions_to_discover(cfg, validated).items()
-        for index in missing_shards(layout(cfg).discovery.tags / name, n)
-    ]
-    log.info("tagging: %d shard(s) to tag", len(jobs))
-    return jobs
 
 
 def make_tagger(cfg: NightlyConfig) -> Tagger:

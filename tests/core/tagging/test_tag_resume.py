@@ -7,7 +7,8 @@ from pathlib import Path
 import mavias
 from mavias.core.manifest import load_manifest
 from mavias.core.tagging.openclip import OpenClipTagger
-from mavias.core.tagging.run import collect_partition, shard_of, tag_partition
+from mavias.core.tagging.run import collect_partition, tag_partition
+from mavias.core.tagging.shards import shard_of
 
 NUM_SHARDS = 6
 REPO_ROOT = Path(mavias.__file__).resolve().parents[1]

@@ -13,10 +13,9 @@ from mavias.core.tagging.run import (
     TagCounts,
     TagsStore,
     collect_partition,
-    shard_of,
-    shard_paths,
     tag_partition,
 )
+from mavias.core.tagging.shards import shard_of, shard_paths
 
 
 def _manifest(path):

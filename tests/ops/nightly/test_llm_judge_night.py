@@ -9,9 +9,9 @@ import pytest
 from mavias.core.judging.factory import JudgeSettings
 from mavias.core.judging.names import CLASS_NAME_SOURCE
 from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.discover import _is_discovered
 from mavias.ops.nightly.layout import layout
 from mavias.ops.nightly.report_context import decision_sources
+from mavias.ops.nightly.tagging_plan import is_discovered
 from mavias.storage.s3 import S3Settings
 
 OFFLINE = "offline:wordnet-3.0+minilm"
@@ -34,9 +34,9 @@ def record(cfg: NightlyConfig, partition: str, decisions: dict) -> None:
 ])  # fmt: skip
 def test_a_partition_the_offline_judge_stood_in_for_is_discovered_again(tmp_path, judge, stood_in, discovered):
     cfg = config(tmp_path, judge)
-    assert not _is_discovered(cfg, "night-1")
+    assert not is_discovered(cfg, "night-1")
     record(cfg, "night-1", stood_in)
-    assert _is_discovered(cfg, "night-1") is discovered
+    assert is_discovered(cfg, "night-1") is discovered
 
 
 def test_the_llm_endpoint_comes_from_the_environment_or_the_connection_never_the_file(tmp_path, monkeypatch):

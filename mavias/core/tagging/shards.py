@@ -1,0 +1,33 @@
+"""A partition's shards: which shard a sample falls in and where a shard's files are, readable without torch (the
+night plans its tagging jobs from them)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+
+def shard_of(sample_id: str, num_shards: int) -> int:
+    """Deterministic shard of a sample: independent of row order, stable across runs and machines."""
+    return int(hashlib.sha256(sample_id.encode()).hexdigest()[:8], 16) % num_shards
+
+
+def shard_paths(out_dir: Path, index: int, num_shards: int) -> tuple[Path, Path]:
+    """(samples file, tags file) of one shard."""
+    name = f"shard-{index:03d}-of-{num_shards:03d}.parquet"
+    return out_dir / f"samples-{name}", out_dir / f"tags-{name}"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'i/n' -> (i, n) with 0 <= i < n."""
+    try:
+        index, num_shards = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard must look like i/n (e.g. 0/4), got {text!r}") from None
+    if not 0 <= index < num_shards:
+        raise ValueError(f"shard {text!r}: need 0 <= i < n")
+    return index, num_shards
+
+
+def missing_shards(out_dir: str | Path, num_shards: int) -> list[int]:
+    return [i for i in range(num_shards) if not shard_paths(Path(out_dir), i, num_shards)[1].exists()]
