@@ -168,9 +168,9 @@ def train_reference(dataset: dict) -> dict:
 
 @task
 def plan_trials(dataset: dict, reference: dict) -> list[dict]:
-    from mavias.ops.nightly import train
+    from mavias.ops.nightly import trial_plan
 
-    return run_stage(train.plan_trials, dataset, reference)
+    return run_stage(trial_plan.plan_trials, dataset, reference)
 
 
 @task(**GPU, map_index_template="{{ trial_label }}")

@@ -26,9 +26,9 @@ TASK_ONLY_PACKAGES = ("torch", "torchvision", "open_clip", "matplotlib", "scipy"
 # The stage modules of the tasks that only move files, pointers and mail (sense ... should_train, publish, promote,
 # record_processed, report, notify, clean_up, finish, quality_gates): a worker starts each task in a fresh process,
 # and importing torch there would cost seconds per task for nothing
-LIGHT_STAGES = ("mavias.ops.nightly.ingest", "mavias.ops.nightly.tagging_plan", "mavias.ops.nightly.release",
-                "mavias.ops.nightly.warm", "mavias.ops.nightly.report", "mavias.ops.nightly.retention",
-                "mavias.ops.nightly.failures", "mavias_airflow.operators")
+LIGHT_STAGES = ("mavias.ops.nightly.ingest", "mavias.ops.nightly.tagging_plan", "mavias.ops.nightly.trial_plan",
+                "mavias.ops.nightly.release", "mavias.ops.nightly.warm", "mavias.ops.nightly.report",
+                "mavias.ops.nightly.retention", "mavias.ops.nightly.failures", "mavias_airflow.operators")
 MODEL_PACKAGES = ("torch", "torchvision", "open_clip", "onnx", "onnxruntime", "sentence_transformers")
 SECRET = "s3cr3t-never-logged"
 

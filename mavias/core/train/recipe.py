@@ -45,6 +45,7 @@ from mavias.core.train.data import FeatureSplit, IndexedInputs, SplitData
 from mavias.core.train.lr_range import RangeTest, range_test
 from mavias.core.train.model import build_main_model
 from mavias.core.train.optim import make_optimizer
+from mavias.core.train.recipe_file import RECIPE_FILE, read_recipe_record
 from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,6 @@ PATIENCE_SHARE = 0.3  # of a run's validations without a better selection score 
 RANGE_TEST_VERSION = 2  # of the range test and the augmentation it draws: a change must not reuse older results
 LENGTH_FACTORS = {"mavias": 3}  # of the recipe's steps, per method
 METHOD_WEIGHT_DECAY = {"sd": 0.0}  # spectral decoupling is its own penalty: its reference implementation trains without
-RECIPE_FILE = "recipe.json"
 _TRANSFORMERS = ("vit", "deit", "swin", "beit", "eva", "dinov2")
 
 
@@ -151,11 +151,8 @@ class ResolvedRecipe:
     @classmethod
     def read(cls, run_dir: Path, requested: dict | None = None) -> ResolvedRecipe | None:
         """The resolution a run folder recorded (for ``requested``, when given), or None."""
-        path = Path(run_dir) / RECIPE_FILE
-        if not path.is_file():
-            return None
-        record = json.loads(path.read_text())
-        if requested is not None and record.get("requested") != requested:
+        record = read_recipe_record(run_dir, requested)
+        if record is None:
             return None
         tested = record.get("lr_range_test")
         return cls(TrainConfig.model_validate(record["resolved"]), record["notes"],

@@ -7,14 +7,18 @@ Batch TPE cannot prune or learn within a batch; it learns across nights when the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
 
-from mavias.core.protocol import Reference, train_method
+from mavias.core import protocol  # its names load on first use: planning a batch imports no torch
 from mavias.core.train.config import TrainConfig
-from mavias.core.train.prepare import PreparedData
 from mavias.core.tune.search import TuneResult, open_study, trial_dir, write_outcome
 from mavias.core.tune.space import search_space, suggest_config
+
+if TYPE_CHECKING:
+    from mavias.core.protocol import Reference
+    from mavias.core.train.prepare import PreparedData
 
 BATCH_ATTR = "batch"
 
@@ -39,7 +43,7 @@ def run_planned_trial(data: PreparedData, reference: Reference, base: TrainConfi
                       job: dict, *, nproc: int = 1) -> dict:
     """Train one planned trial to the end (resumable; over ``nproc`` processes) and return its criterion score."""
     cfg = suggest_config(optuna.trial.FixedTrial(job["params"]), base, search_space(base))
-    run = train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=True, nproc=nproc)
+    run = protocol.train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=True, nproc=nproc)
     best = run.best[cfg.selection]
     return {"number": job["number"], "value": best["score"]}
 

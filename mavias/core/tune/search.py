@@ -15,18 +15,22 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
 import pandas as pd
 
-from mavias.core.protocol import Reference, resolve_run, train_method
+from mavias.core import protocol  # its names load on first use: planning a batch imports no torch
 from mavias.core.train.config import TrainConfig
-from mavias.core.train.prepare import PreparedData
 from mavias.core.train.sanity import TrainingDiverged
 from mavias.core.tune.space import Param, current_values, known_space, search_space, searched_keys, suggest_config
 from mavias.errors import UserError
 from mavias.utils.atomic import write_json
 from mavias.utils.csvfile import write_csv
+
+if TYPE_CHECKING:
+    from mavias.core.protocol import Reference
+    from mavias.core.train.prepare import PreparedData
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +89,7 @@ def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference | No
     trial.set_user_attr("run_dir", str(run_dir))
     while True:
         try:
-            result = train_method(data, cfg, run_dir, reference, progress=progress, stop_after=1)
+            result = protocol.train_method(data, cfg, run_dir, reference, progress=progress, stop_after=1)
         except TrainingDiverged as diverged:  # a searched rate too high for this data: stop the trial, not the search
             what = str(diverged).split(";")[0]  # the divergence, without the advice for a single run
             trial.set_user_attr("diverged", what)
@@ -158,7 +162,7 @@ def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out
         raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
                         f"--trials {MIN_TRIALS} or more (8-20 to learn something; pruning keeps them cheap)")
     out_dir = Path(out_dir)
-    base = resolve_run(data, base, out_dir / BASE_DIR).config  # the recipe's choices, kept for a resumed search
+    base = protocol.resolve_run(data, base, out_dir / BASE_DIR).config  # the recipe's choices, kept for a resumed search
     space = search_space(base)
     if isinstance(warm_start, Path):
         warm_start = load_warm_start(warm_start, base, space)

@@ -5,7 +5,9 @@
     tagging_plan  plan_tagging
     discover      tag_shard (mapped) -> discover
     dataset       prepare_dataset
-    train         train_reference_model, plan_trials -> run_trial (mapped) -> select_candidate
+    train         train_reference_model
+    trial_plan    plan_trials
+    train         run_trial (mapped) -> select_candidate
     evaluate      evaluate (then the quality_gates task: mavias.ops.gates)
     package       package
     release       publish -> promote (and point serving)

@@ -114,7 +114,7 @@ class TrainedReference(TypedDict):
 
 
 class TrialJob(TypedDict):
-    """``train.plan_trials``: one planned MAVias settings trial (a mapped task)."""
+    """``trial_plan.plan_trials``: one planned MAVias settings trial (a mapped task)."""
 
     number: int
     params: dict[str, Any]

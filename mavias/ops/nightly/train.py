@@ -1,6 +1,6 @@
 """Train: the ERM reference of the open-set protocol (``train_reference_model``), then MAVias as a small settings
-search: ``plan_trials`` (the previous night's best settings first, then Optuna's TPE picks), ``run_trial`` mapped
-over them (one trial per GPU task), ``select_candidate`` (the best validation criterion).
+search: ``plan_trials`` (:mod:`~mavias.ops.nightly.trial_plan`), ``run_trial`` mapped over the planned trials (one
+trial per GPU task), ``select_candidate`` (the best validation criterion).
 
 Every training resumes from its last epoch and a finished run is reused, so a retried task repeats no work.
 """
@@ -14,24 +14,17 @@ import pandas as pd
 
 from mavias.core.protocol import load_reference, resolve_run, train_reference
 from mavias.core.train.checkpoints import best_checkpoint
-from mavias.core.train.config import TrainConfig
-from mavias.core.train.recipe import ResolvedRecipe
-from mavias.core.tune.batch import finish_batch, plan_batch, run_planned_trial
-from mavias.core.tune.search import BASE_DIR
-from mavias.core.tune.space import current_values, search_space
-from mavias.errors import ExplainedFailure
+from mavias.core.tune.batch import finish_batch, run_planned_trial
 from mavias.ops.nightly import warm
-from mavias.ops.nightly.artifacts import Candidate, Dataset, StartPlan, TrainedReference, TrialJob, TrialResult
+from mavias.ops.nightly.artifacts import Candidate, Dataset, TrainedReference, TrialJob, TrialResult
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.dataset import load_prepared
 from mavias.ops.nightly.layout import layout, registry
 from mavias.ops.nightly.release import version_origin
+from mavias.ops.nightly.trial_plan import PREVIOUS_BEST, TUNING_DIR, base_dir, candidate_base, candidate_settings
 from mavias.ops.registry import CorruptPointer
 from mavias.utils.atomic import atomic_path
 from mavias.utils.progress import progress_line
-
-TUNING_DIR = "tuning"
-PREVIOUS_BEST = "best_params.json"
 
 
 def train_reference_model(cfg: NightlyConfig, dataset: Dataset, *, full_retrain: bool = False) -> TrainedReference:
@@ -47,9 +40,9 @@ def train_reference_model(cfg: NightlyConfig, dataset: Dataset, *, full_retrain:
     reference = train_reference(data, cfg.training, out, progress=True, nproc=cfg.train.nproc,  # epoch lines
                                 warm=warm.warm_start(cfg, plan, "reference"))
     warm.write_train_ids(data["train"].frame["sample_id"], out)
-    resolve_run(data, _candidate_base(cfg, plan), _base_dir(dataset))  # trial folders are keyed by the whole config
+    resolve_run(data, candidate_base(cfg, plan), base_dir(dataset))  # trial folders are keyed by the whole config
     return {"dir": str(out), "checkpoint": str(reference.checkpoint), "best": reference.run.best if reference.run else {},
-            "candidate_recipe": str(_base_dir(dataset)), "classes": data.classes, "start": plan}
+            "candidate_recipe": str(base_dir(dataset)), "classes": data.classes, "start": plan}
 
 
 def _production_night(cfg: NightlyConfig) -> str | None:
@@ -61,44 +54,10 @@ def _production_night(cfg: NightlyConfig) -> str | None:
     return None if current is None else version_origin(current.version)[0]
 
 
-def _candidate_base(cfg: NightlyConfig, plan: StartPlan) -> TrainConfig:
-    base = cfg.training.model_copy(update={"method": "mavias"})
-    start = warm.warm_start(cfg, plan, "candidate")
-    return base if start is None else start.apply(base)
-
-
-def _base_dir(dataset: Dataset) -> Path:
-    return Path(dataset["dir"]) / TUNING_DIR / BASE_DIR
-
-
-def _candidate_settings(cfg: NightlyConfig, reference: TrainedReference) -> TrainConfig:
-    """The candidate's settings with the recipe's choices for tonight's data, as ``train_reference`` resolved them."""
-    folder = Path(reference["candidate_recipe"])
-    resolved = ResolvedRecipe.read(folder, _candidate_base(cfg, reference["start"]).model_dump(mode="json"))
-    if resolved is None:
-        raise ExplainedFailure(f"the candidate's training recipe is not resolved for tonight's settings ({folder}): "
-                               "the train_reference task resolves it; clear that task")
-    return resolved.config
-
-
-def plan_trials(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference) -> list[TrialJob]:
-    """Tonight's trials: one trial is exactly the configured settings; with more, the previous night's best settings
-    (those still inside tonight's search space; else the configured ones) come first, then TPE's picks."""
-    base = _candidate_settings(cfg, reference)
-    space = {param.key: param for param in search_space(base)}
-    previous = layout(cfg).root / TUNING_DIR / PREVIOUS_BEST
-    first = current_values(base, list(space.values()))
-    if cfg.train.tune_trials > 1 and previous.exists():
-        best = json.loads(previous.read_text())
-        first |= {key: value for key, value in best.items() if key in space and space[key].contains(value)}
-    return plan_batch(Path(dataset["dir"]) / TUNING_DIR, base, cfg.train.tune_trials, batch=dataset["night"],
-                      warm_start=first)
-
-
 def run_trial(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, job: TrialJob) -> TrialResult:
     """Train one planned trial on the accumulated data (resumable; a finished trial is reused)."""
     data = load_prepared(dataset)
-    return run_planned_trial(data, load_reference(reference["dir"], data), _candidate_settings(cfg, reference),
+    return run_planned_trial(data, load_reference(reference["dir"], data), candidate_settings(cfg, reference),
                              Path(dataset["dir"]) / TUNING_DIR, dict(job), nproc=cfg.train.nproc)
 
 
@@ -106,7 +65,7 @@ def select_candidate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedRef
                      trials: list[TrialResult]) -> Candidate:
     """The trial with the best validation criterion becomes the candidate; its settings are the next night's first
     trial."""
-    base = _candidate_base(cfg, reference["start"])
+    base = candidate_base(cfg, reference["start"])
     selection = base.selection
     tuned = finish_batch(Path(dataset["dir"]) / TUNING_DIR, trials, base)
     with atomic_path(layout(cfg).root / TUNING_DIR / PREVIOUS_BEST) as tmp:

@@ -70,10 +70,10 @@ def _train_reference(cfg, done: dict) -> dict:  # noqa: ANN001
 
 
 def _train_mavias(cfg, done: dict) -> dict:  # noqa: ANN001
-    from mavias.ops.nightly import train
+    from mavias.ops.nightly import train, trial_plan
 
     trials = [train.run_trial(cfg, done["dataset"], done["reference"], job)
-              for job in train.plan_trials(cfg, done["dataset"], done["reference"])]
+              for job in trial_plan.plan_trials(cfg, done["dataset"], done["reference"])]
     return {"candidate": train.select_candidate(cfg, done["dataset"], done["reference"], trials)}
 
 
