@@ -1,7 +1,9 @@
-"""Relevance tables: which tags are intrinsic to which class; every other tag of an image is a potential bias."""
+"""Relevance tables: which tags are intrinsic to which class; every other tag of an image is a potential bias, except
+a tag that names a class of the task."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -73,13 +75,49 @@ def save_relevance(table: pd.DataFrame, path: str | Path) -> Path:
     return Path(path)
 
 
-def irrelevant_tags(labels: pd.Series, tags: pd.Series, relevance: pd.DataFrame) -> pd.Series:
-    """Per sample, the sorted tags that are not relevant to its class (B_i = T_i minus relevant(y_i)).
+def normalize_tag(tag: str) -> str:
+    """A tag as the judges compare it: lower case, ``_`` for a space, single spaces."""
+    return " ".join(tag.strip().lower().replace("_", " ").split())
 
-    Every (class, tag) pair must have a decision: an undecided tag is an error, never silently a bias or not.
+
+def _forms(name: str) -> set[str]:
+    """The name and its regular English plurals (the last word's)."""
+    forms = {name, f"{name}s", f"{name}es"}
+    if name.endswith("y"):
+        forms.add(f"{name[:-1]}ies")
+    return forms
+
+
+def _name_of(text: str) -> str:
+    return normalize_tag(text.replace("-", " "))
+
+
+def class_naming_tags(tags: Iterable[str], classes: Iterable[str]) -> set[str]:
+    """The tags that are one of ``classes`` itself, in another case, spacing (``_``, ``-``) or number."""
+    names = {name for name in map(_name_of, map(str, classes)) if name}
+    forms = set().union(*map(_forms, names))
+    return {tag for tag in tags if (name := _name_of(tag)) and (name in forms or _forms(name) & names)}
+
+
+def names_class(tag: str, class_name: str) -> bool:
+    """Whether ``tag`` is ``class_name`` itself, in another case, spacing or number."""
+    return bool(class_naming_tags([tag], [class_name]))
+
+
+def irrelevant_tags(labels: pd.Series, tags: pd.Series, relevance: pd.DataFrame) -> pd.Series:
+    """Per sample, the sorted tags that are not relevant to its class (B_i = T_i minus relevant(y_i)) and name no
+    other class of the task (the labels' and the relevance table's).
+
+    A tag naming another class is left out whatever the judge says (the paper keeps it): on a single-label image a
+    tagger names another class mostly when it confuses the object, so the word is a proxy of the label and the bias
+    path would explain the label away. Every (class, tag) pair must have a decision: an undecided tag is an error,
+    never silently a bias or not.
     """
     relevance = validate_relevance(relevance)
     decided = {(c, t): r for c, t, r in relevance[["class", "tag", "relevant"]].itertuples(index=False)}
+    classes = {*relevance["class"], *labels}
+    naming = class_naming_tags(set(relevance["tag"]).union(*map(set, tags)), classes)
+    named = {tag: {name for name in classes if names_class(tag, name)} for tag in naming}
     undecided: set[tuple[str, str]] = set()
     result = []
     for label, sample_tags in zip(labels, tags):
@@ -88,7 +126,7 @@ def irrelevant_tags(labels: pd.Series, tags: pd.Series, relevance: pd.DataFrame)
             verdict = decided.get((label, tag))
             if verdict is None:
                 undecided.add((label, tag))
-            elif not verdict:
+            elif not verdict and not named.get(tag, set()) - {label}:
                 kept.append(tag)
         result.append(kept)
     if undecided:

@@ -20,9 +20,9 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponenti
 
 from mavias.core.judging.base import BATCH_SIZE, ReadsClassSet, RelevanceJudge, batches
 from mavias.core.judging.guarded import decide_batch
-from mavias.core.judging.names import CLASS_NAME_SOURCE, names_class
+from mavias.core.judging.names import CLASS_NAME_SOURCE
 from mavias.core.judging.review import REVIEW_SOURCE, ReviewedDecisions
-from mavias.core.relevance import RELEVANCE_COLUMNS, validate_relevance
+from mavias.core.relevance import RELEVANCE_COLUMNS, names_class, validate_relevance
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (

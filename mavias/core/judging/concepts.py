@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 from nltk.corpus.reader.wordnet import ADJ, NOUN, VERB, Synset, WordNetCorpusReader
 
-from mavias.core.judging.names import normalize_tag
 from mavias.core.judging.readings import FIGURES, ClassSetReading, read_class_set
+from mavias.core.relevance import normalize_tag
 
 # Concrete categories: only senses in these lexicographer files can be kinds or parts of a visual class.
 PHYSICAL_LEXNAMES = frozenset(

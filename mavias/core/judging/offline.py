@@ -65,8 +65,8 @@ from mavias.core.judging.concepts import (
     _mentions,
     _names,
 )
-from mavias.core.judging.names import normalize_tag
 from mavias.core.judging.wordnet import load_wordnet
+from mavias.core.relevance import normalize_tag
 
 JUDGE_VERSION = "offline-v6"
 ANIMATE_LEXNAMES = frozenset({"noun.animal", "noun.body"})  # animals and their body parts

@@ -8,9 +8,8 @@ from mavias.cli import discover as discover_cli
 from mavias.core import encode
 from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
 from mavias.core.encode import EmbeddingStore, bias_prompt
-from mavias.core.judging.names import names_class
 from mavias.core.manifest import save_manifest
-from mavias.core.relevance import irrelevant_tags, load_relevance
+from mavias.core.relevance import irrelevant_tags, load_relevance, names_class
 from mavias.core.tagging import ManifestTagger
 
 

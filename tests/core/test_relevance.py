@@ -1,0 +1,29 @@
+import pandas as pd
+import pytest
+
+from mavias.core.relevance import RelevanceError, irrelevant_tags, validate_relevance
+
+
+def _table(rows: list[tuple[str, str, bool]]) -> pd.DataFrame:
+    return validate_relevance(pd.DataFrame([(*row, "judge") for row in rows],
+                                           columns=["class", "tag", "relevant", "source"]))
+
+
+def test_a_tag_naming_any_class_of_the_task_stays_out_of_the_bias_path_whatever_the_judge_said():
+    relevance = _table([("bird", "Boats", False), ("bird", "car", False), ("bird", "sky", False),
+                        ("bird", "wing", True), ("boat", "sea", False), ("boat", "birdhouse", False),
+                        ("car", "road", False)])
+    labels = pd.Series(["bird", "boat"])  # "car" is a class of the task only through the relevance table
+    tags = pd.Series([["wing", "sky", "Boats", "car"], ["sea", "birdhouse"]])
+    assert irrelevant_tags(labels, tags, relevance).tolist() == [["sky"], ["birdhouse", "sea"]]
+
+
+def test_an_undecided_tag_is_an_error_even_when_it_names_a_class():
+    relevance = _table([("bird", "sky", False)])
+    with pytest.raises(RelevanceError, match="no relevance decision"):
+        irrelevant_tags(pd.Series(["bird"]), pd.Series([["sky", "boat"]]), relevance)
+
+
+def test_a_class_s_own_name_follows_its_decision():  # a judge mistake there is the --leak stress's to measure
+    relevance = _table([("bird", "bird", False), ("bird", "sky", False), ("boat", "sea", False)])
+    assert irrelevant_tags(pd.Series(["bird"]), pd.Series([["bird", "sky"]]), relevance).tolist() == [["bird", "sky"]]
