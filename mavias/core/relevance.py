@@ -1,5 +1,5 @@
 """Relevance tables: which tags are intrinsic to which class; every other tag of an image is a potential bias, except
-a tag that names a class of the task."""
+a tag that names another class of the task."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ GPU_TASKS = {"tag_shard", "train_reference", "tune_trial"}
 # What the tasks use and the DAG file must not import: the dag-processor parses the file every few minutes
 TASK_ONLY_PACKAGES = ("torch", "torchvision", "open_clip", "matplotlib", "scipy", "sklearn", "onnx", "onnxruntime",
                       "great_expectations", "sentence_transformers")
-# The stage modules of the tasks that only move files, pointers and mail (sense ... should_train, publish, promote,
-# record_processed, report, notify, clean_up, finish, quality_gates): a worker starts each task in a fresh process,
-# and importing torch there would cost seconds per task for nothing
+# The stage modules of the tasks that only plan work or move files, pointers and mail (sense ... should_train,
+# plan_tagging, plan_trials, publish, promote, record_processed, report, notify, clean_up, finish, quality_gates): a
+# worker starts each task in a fresh process, and importing torch there would cost seconds per task for nothing
 LIGHT_STAGES = ("mavias.ops.nightly.ingest", "mavias.ops.nightly.tagging_plan", "mavias.ops.nightly.trial_plan",
                 "mavias.ops.nightly.release", "mavias.ops.nightly.warm", "mavias.ops.nightly.report",
                 "mavias.ops.nightly.retention", "mavias.ops.nightly.failures", "mavias_airflow.operators")

@@ -9,7 +9,7 @@ def _table(rows: list[tuple[str, str, bool]]) -> pd.DataFrame:
                                            columns=["class", "tag", "relevant", "source"]))
 
 
-def test_a_tag_naming_any_class_of_the_task_stays_out_of_the_bias_path_whatever_the_judge_said():
+def test_a_tag_naming_another_class_of_the_task_stays_out_of_the_bias_path_whatever_the_judge_said():
     relevance = _table([("bird", "Boats", False), ("bird", "car", False), ("bird", "sky", False),
                         ("bird", "wing", True), ("boat", "sea", False), ("boat", "birdhouse", False),
                         ("car", "road", False)])

@@ -162,7 +162,8 @@ def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out
         raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
                         f"--trials {MIN_TRIALS} or more (8-20 to learn something; pruning keeps them cheap)")
     out_dir = Path(out_dir)
-    base = protocol.resolve_run(data, base, out_dir / BASE_DIR).config  # the recipe's choices, kept for a resumed search
+    # the recipe's choices, kept for a resumed search
+    base = protocol.resolve_run(data, base, out_dir / BASE_DIR).config
     space = search_space(base)
     if isinstance(warm_start, Path):
         warm_start = load_warm_start(warm_start, base, space)
