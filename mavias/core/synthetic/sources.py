@@ -132,6 +132,11 @@ def _tagged(manifest: pd.DataFrame, folder: Path, tagger: TrainedTagger, cache: 
     return read_tags(cache)
 
 
+def _tags_file(tagger: TrainedTagger) -> str:
+    """Named by the tagger's id (weights and cut-off), so tags at another cut-off are never read back."""
+    return f"tags-{tagger.tagger_id.replace(':', '_')}.parquet"
+
+
 def _tags(folder: Path, manifest: pd.DataFrame, info: dict, name: str, cfg: BaseModel, samples: TaggingSamples,
           sources: Sources) -> tuple[pd.DataFrame | None, dict]:
     """The tags table of the chosen tag source (None: the generator's), and what to say of it."""
@@ -139,11 +144,11 @@ def _tags(folder: Path, manifest: pd.DataFrame, info: dict, name: str, cfg: Base
         return None, {"source": "oracle"}
     if sources.tagger_checkpoint is not None:
         tagger = TrainedTagger(sources.tagger_checkpoint, vocabulary=info["vocabulary"])
-        cache = folder / "tagger" / f"tags-{tagger.tagger_id.replace(':', '_')}.parquet"
+        cache = folder / "tagger" / _tags_file(tagger)
         return _tagged(manifest, folder, tagger, cache), {"source": "tagger", "tagger_id": tagger.tagger_id,
                                                           "checkpoint": str(sources.tagger_checkpoint)}
     tagger, summary = benchmark_tagger(name, cfg, samples, info["vocabulary"], folder, sources.tagger_quality)
-    cache = folder / "tagger" / sources.tagger_quality / TAGS_TABLE
+    cache = folder / "tagger" / sources.tagger_quality / _tags_file(tagger)
     said = {key: summary[key] for key in ("quality", "mean_f1", "tagging_images", "held_out_images", "tagger_id",
                                           "per_tag")}  # per tag: support, precision, recall, f1 on held-out images
     return _tagged(manifest, folder, tagger, cache), {"source": "tagger", **said}

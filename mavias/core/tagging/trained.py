@@ -1,6 +1,6 @@
 """A small multi-label image tagger, trained on images whose tags are known, that tags what it sees: one sigmoid
 output per vocabulary word on the small CNN backbone of the training package, a word kept when its probability
-reaches ``threshold`` (its score is that probability).
+reaches its cut-off (its score is that probability): the checkpoint's ``threshold`` unless the reader sets another.
 
 It is the built-in benchmarks' tagger (:mod:`mavias.core.synthetic.tagger`): trained on images drawn with every
 attribute independent of the class, so what it learns of a word comes from the word's own pixels; small, briefly
@@ -92,7 +92,7 @@ def train_tagger(images: Sequence[Image.Image], tags: Sequence[Sequence[str]], v
 class TrainedTagger:
     """The :class:`~mavias.core.tagging.base.Tagger` of a checkpoint written by :func:`train_tagger`."""
 
-    def __init__(self, checkpoint: Path, *, vocabulary: Sequence[str] | None = None):
+    def __init__(self, checkpoint: Path, *, vocabulary: Sequence[str] | None = None, threshold: float | None = None):
         state = _read_checkpoint(checkpoint)
         if vocabulary is not None and sorted(set(vocabulary)) != state["vocabulary"]:
             missing = sorted(set(vocabulary) - set(state["vocabulary"]))[:5]
@@ -100,13 +100,14 @@ class TrainedTagger:
                                         hint="use the tagger trained for this benchmark, or train one for it")
         self.vocabulary: list[str] = state["vocabulary"]
         self.settings = TaggerTraining(**state["settings"])
+        self.threshold = self.settings.threshold if threshold is None else threshold
         self.model = _network(self.vocabulary, self.settings)
         self.model.load_state_dict(state["state"])
         self.model.eval()
         digest = hashlib.sha256("\n".join(self.vocabulary).encode())
         for name, tensor in sorted(state["state"].items()):
             digest.update(name.encode() + tensor.cpu().numpy().tobytes())
-        self._id = f"trained:{digest.hexdigest()[:16]}:t{self.settings.threshold:g}"
+        self._id = f"trained:{digest.hexdigest()[:16]}:t{self.threshold:g}"
 
     @property
     def tagger_id(self) -> str:
@@ -132,7 +133,7 @@ class TrainedTagger:
         return tagged
 
     def _kept(self, probabilities: np.ndarray) -> ScoredTags:
-        kept = [(self.vocabulary[i], float(p)) for i, p in enumerate(probabilities) if p >= self.settings.threshold]
+        kept = [(self.vocabulary[i], float(p)) for i, p in enumerate(probabilities) if p >= self.threshold]
         return sorted(kept, key=lambda pair: -pair[1])
 
 

@@ -2,6 +2,7 @@
 leak stress test; variants beside the images; a user's table or checkpoint checked before use."""
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -9,8 +10,10 @@ import pytest
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import load_relevance, save_relevance
 from mavias.core.synthetic import Sources, make_benchmark
-from mavias.core.synthetic.shapes import ShapesConfig, tagging_samples
+from mavias.core.synthetic import tagger as synthetic_tagger
+from mavias.core.synthetic.shapes import ShapesConfig, tagging_samples, vocabulary
 from mavias.core.synthetic.sources import apply_sources, leak_defining_tags
+from mavias.core.synthetic.tagger import TAGS_THRESHOLD, TRAINING
 from mavias.core.tagging.base import read_tags
 from mavias.errors import UserError
 
@@ -61,6 +64,24 @@ def test_a_variant_shares_the_images_and_the_tagger(benchmark, tmp_path):
     relevance = load_relevance(variant / "relevance.parquet")
     assert set(relevance.loc[relevance["source"] == "leak", "class"]) == set(CFG.classes)  # one per class
     assert json.loads((variant / "benchmark.json").read_text())["discovery"]["relevance"]["recall"] < 1.0
+
+
+def test_the_tags_are_written_and_scored_at_the_tags_cut_off(benchmark, tmp_path, monkeypatch):
+    folder, _ = benchmark
+    quality = json.loads((folder / "tagger" / "low" / "quality.json").read_text())
+    scored = read_tags(folder / "tags.parquet")
+    assert quality["threshold"] == TAGS_THRESHOLD < TRAINING.threshold and quality["tagger_id"].endswith(":t0.3")
+    assert scored["score"].min() >= TAGS_THRESHOLD and (scored["score"] < TRAINING.threshold).any()
+    shutil.copytree(folder / "tagger", tmp_path / "tagger")
+    checkpoint = (tmp_path / "tagger" / "low" / "tagger.pt").stat().st_mtime_ns
+    monkeypatch.setattr(synthetic_tagger, "TAGS_THRESHOLD", 0.5)  # another cut-off: scored again, not retrained
+    tagger, summary = synthetic_tagger.benchmark_tagger("shape-colours", CFG, tagging_samples, vocabulary(CFG),
+                                                        tmp_path, "low")
+    assert (tmp_path / "tagger" / "low" / "tagger.pt").stat().st_mtime_ns == checkpoint
+    assert summary["threshold"] == 0.5 and tagger.tagger_id == quality["tagger_id"].replace(":t0.3", ":t0.5")
+    assert summary["tagging_images"] == quality["tagging_images"]
+    recall = {row["tag"]: row["recall"] for row in quality["per_tag"] if row["support"]}
+    assert all(row["recall"] <= recall[row["tag"]] for row in summary["per_tag"] if row["support"])
 
 
 def test_leak_turns_the_most_class_specific_defining_tag_irrelevant():
