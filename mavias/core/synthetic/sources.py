@@ -149,8 +149,9 @@ def _tags(folder: Path, manifest: pd.DataFrame, info: dict, name: str, cfg: Base
                                                           "checkpoint": str(sources.tagger_checkpoint)}
     tagger, summary = benchmark_tagger(name, cfg, samples, info["vocabulary"], folder, sources.tagger_quality)
     cache = folder / "tagger" / sources.tagger_quality / _tags_file(tagger)
-    said = {key: summary[key] for key in ("quality", "mean_f1", "tagging_images", "held_out_images", "tagger_id",
-                                          "per_tag")}  # per tag: support, precision, recall, f1 on held-out images
+    # per tag: support, precision, recall, f1 on held-out images
+    said = {key: summary[key] for key in ("quality", "mean_f1", "threshold", "tagging_images", "held_out_images",
+                                          "tagger_id", "per_tag")}
     return _tagged(manifest, folder, tagger, cache), {"source": "tagger", **said}
 
 

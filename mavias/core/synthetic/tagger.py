@@ -28,7 +28,8 @@ from mavias.errors import UserError
 from mavias.utils.atomic import write_json
 from mavias.utils.csvfile import write_csv
 
-TaggingSamples = Callable[[BaseModel, int, int], tuple[list[Image.Image], list[tuple[str, ...]]]]
+TaggedImages = tuple[list[Image.Image], list[tuple[str, ...]]]  # images and their true tags
+TaggingSamples = Callable[[BaseModel, int, int], TaggedImages]
 
 QUALITY_TARGETS = {"low": 0.5, "default": 0.7, "high": 0.9}  # mean per-tag F1 on the held-out tagging split
 BUDGETS = (250, 500, 750, 1000, 1500, 2000, 3000, 4000, 6000, 8000)  # tagging images tried, smallest first:
@@ -39,7 +40,7 @@ TRAINING = TaggerTraining(image_size=24, width=16, epochs=20)  # budgets are cho
 # The cut-off the benchmark's tags are written at. On every built-in benchmark's held-out tagging split the mean
 # per-tag F1 at 0.3 is within 0.01 of its best over 0.1-0.5, at 0.5 0.01-0.045 below it; and MAVias wants recall:
 # a shortcut word the tagger misses reaches the main model, a spurious irrelevant word only the bias path
-# (BENCHMARKS.md, "The benchmark taggers' cut-off").
+# (BENCHMARKS.md, "The benchmark taggers write their tags at 0.3").
 TAGS_THRESHOLD = 0.3
 TAGGER_VERSION = 1  # of the tagger's recipe: a change here must retrain cached taggers
 CHECKPOINT, QUALITY_TABLE, QUALITY_SUMMARY = "tagger.pt", "quality.csv", "quality.json"
@@ -87,7 +88,7 @@ def benchmark_tagger(name: str, cfg: BaseModel, samples: TaggingSamples, vocabul
 
 
 def _train_to_target(cfg: BaseModel, samples: TaggingSamples, vocabulary: list[str], out: Path,
-                     held_out: tuple[list[Image.Image], list[tuple[str, ...]]], target: float) -> int:
+                     held_out: TaggedImages, target: float) -> int:
     """Train on the smallest budget whose tagger reaches ``target`` at the training cut-off (the largest budget when
     none does); return that budget."""
     for budget in BUDGETS:  # a sample's first images do not depend on how many are drawn
@@ -102,8 +103,7 @@ def _operated(out: Path, vocabulary: list[str]) -> TrainedTagger:
     return TrainedTagger(out / CHECKPOINT, vocabulary=vocabulary, threshold=TAGS_THRESHOLD)
 
 
-def _quality(tagger: TrainedTagger, held_out: tuple[list[Image.Image], list[tuple[str, ...]]],
-             vocabulary: list[str]) -> pd.DataFrame:
+def _quality(tagger: TrainedTagger, held_out: TaggedImages, vocabulary: list[str]) -> pd.DataFrame:
     images, truth = held_out
     return tag_quality([[word for word, _ in scored] for scored in tagger.tag_images(images)], truth, vocabulary)
 

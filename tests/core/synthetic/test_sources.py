@@ -71,6 +71,7 @@ def test_the_tags_are_written_and_scored_at_the_tags_cut_off(benchmark, tmp_path
     quality = json.loads((folder / "tagger" / "low" / "quality.json").read_text())
     scored = read_tags(folder / "tags.parquet")
     assert quality["threshold"] == TAGS_THRESHOLD < TRAINING.threshold and quality["tagger_id"].endswith(":t0.3")
+    assert json.loads((folder / "benchmark.json").read_text())["discovery"]["tags"]["threshold"] == TAGS_THRESHOLD
     assert scored["score"].min() >= TAGS_THRESHOLD and (scored["score"] < TRAINING.threshold).any()
     shutil.copytree(folder / "tagger", tmp_path / "tagger")
     checkpoint = (tmp_path / "tagger" / "low" / "tagger.pt").stat().st_mtime_ns
