@@ -3,8 +3,9 @@
 Trials are scored only by the run's bias-unaware selection criterion (``cfg.selection``, default ``val_robust``) on
 the validation split; the test split is never read. The base settings are resolved first (the recipe's learning
 rate range test, epochs for the data size: ``base/`` in the search folder) and tried first; the search covers
-:mod:`mavias.core.tune.space`. A trial's run folder is named by its settings, so a trial cut off mid-training resumes from
-its last checkpoint when the search is started again.
+:mod:`mavias.core.tune.space`; ties on the criterion go to the higher validation accuracy. A trial's run folder is
+named by its settings, so a trial cut off mid-training resumes from its last checkpoint when the search is started
+again.
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout
         hint = f"--timeout {timeout:g} s ended it before" if timeout else "no trial finished"
         raise UserError(f"no trial of {out_dir} completed ({hint}); a trial trains up to {base.epochs} epochs: raise "
                         "--timeout or --trials and run the same command again (finished epochs are kept)")
-    best = study.best_trial
+    best = best_trial(completed, criterion)
     best_dir = out_dir / BEST_DIR
     staging = out_dir / f".{BEST_DIR}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
@@ -205,6 +206,16 @@ def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout
     table = study.trials_dataframe(attrs=("number", "value", "state", "params", "duration", "user_attrs"))
     write_csv(table, out_dir / TRIALS_FILE)
     return TuneResult(best_dir, dict(best.params), float(best.value), table, fallback, base, ratio)
+
+
+def best_trial(completed: list[optuna.trial.FrozenTrial], criterion: str) -> optuna.trial.FrozenTrial:
+    """The trial with the best criterion; ties (frequent for worst-group criteria: small groups give few distinct
+    values) go to the higher validation accuracy of the selected epoch, as between a run's epochs, then the earlier."""
+    def key(trial: optuna.trial.FrozenTrial) -> tuple[float, float, int]:
+        summary = Path(trial.user_attrs["run_dir"]) / "train_summary.json"
+        selected = json.loads(summary.read_text())["best"].get(criterion, {}) if summary.is_file() else {}
+        return trial.value, selected.get("val_acc", float("-inf")), -trial.number
+    return max(completed, key=key)
 
 
 def cost_ratio(study: optuna.Study, base_epochs: int) -> float | None:
