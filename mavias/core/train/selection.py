@@ -59,6 +59,12 @@ def _worst_shrunk_group(part: pd.DataFrame, class_acc: float, min_support: int, 
     return float(shrunk.min())
 
 
+def selection_key(score: float, val_acc: float) -> tuple[float, float]:
+    """Ties of a worst-group score (frequent: small groups give few distinct values) go to the higher val accuracy:
+    between a run's epochs and between a search's trials."""
+    return (score, val_acc)
+
+
 def is_uninformative(scores: Sequence[float]) -> bool:
     """True when a criterion did not vary over the epochs (it cannot tell checkpoints apart)."""
     values = np.asarray(scores, dtype=float)

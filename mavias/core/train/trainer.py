@@ -27,7 +27,7 @@ from mavias.core.train.model import MainModel, build_main_model
 from mavias.core.train.optim import batches_per_epoch, drop_last, make_optimizer, make_scheduler
 from mavias.core.train.recipe import ResolvedRecipe, as_recipe
 from mavias.core.train.sanity import chance_warnings, check_finite
-from mavias.core.train.selection import is_uninformative, robust_selection_score
+from mavias.core.train.selection import is_uninformative, robust_selection_score, selection_key
 from mavias.core.train.warm import load_initial_weights
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.utils.csvfile import write_csv
@@ -184,7 +184,7 @@ class Trainer:
 
     def _best_key(self, criterion: str) -> tuple[float, float]:
         best = self.best.get(criterion)
-        return (-1.0, -1.0) if best is None else _selection_key(best["score"], best["val_acc"])
+        return (-1.0, -1.0) if best is None else selection_key(best["score"], best["val_acc"])
 
     def checkpoint_path(self, criterion: str) -> Path:
         return best_checkpoint(self.out_dir, criterion)
@@ -332,7 +332,7 @@ class Trainer:
         return len(scores) - 1 - best >= self.cfg.patience
 
     def _selection_scores(self) -> list[tuple[float, float]]:
-        return [_selection_key(row[self.cfg.selection], row["val_acc"]) for row in self.history
+        return [selection_key(row[self.cfg.selection], row["val_acc"]) for row in self.history
                 if self.cfg.selection in row]
 
     def _plan_line(self) -> str:
@@ -346,7 +346,7 @@ class Trainer:
     def _record(self, row: dict, writer: SummaryWriter) -> None:
         self.history.append(row)
         for criterion in CRITERIA:
-            if criterion in row and _selection_key(row[criterion], row["val_acc"]) > self._best_key(criterion):
+            if criterion in row and selection_key(row[criterion], row["val_acc"]) > self._best_key(criterion):
                 self._save_best(criterion, row[criterion], row["val_acc"])
         self.save_checkpoint()
         self._log(writer, row)
@@ -388,13 +388,8 @@ def epoch_line(method: str, epochs: int, row: dict) -> str:
     return f"{method} epoch {row['epoch']}/{epochs}: {scores}, lr {row['lr']:.3g}, {row['seconds']:.1f} s"
 
 
-def _selection_key(score: float, val_acc: float) -> tuple[float, float]:
-    """Ties of a worst-group score (frequent: small groups give few distinct values) go to the higher val accuracy."""
-    return (score, val_acc)
-
-
 def _perfect(scores: list[tuple[float, float]]) -> bool:
     """A perfect selection score and val accuracy: no later validation can beat it."""
-    return max(scores, default=(0.0, 0.0)) >= _selection_key(1.0, 1.0)
+    return max(scores, default=(0.0, 0.0)) >= selection_key(1.0, 1.0)
 
 

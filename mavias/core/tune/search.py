@@ -24,6 +24,7 @@ import pandas as pd
 from mavias.core import protocol  # its names load on first use: planning a batch imports no torch
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.sanity import TrainingDiverged
+from mavias.core.train.selection import selection_key
 from mavias.core.tune.space import Param, current_values, known_space, search_space, searched_keys, suggest_config
 from mavias.errors import UserError
 from mavias.utils.atomic import write_json
@@ -209,12 +210,12 @@ def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout
 
 
 def best_trial(completed: list[optuna.trial.FrozenTrial], criterion: str) -> optuna.trial.FrozenTrial:
-    """The trial with the best criterion; ties (frequent for worst-group criteria: small groups give few distinct
-    values) go to the higher validation accuracy of the selected epoch, as between a run's epochs, then the earlier."""
-    def key(trial: optuna.trial.FrozenTrial) -> tuple[float, float, int]:
+    """The trial with the best criterion, ties broken by :func:`selection_key` (the selected epoch's validation
+    accuracy, as between a run's epochs), then the earlier trial."""
+    def key(trial: optuna.trial.FrozenTrial) -> tuple[tuple[float, float], int]:
         summary = Path(trial.user_attrs["run_dir"]) / "train_summary.json"
         selected = json.loads(summary.read_text())["best"].get(criterion, {}) if summary.is_file() else {}
-        return trial.value, selected.get("val_acc", float("-inf")), -trial.number
+        return selection_key(trial.value, selected.get("val_acc", float("-inf"))), -trial.number
     return max(completed, key=key)
 
 
