@@ -86,5 +86,10 @@ class StepProgress:
         self.seconds[label] = time.perf_counter() - start
         self.bar.update()
 
+    def finished(self, label: str) -> None:
+        """A step run elsewhere (a worker process) has ended."""
+        self.bar.set_postfix_str(f"{label}: done")
+        self.bar.update()
+
     def close(self) -> None:
         self.bar.close()

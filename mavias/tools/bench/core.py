@@ -7,14 +7,15 @@ budget on seed 0 (the recipe's base settings first, then TPE with median pruning
 settings on every further seed. Reported per (method, seed): the closed-set worst group and balanced accuracy (mean
 over the true groups) on test, the open-set worst group under that seed's reference, test accuracy; "ERM (CLI
 defaults)" is the reference itself. The test split is read only to report. Jobs run in worker processes, each
-resumable (run folders and studies are kept).
+resumable (run folders and studies are kept): every reference, every method's search (with seed 0), and each further
+seed of a search's choice as soon as that search ends.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -94,32 +95,58 @@ def reference_job(work: Path, bench: ImageBenchmark, seed: int, threads: int, so
                            _metrics(data, bench, reference.checkpoint, reference)))]
 
 
-def method_job(work: Path, bench: ImageBenchmark, method: str, seeds: int, trials: int, threads: int,
-               sources: Sources, compute: float | None = None) -> dict:
-    """Tune one method on seed 0 (``trials`` 0: no search, its CLI defaults), train its choice on the other seeds;
-    every seed's test metrics and training lengths."""
+def search_job(work: Path, bench: ImageBenchmark, method: str, trials: int, threads: int, sources: Sources,
+               compute: float | None = None) -> dict:
+    """Tune one method on seed 0 (``trials`` 0: no search, its CLI defaults) and report seed 0; what the further seeds
+    train (:func:`seed_job`, each a job of its own so that the workers stay busy to the end)."""
     torch.set_num_threads(threads)
     data, _ = prepare(work, bench, sources)
-    references = {seed: load_reference(_reference_dir(work, bench, seed, sources), data) for seed in range(seeds)}
-    root = _root(work, bench, sources) / (method.lower().replace(" ", "-").replace("(", "").replace(")", "")
-                                          + (f"-x{compute:g}" if compute else ""))
-    base = method_config(method, compute)
-    search = {"best_params": {}, "best_value": None, "cost_ratio": None}
-    first_dir = root / "seed0"
+    root = _method_root(work, bench, sources, method, compute)
+    plan = {"method": method, "benchmark": bench.name, "base": method_config(method, compute), "root": root,
+            "first_dir": root / "seed0", "best_params": {}, "best_value": None, "cost_ratio": None}
     if trials:
-        tuned = tune(data, references[0], base, root / "tune", trials=trials, seed=_sampler_seed(bench.name, method))
-        base, first_dir = tuned.base, tuned.best_dir
-        search = {"best_params": tuned.best_params, "best_value": tuned.best_value, "cost_ratio": tuned.cost_ratio}
-    outcomes, lengths = [], {}
-    for seed in range(seeds):
-        cfg = apply(base.model_copy(update={"seed": seed}), search["best_params"])
-        run = train_method(data, cfg, first_dir if seed == 0 else root / f"seed{seed}", references[seed], progress=False)
-        lengths[seed] = {"epochs": int(run.history["epoch"].max()), "seconds": float(run.history["seconds"].sum())}
-        for criterion in CRITERIA if method != ORACLE else (cfg.selection,):
-            outcomes.append(asdict(Outcome(bench.name, method, seed, criterion, run.best[criterion]["epoch"],
-                                           _metrics(data, bench, run.checkpoint(criterion), references[seed]))))
-    chosen = load_config(first_dir / "config.yaml")  # seed 0's settings, the recipe's lr and length resolved
-    return {"method": method, "benchmark": bench.name, "outcomes": outcomes, **search, "trained": lengths,
+        reference = load_reference(_reference_dir(work, bench, 0, sources), data)
+        tuned = tune(data, reference, plan["base"], root / "tune", trials=trials,
+                     seed=_sampler_seed(bench.name, method))
+        plan.update(base=tuned.base, first_dir=tuned.best_dir, best_params=tuned.best_params,
+                    best_value=tuned.best_value, cost_ratio=tuned.cost_ratio)
+    return {**plan, "seed0": _train_seed(work, bench, plan, 0, sources, data)}
+
+
+def seed_job(work: Path, bench: ImageBenchmark, plan: dict, seed: int, threads: int, sources: Sources) -> dict:
+    """Train a search's choice (``plan``, from :func:`search_job`) on one further seed."""
+    torch.set_num_threads(threads)
+    data, _ = prepare(work, bench, sources)
+    return _train_seed(work, bench, plan, seed, sources, data)
+
+
+def _train_seed(work: Path, bench: ImageBenchmark, plan: dict, seed: int, sources: Sources, data: PreparedData) -> dict:
+    """One seed's run of the plan's settings: its test metrics per criterion and its length."""
+    method = plan["method"]
+    cfg = apply(plan["base"].model_copy(update={"seed": seed}), plan["best_params"])
+    run_dir = plan["first_dir"] if seed == 0 else plan["root"] / f"seed{seed}"
+    reference = load_reference(_reference_dir(work, bench, seed, sources), data)
+    run = train_method(data, cfg, run_dir, reference, progress=False)
+    outcomes = [asdict(Outcome(bench.name, method, seed, criterion, run.best[criterion]["epoch"],
+                               _metrics(data, bench, run.checkpoint(criterion), reference)))
+                for criterion in (CRITERIA if method != ORACLE else (cfg.selection,))]
+    return {"seed": seed, "outcomes": outcomes,
+            "length": {"epochs": int(run.history["epoch"].max()), "seconds": float(run.history["seconds"].sum())}}
+
+
+def _method_root(work: Path, bench: ImageBenchmark, sources: Sources, method: str, compute: float | None) -> Path:
+    slug = method.lower().replace(" ", "-").replace("(", "").replace(")", "")
+    return _root(work, bench, sources) / (slug + (f"-x{compute:g}" if compute else ""))
+
+
+def method_result(plan: dict, seeds: list[dict]) -> dict:
+    """A method's row of the report: every seed's outcomes and length, its search and seed 0's chosen settings."""
+    seeds = sorted([plan["seed0"], *seeds], key=lambda result: result["seed"])
+    chosen = load_config(Path(plan["first_dir"]) / "config.yaml")  # the recipe's lr and length resolved
+    return {"method": plan["method"], "benchmark": plan["benchmark"],
+            "outcomes": [outcome for result in seeds for outcome in result["outcomes"]],
+            **{key: plan[key] for key in ("best_params", "best_value", "cost_ratio")},
+            "trained": {result["seed"]: result["length"] for result in seeds},
             "chosen": {"lr": chosen.optim.lr, "epochs": chosen.epochs}}
 
 
@@ -190,6 +217,28 @@ def _run_jobs(pool: ProcessPoolExecutor, jobs: list[tuple], steps: StepProgress)
     return results
 
 
+def _run_methods(pool: ProcessPoolExecutor, searches: list[tuple], seeds: int, threads: int, sources: Sources,
+                 steps: StepProgress) -> list[dict]:
+    """Every search of ``searches`` (:func:`search_job`'s arguments); once one ends, each further seed of its choice is
+    a job of its own, so the last searches' seeds share the workers instead of following each other on one."""
+    by_label = {f"{args[1].name}: {args[2]}": args for args in searches}
+    pending = {pool.submit(search_job, *args): label for label, args in by_label.items()}
+    plans, further = {}, {label: [] for label in by_label}
+    while pending:
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            label, result = pending.pop(future), future.result()
+            steps.finished(label if "seed0" in result else f"{label}, seed {result['seed']}")
+            if "seed0" not in result:
+                further[label].append(result)
+                continue
+            plans[label] = result
+            work, bench = by_label[label][:2]
+            for seed in range(1, seeds):
+                pending[pool.submit(seed_job, work, bench, result, seed, threads, sources)] = label
+    return [method_result(plans[label], further[label]) for label in by_label]
+
+
 def choose_methods(names: list[str] | None) -> list[str]:
     """The methods to tune (all but the variants by default), in the bench's order; an unknown name says which
     exist."""
@@ -216,7 +265,8 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
     start = time.perf_counter()
     chosen, tuned_methods = choose(benchmarks, share), choose_methods(methods)
     threads = max(1, (torch.get_num_threads() or 1) // workers)
-    steps = StepProgress(len(chosen) * (seeds + len(tuned_methods)), desc="bench core", unit="job", enabled=progress)
+    steps = StepProgress(len(chosen) * seeds * (1 + len(tuned_methods)), desc="bench core", unit="job",
+                         enabled=progress)
     report: dict = {"seeds": seeds, "tune_trials": trials, "workers": workers, "benchmarks": {},
                     "compute": f"{compute:g} x the recipe's steps, every method" if compute else "each method's own",
                     "share": share}
@@ -226,9 +276,8 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
         references = _run_jobs(pool, [(f"{b.name} seed {s}: ERM reference", reference_job,
                                        (work, b, s, threads, sources))
                                       for b in chosen for s in range(seeds)], steps)
-        methods = _run_jobs(pool, [(f"{b.name}: {m} (tune {trials}, {seeds} seeds)", method_job,
-                                    (work, b, m, seeds, trials, threads, sources, compute))
-                                   for b in chosen for m in tuned_methods], steps)
+        methods = _run_methods(pool, [(work, b, m, trials, threads, sources, compute)
+                                      for b in chosen for m in tuned_methods], seeds, threads, sources, steps)
     steps.close()
     for bench in chosen:
         outcomes = [o for ref in references for o in ref if o["benchmark"] == bench.name]
