@@ -53,3 +53,24 @@ def test_a_finished_searchs_seeds_run_while_another_search_still_runs(tmp_path, 
         assert sorted(result["trained"]) == [0, 1, 2] and result["chosen"]["epochs"] == 7
         assert result["best_params"] == {"lr": 0.1}
     assert steps.bar.n == 2 * SEEDS
+
+
+def test_the_costliest_search_starts_first_and_the_report_keeps_the_bench_order(tmp_path, monkeypatch):
+    started = []
+
+    def search_job(work, bench, method, trials, threads, sources, compute):
+        started.append(method)
+        first = tmp_path / method / "seed0"
+        save_config(TrainConfig(epochs=3), first / "config.yaml")
+        return {"method": method, "benchmark": bench.name, "base": TrainConfig(), "root": tmp_path / method,
+                "first_dir": first, "best_params": {}, "best_value": None, "cost_ratio": None,
+                "seed0": {"seed": 0, "outcomes": [_outcome(method, 0)], "length": {"epochs": 3, "seconds": 1.0}}}
+
+    monkeypatch.setattr(core, "search_job", search_job)
+    bench, methods = SimpleNamespace(name="b"), ["ERM", "SD", "DebiAN", "LfF"]
+    with ThreadPoolExecutor(1) as pool:
+        results = core._run_methods(pool, [(tmp_path, bench, m, 6, 1, Sources(), 3.0) for m in methods], 1, 1,
+                                    Sources(), StepProgress(len(methods), desc="test", file=io.StringIO()))
+
+    assert started[:2] == ["DebiAN", "LfF"] and started[-1] in ("ERM", "SD")
+    assert [r["method"] for r in results] == methods
