@@ -108,28 +108,28 @@ def search_job(work: Path, bench: ImageBenchmark, method: str, trials: int, thre
     root = _method_root(work, bench, sources, method, compute)
     plan = {"method": method, "benchmark": bench.name, "base": method_config(method, compute), "root": root,
             "first_dir": root / "seed0", "best_params": {}, "best_value": None, "cost_ratio": None}
+    reference = load_reference(_reference_dir(work, bench, 0, sources), data)
     if trials:
-        reference = load_reference(_reference_dir(work, bench, 0, sources), data)
         tuned = tune(data, reference, plan["base"], root / "tune", trials=trials,
                      seed=_sampler_seed(bench.name, method))
         plan.update(base=tuned.base, first_dir=tuned.best_dir, best_params=tuned.best_params,
                     best_value=tuned.best_value, cost_ratio=tuned.cost_ratio)
-    return {**plan, "seed0": _train_seed(work, bench, plan, 0, sources, data)}
+    return {**plan, "seed0": _train_seed(bench, plan, 0, data, reference)}
 
 
 def seed_job(work: Path, bench: ImageBenchmark, plan: dict, seed: int, threads: int, sources: Sources) -> dict:
     """Train a search's choice (``plan``, from :func:`search_job`) on one further seed."""
     torch.set_num_threads(threads)
     data, _ = prepare(work, bench, sources)
-    return _train_seed(work, bench, plan, seed, sources, data)
+    return _train_seed(bench, plan, seed, data, load_reference(_reference_dir(work, bench, seed, sources), data))
 
 
-def _train_seed(work: Path, bench: ImageBenchmark, plan: dict, seed: int, sources: Sources, data: PreparedData) -> dict:
-    """One seed's run of the plan's settings: its test metrics per criterion and its length."""
+def _train_seed(bench: ImageBenchmark, plan: dict, seed: int, data: PreparedData, reference: Reference) -> dict:
+    """One seed's run of the plan's settings (``reference``: that seed's): its test metrics per criterion and its
+    length."""
     method = plan["method"]
     cfg = apply(plan["base"].model_copy(update={"seed": seed}), plan["best_params"])
     run_dir = plan["first_dir"] if seed == 0 else plan["root"] / f"seed{seed}"
-    reference = load_reference(_reference_dir(work, bench, seed, sources), data)
     run = train_method(data, cfg, run_dir, reference, progress=False)
     outcomes = [asdict(Outcome(bench.name, method, seed, criterion, run.best[criterion]["epoch"],
                                _metrics(data, bench, run.checkpoint(criterion), reference)))
@@ -146,7 +146,7 @@ def _method_root(work: Path, bench: ImageBenchmark, sources: Sources, method: st
 def method_result(plan: dict, seeds: list[dict]) -> dict:
     """A method's row of the report: every seed's outcomes and length, its search and seed 0's chosen settings."""
     seeds = sorted([plan["seed0"], *seeds], key=lambda result: result["seed"])
-    chosen = load_config(Path(plan["first_dir"]) / "config.yaml")  # the recipe's lr and length resolved
+    chosen = load_config(plan["first_dir"] / "config.yaml")  # the recipe's lr and length resolved
     return {"method": plan["method"], "benchmark": plan["benchmark"],
             "outcomes": [outcome for result in seeds for outcome in result["outcomes"]],
             **{key: plan[key] for key in ("best_params", "best_value", "cost_ratio")},
@@ -221,8 +221,7 @@ def _run_jobs(pool: ProcessPoolExecutor, jobs: list[tuple], steps: StepProgress)
     return results
 
 
-def _run_methods(pool: ProcessPoolExecutor, searches: list[tuple], seeds: int, threads: int, sources: Sources,
-                 steps: StepProgress) -> list[dict]:
+def _run_methods(pool: ProcessPoolExecutor, searches: list[tuple], seeds: int, steps: StepProgress) -> list[dict]:
     """Every search of ``searches`` (:func:`search_job`'s arguments), the costliest started first; once one ends, each
     further seed of its choice is a job of its own, so the last searches' seeds share the workers instead of following
     each other on one. The report keeps the order of ``searches``."""
@@ -239,7 +238,7 @@ def _run_methods(pool: ProcessPoolExecutor, searches: list[tuple], seeds: int, t
                 further[label].append(result)
                 continue
             plans[label] = result
-            work, bench = by_label[label][:2]
+            work, bench, _, _, threads, sources, _ = by_label[label]
             for seed in range(1, seeds):
                 pending[pool.submit(seed_job, work, bench, result, seed, threads, sources)] = label
     return [method_result(plans[label], further[label]) for label in by_label]
@@ -283,7 +282,7 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
                                        (work, b, s, threads, sources))
                                       for b in chosen for s in range(seeds)], steps)
         methods = _run_methods(pool, [(work, b, m, trials, threads, sources, compute)
-                                      for b in chosen for m in tuned_methods], seeds, threads, sources, steps)
+                                      for b in chosen for m in tuned_methods], seeds, steps)
     steps.close()
     for bench in chosen:
         outcomes = [o for ref in references for o in ref if o["benchmark"] == bench.name]

@@ -44,7 +44,7 @@ def test_a_finished_searchs_seeds_run_while_another_search_still_runs(tmp_path, 
     steps = StepProgress(2 * SEEDS, desc="test", file=io.StringIO())
     with ThreadPoolExecutor(2) as pool:
         searches = [(tmp_path, bench, method, 6, 1, Sources(), 3.0) for method in ("slow", "fast")]
-        results = core._run_methods(pool, searches, SEEDS, 1, Sources(), steps)
+        results = core._run_methods(pool, searches, SEEDS, steps)
 
     assert order.index("search slow") > order.index("seed 1 fast")
     assert [r["method"] for r in results] == ["slow", "fast"]  # the order asked for, not the order finished
@@ -69,8 +69,8 @@ def test_the_costliest_search_starts_first_and_the_report_keeps_the_bench_order(
     monkeypatch.setattr(core, "search_job", search_job)
     bench, methods = SimpleNamespace(name="b"), ["ERM", "SD", "DebiAN", "LfF"]
     with ThreadPoolExecutor(1) as pool:
-        results = core._run_methods(pool, [(tmp_path, bench, m, 6, 1, Sources(), 3.0) for m in methods], 1, 1,
-                                    Sources(), StepProgress(len(methods), desc="test", file=io.StringIO()))
+        results = core._run_methods(pool, [(tmp_path, bench, m, 6, 1, Sources(), 3.0) for m in methods], 1,
+                                    StepProgress(len(methods), desc="test", file=io.StringIO()))
 
     assert started[:2] == ["DebiAN", "LfF"] and started[-1] in ("ERM", "SD")
     assert [r["method"] for r in results] == methods
