@@ -98,7 +98,8 @@ def core(
         print_core_table(f"{name} ({label}{size}; test, %)", result["summary"], IMAGE_COLUMNS)
         console.print({"floors": result["floors"]["met"],
                        "MAVias - peer WG": result["floors"].get("mavias_minus_peer_wg"),
-                       "tuned": {m: t["best_params"] for m, t in result["tuning"].items()}})
+                       "tuned": {m: t["best_params"] for m, t in result["tuning"].items()},
+                       "chosen": {m: t["choice"] for m, t in result["tuning"].items() if t["choice"]}})
     console.print({"MAVias >= every tuned peer on 2/3 of the benchmarks, within 3 points elsewhere":
                    report["peer_floor"]["met"]})
     if "two_moons_3d" in report:

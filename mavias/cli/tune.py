@@ -62,7 +62,7 @@ def tune_command(
     data = prepare_data(manifest, relevance, tags, workspace, base, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data, min_support=min_support)
     result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=warm_start, seed=seed, progress=True)
-    console.print(f"best ({base.selection} {result.best_value:.4f}): {json.dumps(result.best_params)}")
+    console.print(f"best: {result.choice(base.selection)}: {json.dumps(result.best_params)}")
     if result.selection_fallback:
         console.print(f"[yellow]{base.selection} was constant over epochs; the checkpoint is {result.selection_fallback}'s[/]")
     console.print(f"trials: {out / 'trials.csv'}; pruning: the trials cost {result.cost_ratio:.0%} of as many full "

@@ -54,6 +54,16 @@ class TuneResult:
     selection_fallback: str | None
     base: TrainConfig | None = None
     cost_ratio: float | None = None  # epochs trained / epochs N full trainings would have taken
+    trial: int | None = None  # the chosen trial's number (0: the starting settings)
+    start_value: float | None = None  # the starting settings' score (trial 0), None when it did not finish
+
+    def choice(self, criterion: str) -> str:
+        """Which trial won and by how much over the starting settings: near a criterion's ceiling a search often
+        leaves them on a difference of one or two validation images."""
+        if self.trial == 0:
+            return f"the starting settings (trial 0, {criterion} {self.best_value:.4f})"
+        start = "did not finish" if self.start_value is None else f"{self.start_value:.4f}"
+        return f"trial {self.trial} ({criterion} {self.best_value:.4f}; the starting settings, trial 0: {start})"
 
 
 def load_warm_start(path: Path, base: TrainConfig, space: list[Param] | None = None) -> dict:
@@ -201,12 +211,14 @@ def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout
     summary = json.loads((best_dir / "train_summary.json").read_text())
     fallback = summary["best"][criterion].get("fallback")  # the criterion was constant over the best run's epochs
     ratio = cost_ratio(study, base.epochs)
+    start = next((float(trial.value) for trial in completed if trial.number == 0), None)
     write_json(best_dir / TUNE_SUMMARY, {"trial": best.number, "params": best.params, "value": best.value,
-                                         "selection_fallback": fallback, "n_trials": len(study.trials),
-                                         "cost_ratio": ratio, "base": base.model_dump(mode="json")})
+                                         "start_value": start, "selection_fallback": fallback,
+                                         "n_trials": len(study.trials), "cost_ratio": ratio,
+                                         "base": base.model_dump(mode="json")})
     table = study.trials_dataframe(attrs=("number", "value", "state", "params", "duration", "user_attrs"))
     write_csv(table, out_dir / TRIALS_FILE)
-    return TuneResult(best_dir, dict(best.params), float(best.value), table, fallback, base, ratio)
+    return TuneResult(best_dir, dict(best.params), float(best.value), table, fallback, base, ratio, best.number, start)
 
 
 def best_trial(completed: list[optuna.trial.FrozenTrial], criterion: str) -> optuna.trial.FrozenTrial:

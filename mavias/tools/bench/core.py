@@ -107,13 +107,13 @@ def search_job(work: Path, bench: ImageBenchmark, method: str, trials: int, thre
     data, _ = prepare(work, bench, sources)
     root = _method_root(work, bench, sources, method, compute)
     plan = {"method": method, "benchmark": bench.name, "base": method_config(method, compute), "root": root,
-            "first_dir": root / "seed0", "best_params": {}, "best_value": None, "cost_ratio": None}
+            "first_dir": root / "seed0", "best_params": {}, "best_value": None, "cost_ratio": None, "choice": None}
     reference = load_reference(_reference_dir(work, bench, 0, sources), data)
     if trials:
         tuned = tune(data, reference, plan["base"], root / "tune", trials=trials,
                      seed=_sampler_seed(bench.name, method))
         plan.update(base=tuned.base, first_dir=tuned.best_dir, best_params=tuned.best_params,
-                    best_value=tuned.best_value, cost_ratio=tuned.cost_ratio)
+                    best_value=tuned.best_value, cost_ratio=tuned.cost_ratio, choice=tuned.choice(tuned.base.selection))
     return {**plan, "seed0": _train_seed(bench, plan, 0, data, reference)}
 
 
@@ -149,7 +149,7 @@ def method_result(plan: dict, seeds: list[dict]) -> dict:
     chosen = load_config(plan["first_dir"] / "config.yaml")  # the recipe's lr and length resolved
     return {"method": plan["method"], "benchmark": plan["benchmark"],
             "outcomes": [outcome for result in seeds for outcome in result["outcomes"]],
-            **{key: plan[key] for key in ("best_params", "best_value", "cost_ratio")},
+            **{key: plan[key] for key in ("best_params", "best_value", "cost_ratio", "choice")},
             "trained": {result["seed"]: result["length"] for result in seeds},
             "chosen": {"lr": chosen.optim.lr, "epochs": chosen.epochs}}
 
@@ -293,7 +293,8 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
         report["benchmarks"][bench.name] = {
             "held_out": bench.held_out, "sources": discovery_sources(folder), "summary": summary,
             "floors": benchmark_floors(summary, len(data.classes)),
-            "tuning": {m["method"]: {k: m[k] for k in ("best_params", "best_value", "cost_ratio", "chosen", "trained")}
+            "tuning": {m["method"]: {k: m[k] for k in ("best_params", "best_value", "cost_ratio", "choice", "chosen",
+                                                       "trained")}
                        for m in tuned},
             "runs": outcomes}
     report["peer_floor"] = peer_floor(report["benchmarks"])

@@ -69,6 +69,7 @@ def test_tune_two_trials_resumed_after_a_kill(tmp_path):
         assert len(same) == 1
     summary = json.loads((search / "best" / "tune.json").read_text())
     assert summary["value"] == trials["value"].max()
+    assert summary["start_value"] == starting["value"]  # the starting settings' score, beside the winner's
     assert set(summary["params"]) == {"mavias.alpha", "mavias.lam", "mavias.projection_lr_mult", "optim.lr", "epochs"}
     assert 0 < summary["cost_ratio"] <= 1
 

@@ -31,6 +31,7 @@ def test_a_finished_searchs_seeds_run_while_another_search_still_runs(tmp_path, 
         save_config(TrainConfig(epochs=7), first / "config.yaml")
         return {"method": method, "benchmark": bench.name, "base": TrainConfig(), "root": tmp_path / method,
                 "first_dir": first, "best_params": {"lr": 0.1}, "best_value": 0.9, "cost_ratio": 1.0,
+                "choice": "trial 1",
                 "seed0": {"seed": 0, "outcomes": [_outcome(method, 0)], "length": {"epochs": 7, "seconds": 1.0}}}
 
     def seed_job(work, bench, plan, seed, threads, sources):
@@ -51,7 +52,7 @@ def test_a_finished_searchs_seeds_run_while_another_search_still_runs(tmp_path, 
     for result in results:
         assert [o["seed"] for o in result["outcomes"]] == [0, 1, 2]
         assert sorted(result["trained"]) == [0, 1, 2] and result["chosen"]["epochs"] == 7
-        assert result["best_params"] == {"lr": 0.1}
+        assert result["best_params"] == {"lr": 0.1} and result["choice"] == "trial 1"
     assert steps.bar.n == 2 * SEEDS
 
 
@@ -63,7 +64,7 @@ def test_the_costliest_search_starts_first_and_the_report_keeps_the_bench_order(
         first = tmp_path / method / "seed0"
         save_config(TrainConfig(epochs=3), first / "config.yaml")
         return {"method": method, "benchmark": bench.name, "base": TrainConfig(), "root": tmp_path / method,
-                "first_dir": first, "best_params": {}, "best_value": None, "cost_ratio": None,
+                "first_dir": first, "best_params": {}, "best_value": None, "cost_ratio": None, "choice": None,
                 "seed0": {"seed": 0, "outcomes": [_outcome(method, 0)], "length": {"epochs": 3, "seconds": 1.0}}}
 
     monkeypatch.setattr(core, "search_job", search_job)
