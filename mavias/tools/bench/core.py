@@ -55,6 +55,7 @@ CRITERIA = ("val_robust", "val_acc")
 # search on shape-colours at the 0.3 cut-off"): the bench starts the costliest searches first, so a cheap one ends last.
 EPOCH_COST = {"DebiAN": 3.3, "LfF": 1.8, "FLAC-B": 1.4, "JTT": 1.2, "MAVias-PoE": 1.2, "MAVias-PoE-CF": 1.2,
               "MAVias": 1.1, "SD": 1.0, ORACLE: 1.0}
+SEARCH_FIELDS = ("best_params", "best_value", "cost_ratio", "choice")  # what a method's search reports
 DEFAULT_MAVIAS = method_name(TrainConfig())  # the floors are the product default's
 TUNE_TRIALS = 6
 
@@ -107,7 +108,7 @@ def search_job(work: Path, bench: ImageBenchmark, method: str, trials: int, thre
     data, _ = prepare(work, bench, sources)
     root = _method_root(work, bench, sources, method, compute)
     plan = {"method": method, "benchmark": bench.name, "base": method_config(method, compute), "root": root,
-            "first_dir": root / "seed0", "best_params": {}, "best_value": None, "cost_ratio": None, "choice": None}
+            "first_dir": root / "seed0", **dict.fromkeys(SEARCH_FIELDS), "best_params": {}}
     reference = load_reference(_reference_dir(work, bench, 0, sources), data)
     if trials:
         tuned = tune(data, reference, plan["base"], root / "tune", trials=trials,
@@ -149,7 +150,7 @@ def method_result(plan: dict, seeds: list[dict]) -> dict:
     chosen = load_config(plan["first_dir"] / "config.yaml")  # the recipe's lr and length resolved
     return {"method": plan["method"], "benchmark": plan["benchmark"],
             "outcomes": [outcome for result in seeds for outcome in result["outcomes"]],
-            **{key: plan[key] for key in ("best_params", "best_value", "cost_ratio", "choice")},
+            **{key: plan[key] for key in SEARCH_FIELDS},
             "trained": {result["seed"]: result["length"] for result in seeds},
             "chosen": {"lr": chosen.optim.lr, "epochs": chosen.epochs}}
 
@@ -293,9 +294,7 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
         report["benchmarks"][bench.name] = {
             "held_out": bench.held_out, "sources": discovery_sources(folder), "summary": summary,
             "floors": benchmark_floors(summary, len(data.classes)),
-            "tuning": {m["method"]: {k: m[k] for k in ("best_params", "best_value", "cost_ratio", "choice", "chosen",
-                                                       "trained")}
-                       for m in tuned},
+            "tuning": {m["method"]: {k: m[k] for k in (*SEARCH_FIELDS, "chosen", "trained")} for m in tuned},
             "runs": outcomes}
     report["peer_floor"] = peer_floor(report["benchmarks"])
     if moons:
