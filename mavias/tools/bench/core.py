@@ -1,4 +1,4 @@
-"""`mavias bench core`: every method with the same tuning budget on every built-in benchmark, over seeds.
+"""`mavias bench core`: every method with the same tuning budget and length on every built-in benchmark, over seeds.
 
 Per benchmark (:mod:`mavias.tools.bench.suite`) and seed, an ERM reference with the CLI defaults: its B' forms the open-set
 groups and the validation groups of the bias-unaware criterion (``val_robust``). Per method -- ERM, JTT, LfF, SD,
@@ -28,6 +28,7 @@ from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference,
 from mavias.core.synthetic import Sources
 from mavias.core.train.config import TrainConfig, load_config, method_name
 from mavias.core.train.prepare import PreparedData
+from mavias.core.train.recipe import LENGTH_FACTORS
 from mavias.core.tune.search import MIN_TRIALS, tune
 from mavias.core.tune.space import apply
 from mavias.errors import UserError
@@ -101,7 +102,7 @@ def reference_job(work: Path, bench: ImageBenchmark, seed: int, threads: int, so
 
 
 def search_job(work: Path, bench: ImageBenchmark, method: str, trials: int, threads: int, sources: Sources,
-               compute: float | None = None) -> dict:
+               compute: float) -> dict:
     """Tune one method on seed 0 (``trials`` 0: no search, its CLI defaults) and report seed 0; what the further seeds
     train (:func:`seed_job`, each a job of its own so that the workers stay busy to the end)."""
     torch.set_num_threads(threads)
@@ -139,9 +140,9 @@ def _train_seed(bench: ImageBenchmark, plan: dict, seed: int, data: PreparedData
             "length": {"epochs": int(run.history["epoch"].max()), "seconds": float(run.history["seconds"].sum())}}
 
 
-def _method_root(work: Path, bench: ImageBenchmark, sources: Sources, method: str, compute: float | None) -> Path:
+def _method_root(work: Path, bench: ImageBenchmark, sources: Sources, method: str, compute: float) -> Path:
     slug = method.lower().replace(" ", "-").replace("(", "").replace(")", "")
-    return _root(work, bench, sources) / (slug + (f"-x{compute:g}" if compute else ""))
+    return _root(work, bench, sources) / f"{slug}-x{compute:g}"
 
 
 def method_result(plan: dict, seeds: list[dict]) -> dict:
@@ -263,8 +264,10 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
                    methods: list[str] | None = None, json_path: Path | None = None, workers: int = 2,
                    progress: bool = False, moons: bool = True, sources: Sources = Sources(),
                    compute: float | None = None, share: float = 1.0) -> dict:
-    """The bench; ``compute`` gives every tuned method the same length (a multiple of the recipe's steps), else
-    each trains its own default length; ``share`` of each benchmark's training and validation images."""
+    """The bench; ``compute`` gives every tuned method the same length, a multiple of the recipe's steps (by default
+    MAVias's own, so that no method trains longer than its peers); ``share`` of each benchmark's training and
+    validation images."""
+    compute = compute or LENGTH_FACTORS["mavias"]
     if 0 < trials < MIN_TRIALS:
         raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
                         f"--trials 0 (no search) or {MIN_TRIALS} or more")
@@ -274,7 +277,7 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
     steps = StepProgress(len(chosen) * seeds * (1 + len(tuned_methods)), desc="bench core", unit="job",
                          enabled=progress)
     report: dict = {"seeds": seeds, "tune_trials": trials, "workers": workers, "benchmarks": {},
-                    "compute": f"{compute:g} x the recipe's steps, every method" if compute else "each method's own",
+                    "compute": f"{compute:g} x the recipe's steps, every method",
                     "share": share}
     for bench in chosen:  # prepared once here, so the workers only read the generated images and embeddings
         prepare(work, bench, sources)
