@@ -9,8 +9,10 @@ next to the run (``recipe.json``, and as comments at the top of its ``config.yam
 | pretrained CNN | SGD, momentum 0.9 | lr range test (≤ 0.1) | 1e-4 | warm-up + cosine | ~half as many | crop + flip |
 | pretrained ViT | AdamW | lr range test (≤ 0.01) | 0.05 | warm-up + cosine | ~half as many | crop + flip |
 
-MAVias trains three times the steps of its family's recipe: its main model learns from what the bias path leaves
-unexplained, a small share of each epoch (BENCHMARKS.md, "MAVias and training length").
+Every debiasing method (MAVias and its peers) trains three times the steps of its family's recipe: MAVias's main
+model learns from what the bias path leaves unexplained, a small share of each epoch (BENCHMARKS.md, "MAVias and
+training length"), and every peer gains from the longer training too ("Equal compute again"). ERM keeps one: it is
+the audit's reference, trained to show the shortcuts a plain model takes.
 
 The image size, when unset, is the training images' median shorter side (at most 224), and 224 for pretrained
 backbones, which were trained at that size.
@@ -58,7 +60,8 @@ RANGE_TEST_STEPS = 100
 VALIDATION_STEPS = 50  # training steps between validations, at least: a small epoch is not validated every time
 PATIENCE_SHARE = 0.3  # of a run's validations without a better selection score before it stops
 RANGE_TEST_VERSION = 2  # of the range test and the augmentation it draws: a change must not reuse older results
-LENGTH_FACTORS = {"mavias": 3}  # of the recipe's steps, per method
+DEBIASING_LENGTH = 3  # of the recipe's steps: every debiasing method gains from it (BENCHMARKS.md "Equal compute again")
+LENGTH_FACTORS = {"erm": 1}  # ERM is the audit's reference: its length is the audit's, whose B' rests on it
 METHOD_WEIGHT_DECAY = {"sd": 0.0}  # spectral decoupling is its own penalty: its reference implementation trains without
 _TRANSFORMERS = ("vit", "deit", "swin", "beit", "eva", "dinov2")
 
@@ -238,7 +241,7 @@ def _length(cfg: TrainConfig, recipe: Recipe, n_train: int) -> tuple[dict, dict[
     steps_per_epoch = max(1, n_train // batch_size)
     if cfg.epochs is None:
         low, high = recipe.epoch_bounds
-        factor = cfg.length_factor or LENGTH_FACTORS.get(cfg.method, 1)
+        factor = cfg.length_factor or LENGTH_FACTORS.get(cfg.method, DEBIASING_LENGTH)
         update["epochs"] = int(min(max(math.ceil(factor * recipe.target_steps / steps_per_epoch), low), high))
         notes["epochs"] = (f"about {factor * recipe.target_steps} steps of {batch_size} samples over {n_train} "
                            f"training samples, within [{low}, {high}] epochs"

@@ -28,7 +28,7 @@ from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference,
 from mavias.core.synthetic import Sources
 from mavias.core.train.config import TrainConfig, load_config, method_name
 from mavias.core.train.prepare import PreparedData
-from mavias.core.train.recipe import LENGTH_FACTORS
+from mavias.core.train.recipe import DEBIASING_LENGTH
 from mavias.core.tune.search import MIN_TRIALS, tune
 from mavias.core.tune.space import apply
 from mavias.errors import UserError
@@ -265,9 +265,9 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
                    progress: bool = False, moons: bool = True, sources: Sources = Sources(),
                    compute: float | None = None, share: float = 1.0) -> dict:
     """The bench; ``compute`` gives every tuned method the same length, a multiple of the recipe's steps (by default
-    MAVias's own, so that no method trains longer than its peers); ``share`` of each benchmark's training and
-    validation images."""
-    compute = compute or LENGTH_FACTORS["mavias"]
+    a debiasing method's own, ERM's included, so that no method trains longer than its peers); ``share`` of each
+    benchmark's training and validation images."""
+    compute = compute or DEBIASING_LENGTH
     if 0 < trials < MIN_TRIALS:
         raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
                         f"--trials 0 (no search) or {MIN_TRIALS} or more")

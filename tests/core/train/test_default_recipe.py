@@ -91,15 +91,17 @@ def test_the_range_test_runs_once_per_data_backbone_and_batch(tmp_path, monkeypa
     assert other_batch.range_test != first.range_test  # another batch size: a test of its own
 
 
-def test_mavias_gets_three_times_the_recipes_steps():
+def test_every_debiasing_method_gets_three_times_the_recipes_steps_and_the_erm_reference_one():
     train = _splits(n=2000)
+    methods = ("erm", "mavias", "jtt", "lff", "sd", "flac", "debian", "groupdro")
     lengths = {method: choose_training_settings(_mlp(method=method, optim={"lr": 0.01}), train, 2,
                                                 torch.device("cpu"))
-               for method in ("erm", "mavias")}
+               for method in methods}
     steps = batches_per_epoch(2000, 16)
     assert lengths["erm"].config.epochs == -(-TARGET_STEPS // steps)
-    assert lengths["mavias"].config.epochs == -(-3 * TARGET_STEPS // steps)
-    assert "3 x the from scratch recipe's for mavias" in lengths["mavias"].notes["epochs"]
+    for method in methods[1:]:
+        assert lengths[method].config.epochs == -(-3 * TARGET_STEPS // steps)
+        assert f"3 x the from scratch recipe's for {method}" in lengths[method].notes["epochs"]
     matched = choose_training_settings(_mlp(method="mavias", length_factor=1, optim={"lr": 0.01}), train, 2,
                                        torch.device("cpu"))
     assert matched.config.epochs == lengths["erm"].config.epochs  # equal compute, as `bench core --compute 1` asks

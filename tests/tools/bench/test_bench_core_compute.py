@@ -1,11 +1,11 @@
-"""`mavias bench core` trains every method for the same number of steps unless told otherwise: MAVias's own length,
-so that a lead is never bought with a longer training (the searches and trainings are replaced by recorded calls)."""
+"""`mavias bench core` trains every method for the same number of steps unless told otherwise: a debiasing method's
+own length, ERM's included, so that a lead is never bought with a longer training (the searches and trainings are replaced by recorded calls)."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from mavias.core.train.recipe import LENGTH_FACTORS
+from mavias.core.train.recipe import DEBIASING_LENGTH
 from mavias.tools.bench import core
 
 
@@ -20,7 +20,7 @@ def _ran(job: tuple, searches: list) -> dict:
             "trained": {}, **dict.fromkeys(core.SEARCH_FIELDS)}
 
 
-@pytest.mark.parametrize(("asked", "trained"), [(None, LENGTH_FACTORS["mavias"]), (1.0, 1.0)])
+@pytest.mark.parametrize(("asked", "trained"), [(None, DEBIASING_LENGTH), (1.0, 1.0)])
 def test_every_method_gets_one_length(tmp_path, monkeypatch, asked, trained):
     searches = []
     bench = SimpleNamespace(name="b", slug="b", held_out=False)
