@@ -76,7 +76,8 @@ def core(
     tagger_quality: TaggerQualityOption = "default",
     compute: Annotated[float | None, typer.Option(
         help="every tuned method's length as this multiple of the recipe's steps, the same for all (equal "
-             "compute); default: a debiasing method's own length (3x) for every method, ERM's included", min=0.1)] = None,
+             "compute); default: a debiasing method's own length (3x) for every method, ERM's included",
+        min=0.1)] = None,
     share: Annotated[float, typer.Option(
         help="share of each benchmark's training and validation images (the test split stays whole): a quicker, "
              "coarser bench; 0.5 ran one benchmark's whole comparison in 33 min on two cores and kept MAVias's "

@@ -152,8 +152,8 @@ class TrainConfig(_Strict):
     flac: FLACConfig = FLACConfig()
     epochs: int | None = Field(None, ge=1, description="unset: scaled to the training set size (recipe)")
     length_factor: float | None = Field(None, gt=0, description="with epochs unset: the run's length as a multiple "
-                                        "of the recipe's steps; unset: the method's own (1 for ERM, the audit's reference; 3 for "
-                                        "every debiasing method)")
+                                        "of the recipe's steps; unset: the method's own (1 for ERM, the audit's "
+                                        "reference; 3 for every debiasing method)")
     init_from: str | None = Field(None, description="a checkpoint of a model of the same backbone and classes whose "
                                   "main-model weights start the training (a warm start); unset: the backbone's own "
                                   "initialisation")
