@@ -1,5 +1,6 @@
 """`mavias bench core` trains every method for the same number of steps unless told otherwise: a debiasing method's
-own length, ERM's included, so that a lead is never bought with a longer training (the searches and trainings are replaced by recorded calls)."""
+own length, ERM's included, so that a lead is never bought with a longer training (the searches and trainings are
+replaced by recorded calls)."""
 
 from types import SimpleNamespace
 
