@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import http.client
 import io
+import socket
 import subprocess
 import sys
 import threading
@@ -160,11 +161,19 @@ class FaultInjectingProxy:
         self._server = serve_on_loopback(_ProxyHandler, port, proxy=self)
 
     def go_down(self) -> None:
-        """Stop listening: every connection is refused until :meth:`come_back`."""
+        """Stop listening: every connection is refused until :meth:`come_back`. The port stays bound by a socket
+        that does not listen, so that no other socket (a client's ephemeral port among them) takes it meanwhile."""
         self.stop()
+        self._placeholder = socket.socket()
+        self._placeholder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the port's TIME_WAITs allow it
+        self._placeholder.bind(("127.0.0.1", self._port()))
 
     def come_back(self) -> None:
-        self._serve(int(urlsplit(self.endpoint_url).port))
+        self._placeholder.close()
+        self._serve(self._port())
+
+    def _port(self) -> int:
+        return int(urlsplit(self.endpoint_url).port)
 
     def stall_next(self, count: int, seconds: float, *, method: str | None = None) -> None:
         """The next ``count`` requests get no reply for ``seconds``, then their connection is closed."""
