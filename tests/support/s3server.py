@@ -37,7 +37,7 @@ from pydantic import SecretStr
 
 from mavias.core.manifest.io import content_sample_id
 from mavias.storage.s3 import S3Settings, make_s3_client
-from mavias.utils.servers import free_port, wait_until_answering
+from mavias.utils.servers import LIST_MOTO_MODULES_ONCE, free_port, wait_until_answering
 from tests.support.loopback import serve_on_loopback, stop_serving
 
 TEST_CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}
@@ -47,8 +47,9 @@ ERROR_CODES = {500: "InternalError", 503: "SlowDown"}
 
 # -- the server ----------------------------------------------------------------------------------------------
 
-# moto_server's own main(), with conditional PUTs made atomic as on S3 (see the module docstring).
-SERVE_ATOMIC_MOTO = """
+# moto_server's own main(), with conditional PUTs made atomic as on S3 (see the module docstring) and its module
+# list read once, as the demo's.
+SERVE_ATOMIC_MOTO = LIST_MOTO_MODULES_ONCE + """
 import sys, threading
 from moto.s3.responses import S3Response
 from moto.server import main

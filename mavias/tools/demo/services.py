@@ -22,7 +22,7 @@ import pandas as pd
 
 from mavias.errors import ExplainedFailure
 from mavias.ops.airflow_stack.stack import DAGS_FOLDER, PLUGINS_FOLDER, python_path
-from mavias.utils.servers import free_port, stop_process, wait_until_answering
+from mavias.utils.servers import SERVE_MOTO, free_port, stop_process, wait_until_answering
 
 DAG_ID = "mavias_nightly"
 CREDENTIALS = {"access_key_id": "demo", "secret_access_key": "demo-secret"}  # moto accepts any; nothing real
@@ -36,7 +36,7 @@ def moto_server(log_path: Path, timeout_s: float = 30.0) -> Iterator[str]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-c", SERVE_MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
         )
     try:
         wait_until_answering(url, process, timeout_s=timeout_s, log_path=log_path)
