@@ -12,12 +12,14 @@ from pathlib import Path
 # moto_server finds the service a request is for by listing its own package's folders, on every request and under its
 # dispatch lock; the list cannot change while it runs, so the servers the demo and the tests start list them once
 # (about 1.4x the requests a second: BENCHMARKS.md, "The demo's time outside training").
-LIST_MOTO_MODULES_ONCE = """
-import functools
+SERVE_MOTO = """
+import functools, sys
 from moto import backends
+from moto.server import main
+
 backends.list_of_moto_modules = functools.cache(lambda scan=backends.list_of_moto_modules: tuple(scan()))
-"""
-SERVE_MOTO = LIST_MOTO_MODULES_ONCE + "import sys\nfrom moto.server import main\nmain(sys.argv[1:])\n"  # -c, then its args
+main(sys.argv[1:])
+"""  # python -c SERVE_MOTO -H HOST -p PORT
 
 
 def free_port() -> int:

@@ -37,7 +37,7 @@ from pydantic import SecretStr
 
 from mavias.core.manifest.io import content_sample_id
 from mavias.storage.s3 import S3Settings, make_s3_client
-from mavias.utils.servers import LIST_MOTO_MODULES_ONCE, free_port, wait_until_answering
+from mavias.utils.servers import SERVE_MOTO, free_port, wait_until_answering
 from tests.support.loopback import serve_on_loopback, stop_serving
 
 TEST_CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}
@@ -47,12 +47,10 @@ ERROR_CODES = {500: "InternalError", 503: "SlowDown"}
 
 # -- the server ----------------------------------------------------------------------------------------------
 
-# moto_server's own main(), with conditional PUTs made atomic as on S3 (see the module docstring) and its module
-# list read once, as the demo's.
-SERVE_ATOMIC_MOTO = LIST_MOTO_MODULES_ONCE + """
-import sys, threading
+# The demo's moto_server (SERVE_MOTO), with conditional PUTs made atomic as on S3 (see the module docstring).
+SERVE_ATOMIC_MOTO = """
+import threading
 from moto.s3.responses import S3Response
-from moto.server import main
 
 lock = threading.Lock()
 unlocked_put_object = S3Response.put_object
@@ -62,8 +60,7 @@ def put_object(self):
         return unlocked_put_object(self)
 
 S3Response.put_object = put_object
-main(["--host", "127.0.0.1", "--port", sys.argv[1]])
-"""
+""" + SERVE_MOTO
 
 
 class MotoServer:
@@ -73,7 +70,7 @@ class MotoServer:
         self.log_path = log_dir / "moto_server.log"
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", SERVE_ATOMIC_MOTO, str(port)], stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-c", SERVE_ATOMIC_MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
             )
         try:
             wait_until_answering(self.endpoint_url, self.process, timeout_s=20, log_path=self.log_path)

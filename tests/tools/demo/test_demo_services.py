@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
+from pydantic import SecretStr
 
-from mavias.tools.demo.services import moto_server
+from mavias.storage.s3 import S3Settings, make_s3_client
+from mavias.tools.demo.services import CREDENTIALS, moto_server
 
 
 def test_the_demos_s3_server_stores_lists_and_returns_objects(tmp_path):
     with moto_server(tmp_path / "moto.log") as endpoint:
         assert endpoint.startswith("http://127.0.0.1:")
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                              aws_access_key_id="demo", aws_secret_access_key="demo-secret")
+        client = make_s3_client(S3Settings(bucket="demo-bucket", endpoint_url=endpoint,
+                                           **{k: SecretStr(v) for k, v in CREDENTIALS.items()}))
         client.create_bucket(Bucket="demo-bucket")
         for i in range(3):  # more than one request after the first, which reads the module list
             client.put_object(Bucket="demo-bucket", Key=f"incoming/{i}.png", Body=bytes([i]) * 10)
