@@ -64,6 +64,8 @@ def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: R
     pred = predict(model, target)
     result: dict = {"split": split, "checkpoint": str(checkpoint), "n_samples": len(pred),
                     "accuracy": float(pred["correct"].mean()), "tables": {}}
+    if "val" in data.splits and split != "val":  # drawn like training: what a model that stopped learning shows
+        result["validation_accuracy"] = accuracy(predict(model, data["val"]))
     if reference is not None:
         result["open_set"], result["tables"]["open_set"] = _open_set(pred, reference, classes, n_boot, seed,
                                                                      min_support)

@@ -13,7 +13,11 @@ Gates, each reported with its value, threshold and verdict:
 - ``must_beat_reference``: candidate WG accuracy > reference WG accuracy + margin;
 - ``max_regression_vs_production``: candidate WG 95% CI upper bound >= production WG accuracy - tolerance, i.e. a
   regression blocks only when even the optimistic end of the candidate's interval is below production; skipped
-  while there is no production model.
+  while there is no production model;
+- ``max_validation_drop_vs_reference``: candidate validation accuracy >= the reference's - tolerance. The validation
+  split is drawn like training, so a debiased model fits it about as well as the plain one; far below it, the main
+  model stopped learning (a bias expert that explains nearly every label can starve it), however its worst group on
+  tag-derived groups looks.
 
 A gate whose threshold is null is reported as skipped ("disabled"); a skipped gate never blocks, a failed one does.
 """
@@ -44,6 +48,7 @@ GATE_TITLES = {
     "max_abs_both_gap": "Background + object gap (magnitude)",
     "must_beat_reference": "Beats the ERM reference",
     "max_regression_vs_production": "No regression vs production",
+    "max_validation_drop_vs_reference": "Validation accuracy vs the ERM reference",
 }
 
 GateStatus = Literal["passed", "failed", "skipped"]
@@ -67,6 +72,7 @@ class GateConfig(BaseModel):
     must_beat_reference: bool = True
     reference_margin: float = Field(0.0, ge=0, le=1)
     max_regression_vs_production: float | None = Field(None, ge=0, le=1)
+    max_validation_drop_vs_reference: float | None = Field(None, ge=0, le=1)
 
 
 def load_gate_config(path: str | Path = DEFAULT_GATES_PATH) -> GateConfig:
@@ -216,6 +222,17 @@ def _no_regression(wg: Mapping[str, Any], production: Mapping[str, Any] | None, 
     return _compared(name, wg["worst_group_ci_high"], ">=", production_wg - tolerance, detail)
 
 
+def _validation_drop(candidate: Mapping[str, Any], reference: Mapping[str, Any], config: GateConfig) -> GateResult:
+    name, tolerance = "max_validation_drop_vs_reference", config.max_validation_drop_vs_reference
+    if tolerance is None:
+        return _skipped(name, DISABLED, ">=")
+    if "validation_accuracy" not in candidate or "validation_accuracy" not in reference:
+        return _skipped(name, "the metrics have no validation accuracy (evaluated without a validation split)", ">=")
+    ours, theirs = candidate["validation_accuracy"], reference["validation_accuracy"]
+    detail = f"validation accuracy {ours:.1%} against the ERM reference's {theirs:.1%} - tolerance {tolerance:.1%}"
+    return _compared(name, ours, ">=", theirs - tolerance, detail)
+
+
 def evaluate_gates(
     candidate_metrics: Mapping[str, Any],
     reference_metrics: Mapping[str, Any],
@@ -234,5 +251,6 @@ def evaluate_gates(
         *_gap_gates(candidate_metrics.get("urbancars"), config),
         _beat_reference(wg, reference_wg, config),
         _no_regression(wg, production_metrics, config),
+        _validation_drop(candidate_metrics, reference_metrics, config),
     ]
     return GateReport(config, results)

@@ -44,6 +44,9 @@ NEXT_STEPS = {
     "max_abs_both_gap": "The model fails when background and co-occurring object both conflict with the class.",
     "max_regression_vs_production": "Tonight's model is worse than production beyond the tolerance even at the top "
     "of its confidence interval: compare the per-group tables and the bias drift below.",
+    "max_validation_drop_vs_reference": "MAVias fits the validation images far worse than the plain reference: its "
+    "main model stopped learning (a bias path that explains nearly every label leaves it little to learn from). "
+    "Train with a higher learning rate (--set optim.lr=...) or the joint bias path (--set mavias.bias_path=joint).",
 }
 
 

@@ -42,6 +42,7 @@ def test_imagenet9_reports_every_variant_and_the_bg_gap(tmp_path):
     assert list(accs) == list(VARIANTS)
     model, _, _ = load_main_model(checkpoint)
     assert accs["mixed_rand"] == accuracy(predict(model, data["mixed_rand"]))
+    assert result["validation_accuracy"] == accuracy(predict(model, data["val"]))  # what the gates compare
     assert result["imagenet9"]["bg_gap"] == pytest.approx(accs["mixed_same"] - accs["mixed_rand"])
 
 

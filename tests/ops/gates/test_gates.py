@@ -20,12 +20,13 @@ CONFIG = GateConfig(
     must_beat_reference=True,
     reference_margin=0.0,
     max_regression_vs_production=0.02,
+    max_validation_drop_vs_reference=0.1,
 )
 
 
 def evaluation(
     wg: float, ci: tuple[float, float] | None = None, *, n: int = 50, source: str = "open_set",
-    urbancars: dict | None = None, n_samples: int = 1000,
+    urbancars: dict | None = None, n_samples: int = 1000, val: float | None = 0.95,
 ) -> dict:
     """The JSON part of an evaluate_checkpoint result with one worst-group section."""
     low, high = ci or (wg - 0.05, wg + 0.05)
@@ -34,7 +35,7 @@ def evaluation(
         "worst_group_ci_high": high, "worst_group_n": n, "average_accuracy": wg + 0.1,
     }
     result = {"split": "test", "n_samples": n_samples, "accuracy": wg + 0.15, source: section}
-    return result | ({"urbancars": urbancars} if urbancars else {})
+    return result | ({"urbancars": urbancars} if urbancars else {}) | ({} if val is None else {"validation_accuracy": val})
 
 
 def statuses(report) -> dict[str, str]:
@@ -62,7 +63,7 @@ def test_good_candidate_passes_and_uncomputable_gates_are_skipped_with_a_reason(
     assert statuses(report) == {
         "min_worst_group_accuracy": "passed", "min_group_support": "passed", "max_abs_bg_gap": "skipped",
         "max_abs_coobj_gap": "skipped", "max_abs_both_gap": "skipped", "must_beat_reference": "passed",
-        "max_regression_vs_production": "skipped",
+        "max_regression_vs_production": "skipped", "max_validation_drop_vs_reference": "passed",
     }
     production = next(r for r in report.results if r.name == "max_regression_vs_production")
     assert production.detail == "no production model yet" and production.value is None
@@ -82,12 +83,23 @@ def test_good_candidate_passes_and_uncomputable_gates_are_skipped_with_a_reason(
          evaluation(0.6), "max_abs_coobj_gap"),
         (evaluation(0.8, urbancars={"id_accuracy": 0.9, "bg_gap": -0.05, "coobj_gap": -0.05, "both_gap": -0.25}),
          evaluation(0.6), "max_abs_both_gap"),
+        # a main model that stopped learning: its tag-derived worst group beats the reference's, its fit does not
+        (evaluation(0.8, val=0.65), evaluation(0.6, val=0.97), "max_validation_drop_vs_reference"),
     ],
 )
 def test_each_gate_fails_alone(candidate, reference, failed):
     report = evaluate_gates(candidate, reference, None, CONFIG)
     assert not report.passed
     assert [r.name for r in report.failed] == [failed]
+
+
+def test_the_validation_drop_is_measured_against_the_reference_and_skipped_without_a_validation_split():
+    within = evaluate_gates(evaluation(0.8, val=0.88), evaluation(0.6, val=0.97), None, CONFIG)
+    gate = next(r for r in within.results if r.name == "max_validation_drop_vs_reference")
+    assert (gate.status, gate.value, gate.comparison) == ("passed", 0.88, ">=")
+    assert gate.threshold == pytest.approx(0.87)
+    unknown = evaluate_gates(evaluation(0.8, val=None), evaluation(0.6), None, CONFIG)
+    assert unknown.passed and statuses(unknown)["max_validation_drop_vs_reference"] == "skipped"
 
 
 def test_gap_gates_use_magnitudes_and_record_value_and_threshold():

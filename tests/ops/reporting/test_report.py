@@ -220,7 +220,7 @@ def test_promoted_headline_mentions_rollback():
     assert head.reasons[0] == "Promoted although gate(s) failed: max_regression_vs_production."
     passing = evaluate_gates(evaluation(0.8), evaluation(0.6), None, CONFIG)
     assert headline(night.model_copy(update={"gates": passing})).reasons[0] == (
-        "All 3 checked gates passed (skipped: max_abs_bg_gap, max_abs_coobj_gap, max_abs_both_gap, "
+        "All 4 checked gates passed (skipped: max_abs_bg_gap, max_abs_coobj_gap, max_abs_both_gap, "
         "max_regression_vs_production)."
     )
 
