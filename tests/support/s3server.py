@@ -70,7 +70,8 @@ class MotoServer:
         self.log_path = log_dir / "moto_server.log"
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", SERVE_ATOMIC_MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-c", SERVE_ATOMIC_MOTO, "-H", "127.0.0.1", "-p", str(port)], stdout=log,
+                stderr=subprocess.STDOUT,
             )
         try:
             wait_until_answering(self.endpoint_url, self.process, timeout_s=20, log_path=self.log_path)

@@ -24,12 +24,11 @@ from typing import Any
 
 import matplotlib
 import yaml
-from pydantic import SecretStr
 
 from mavias.ops.nightly.config import load_nightly_config
-from mavias.storage.s3 import ENV_PREFIX, S3Settings, make_s3_client
+from mavias.storage.s3 import ENV_PREFIX, make_s3_client
 from mavias.tools.demo.run import make_demo_data, upload_manifest_folder
-from mavias.tools.demo.services import CREDENTIALS, moto_server
+from mavias.tools.demo.services import CREDENTIALS, demo_s3_settings, moto_server
 from mavias.utils.atomic import write_json
 from mavias.utils.disk import tree_size
 
@@ -132,8 +131,7 @@ def run_night(work: Path, endpoint: str, scale: int, base: int) -> ScaleRun:
     n_train = scale * base
     data = make_demo_data(root / "data", n_train=n_train, n_val=n_train // 4, n_test_per_cell=2, nights=1,
                           bg_align=0.95, coobj_align=0.95)
-    settings = S3Settings(bucket=f"{BUCKET}-x{scale}", endpoint_url=endpoint,
-                          **{k: SecretStr(v) for k, v in CREDENTIALS.items()})
+    settings = demo_s3_settings(f"{BUCKET}-x{scale}", endpoint)
     client = make_s3_client(settings)
     client.create_bucket(Bucket=settings.bucket)
     upload_manifest_folder(client, settings, "evaluation/v1/", data.root, data.evaluation, root / "staging" / "eval")

@@ -15,7 +15,6 @@ from typing import Any
 
 import pandas as pd
 import yaml
-from pydantic import SecretStr
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -23,11 +22,11 @@ from rich.table import Table
 from mavias.ops.registry import ModelRegistry
 from mavias.storage.s3 import S3Settings, download_file, list_objects, make_s3_client, upload_dir, upload_file
 from mavias.tools.demo.services import (
-    CREDENTIALS,
     DAG_ID,
     NightRun,
     airflow_environment,
     airflow_setup,
+    demo_s3_settings,
     moto_server,
     read_night,
     run_airflow,
@@ -171,8 +170,7 @@ def run_demo(
     with ExitStack() as servers:
         endpoint = servers.enter_context(moto_server(workdir / "logs" / "moto_server.log"))
         smtp_port = servers.enter_context(smtp_server(workdir / "mail"))
-        settings = S3Settings(bucket=BUCKET, endpoint_url=endpoint,
-                              **{k: SecretStr(v) for k, v in CREDENTIALS.items()})
+        settings = demo_s3_settings(BUCKET, endpoint)
         client = make_s3_client(settings)
         client.create_bucket(Bucket=BUCKET)
         config_path = workdir / "nightly.yaml"

@@ -19,13 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import SecretStr
 
 from mavias.errors import ExplainedFailure
 from mavias.ops.airflow_stack.stack import DAGS_FOLDER, PLUGINS_FOLDER, python_path
+from mavias.storage.s3 import S3Settings
 from mavias.utils.servers import SERVE_MOTO, free_port, stop_process, wait_until_answering
 
 DAG_ID = "mavias_nightly"
 CREDENTIALS = {"access_key_id": "demo", "secret_access_key": "demo-secret"}  # moto accepts any; nothing real
+
+
+def demo_s3_settings(bucket: str, endpoint: str) -> S3Settings:
+    """The settings of ``bucket`` on the demo's local S3 server at ``endpoint``, with the demo's credentials."""
+    return S3Settings(bucket=bucket, endpoint_url=endpoint, **{k: SecretStr(v) for k, v in CREDENTIALS.items()})
 
 
 @contextmanager

@@ -35,7 +35,8 @@ def evaluation(
         "worst_group_ci_high": high, "worst_group_n": n, "average_accuracy": wg + 0.1,
     }
     result = {"split": "test", "n_samples": n_samples, "accuracy": wg + 0.15, source: section}
-    return result | ({"urbancars": urbancars} if urbancars else {}) | ({} if val is None else {"validation_accuracy": val})
+    result |= {"urbancars": urbancars} if urbancars else {}
+    return result | ({} if val is None else {"validation_accuracy": val})
 
 
 def statuses(report) -> dict[str, str]:

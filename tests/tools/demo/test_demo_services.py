@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import pytest
 from botocore.exceptions import ClientError
-from pydantic import SecretStr
 
-from mavias.storage.s3 import S3Settings, make_s3_client
-from mavias.tools.demo.services import CREDENTIALS, moto_server
+from mavias.storage.s3 import make_s3_client
+from mavias.tools.demo.services import demo_s3_settings, moto_server
 
 
 def test_the_demos_s3_server_stores_lists_and_returns_objects(tmp_path):
     with moto_server(tmp_path / "moto.log") as endpoint:
         assert endpoint.startswith("http://127.0.0.1:")
-        client = make_s3_client(S3Settings(bucket="demo-bucket", endpoint_url=endpoint,
-                                           **{k: SecretStr(v) for k, v in CREDENTIALS.items()}))
+        client = make_s3_client(demo_s3_settings("demo-bucket", endpoint))
         client.create_bucket(Bucket="demo-bucket")
         for i in range(3):  # more than one request after the first, which reads the module list
             client.put_object(Bucket="demo-bucket", Key=f"incoming/{i}.png", Body=bytes([i]) * 10)
