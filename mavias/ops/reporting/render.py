@@ -46,7 +46,8 @@ NEXT_STEPS = {
     "of its confidence interval: compare the per-group tables and the bias drift below.",
     "max_validation_drop_vs_reference": "MAVias fits the validation images far worse than the plain reference: its "
     "main model stopped learning (a bias path that explains nearly every label leaves it little to learn from). "
-    "Train with a higher learning rate (--set optim.lr=...) or the joint bias path (--set mavias.bias_path=joint).",
+    "Train with a higher learning rate (optim.lr) or the joint bias path (mavias.bias_path: joint): --set KEY=VALUE "
+    "for mavias train or mavias audit, train.overrides in the nightly config.",
 }
 
 
@@ -182,7 +183,8 @@ def headline(context: ReportContext) -> Headline:
         if not context.notes:
             reasons.append("Every gate passed but the model was not promoted; see the pipeline logs.")
         steps.append(f"To promote by hand: mavias registry promote {context.version} --name {context.model_name}")
-    title = f"Not promoted, blocked by the quality gates: {production}" if gates.failed else f"Not promoted: {production}"
+    title = (f"Not promoted, blocked by the quality gates: {production}" if gates.failed
+             else f"Not promoted: {production}")
     return Headline(False, title, reasons, steps or ["Nothing to do."], "blocked" if gates.failed else "failed")
 
 
