@@ -1,8 +1,12 @@
 """The learning-rate range test (Smith 2017) with torch-lr-finder: the loss over ``steps`` batches while the learning
-rate grows exponentially from ``start`` to ``end``. The suggestion is a tenth of the rate at the smoothed loss's
-minimum (fastai's "minimum" rule). The steepest descent, the other common rule, falls on the first, easiest drop of
-the loss where a shortcut is learned within a few steps (on synthetic-scenes it chose 0.0035, at which the bias
-projection of MAVias hardly moved), so it is recorded, not used."""
+rate grows exponentially from ``start`` to ``end``. The suggestion is a tenth of the rate at the upper end of the
+smoothed loss's valley, at most three times a tenth of the rate at its minimum (fastai's "minimum" rule, which it
+equals where the minimum is sharp). Where the loss lies flat over a decade, the minimum's position is noise: on
+digit-backgrounds it put the rate between 0.020 and 0.142 over five seeds of one dataset, and MAVias-PoE stalled at
+0.020; the valley's upper end without the cap put one shape-colours seed at 0.215, where MAVias-PoE's bias and main
+logits ran away together (BENCHMARKS.md, "The range test's valley"). The steepest descent, the other common rule,
+falls on the first, easiest drop of the loss where a shortcut is learned within a few steps (on synthetic-scenes it
+chose 0.0035, at which the bias projection of MAVias hardly moved), so it is recorded, not used."""
 
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from mavias.core.train.model import MainModel
 from mavias.utils.progress import progress_bar
 
 SKIP_START, SKIP_END = 10, 5  # torch-lr-finder's own suggestion skips these points: too noisy, or diverging
+VALLEY_CAP = 3.0  # times the minimum's rate: the valley's upper end is not followed further
+VALLEY_TOLERANCE = 0.1  # of the loss's drop: the valley's loss lies this close to its minimum
 MIN_RELATIVE_DROP = 0.02  # a loss that never falls 2% below its start says nothing about the learning rate
 
 # torch-lr-finder draws its own tqdm bar and has no switch for it: it follows the package's policy instead (a live
@@ -75,7 +81,8 @@ def _usable(losses: np.ndarray) -> slice | None:
 
 
 def suggest(lrs: np.ndarray, losses: np.ndarray) -> tuple[float | None, str]:
-    """A tenth of the rate at the smoothed loss's minimum, or None with the reason the test cannot tell."""
+    """A tenth of the rate at the upper end of the smoothed loss's valley, at most ``VALLEY_CAP`` times a tenth of the
+    minimum's rate, or None with the reason the test cannot tell."""
     usable = _usable(losses)
     if usable is None:
         return None, f"the loss diverged after {len(losses)} steps (at lr {lrs[-1]:.2g})"
@@ -83,8 +90,22 @@ def suggest(lrs: np.ndarray, losses: np.ndarray) -> tuple[float | None, str]:
     if drop < MIN_RELATIVE_DROP:
         return None, f"the loss never fell (best {drop:.1%} below its start) between lr {lrs[0]:.2g} and {lrs[-1]:.2g}"
     best = usable.start + int(losses[usable].argmin())
-    return float(lrs[best] / 10), (f"lr range test: a tenth of lr {lrs[best]:.3g}, where the smoothed loss was lowest "
-                                   f"({len(losses)} steps from {lrs[0]:.2g} to {lrs[-1]:.2g})")
+    end = _valley_end(losses, best, usable.stop)
+    rate = min(lrs[end], VALLEY_CAP * lrs[best])
+    where = "the upper end of the smoothed loss's valley" if rate == lrs[end] else f"{VALLEY_CAP:g} x its lowest point"
+    return float(rate / 10), (f"lr range test: a tenth of lr {rate:.3g}, {where} (the valley from its lowest point at "
+                              f"lr {lrs[best]:.3g} to lr {lrs[end]:.3g}; {len(losses)} steps from {lrs[0]:.2g} to "
+                              f"{lrs[-1]:.2g})")
+
+
+def _valley_end(losses: np.ndarray, best: int, stop: int) -> int:
+    """The last point after the minimum of the stretch whose loss stays within ``VALLEY_TOLERANCE`` of the drop (the
+    first loss minus the minimum) above the minimum."""
+    within = losses[best] + VALLEY_TOLERANCE * (losses[0] - losses[best])
+    end = best
+    while end + 1 < stop and losses[end + 1] <= within:
+        end += 1
+    return end
 
 
 def steepest(lrs: np.ndarray, losses: np.ndarray) -> float | None:

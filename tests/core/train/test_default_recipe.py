@@ -114,7 +114,7 @@ def test_what_the_user_sets_wins_and_no_range_test_runs(tmp_path):
     assert trainer.cfg == cfg and trainer.recipe.range_test is None and trainer.recipe.notes == {}
 
 
-def test_the_range_test_suggests_a_tenth_of_the_minimum_or_says_it_cannot():
+def test_the_range_test_suggests_a_tenth_of_a_sharp_minimum_or_says_it_cannot():
     lrs = np.logspace(-5, 1, 100)
     # falls fastest around lr 1e-3, keeps falling to its minimum at lr 0.3, then blows up
     losses = 2.3 - 1.5 / (1 + np.exp(-(np.log10(lrs) + 3) * 4)) - 0.2 * np.log10(lrs / 1e-5) / 4.5
@@ -127,6 +127,32 @@ def test_the_range_test_suggests_a_tenth_of_the_minimum_or_says_it_cannot():
     exploded[50:] = np.nan
     none, why = suggest(lrs, exploded)
     assert none is None and "diverged" in why
+
+
+def _valley(lrs: np.ndarray, flat_from: float, flat_to: float) -> np.ndarray:
+    """A loss that falls to about 0.8 by ``flat_from``, lies flat to ``flat_to``, then climbs."""
+    falling = 2.3 - 1.5 / (1 + np.exp(-(np.log10(lrs) - np.log10(flat_from) + 1) * 3))
+    return falling + np.where(lrs > flat_to, 3 * np.log10(lrs / flat_to), 0.0)
+
+
+def test_in_a_flat_valley_the_suggestion_follows_its_upper_end_not_where_noise_puts_the_minimum():
+    lrs = np.logspace(-5, 1, 100)
+    suggestions = []
+    for seed in range(5):  # the minimum moves with the noise between 0.25 and 0.7; the valley's upper end does not
+        noise = np.random.default_rng(seed).normal(0, 0.01, 100) * (lrs > 0.2)
+        lr, reason = suggest(lrs, _valley(lrs, 0.25, 0.7) + noise)
+        suggestions.append(lr)
+        assert "the upper end of the smoothed loss's valley" in reason
+    assert 0.06 <= min(suggestions) and max(suggestions) <= 0.08
+
+
+def test_a_valley_wider_than_the_cap_is_followed_to_three_times_its_lowest_point():
+    lrs = np.logspace(-5, 1, 100)
+    losses = _valley(lrs, 0.01, 3.0)
+    lowest = int(np.argmin(np.abs(lrs - 0.02)))
+    losses[lowest] -= 0.05  # a clear minimum at lr 0.02 in a valley that lies flat to lr 3
+    lr, reason = suggest(lrs, losses)
+    assert lr == pytest.approx(3 * lrs[lowest] / 10) and "3 x its lowest point" in reason
 
 
 def test_a_cosine_schedule_warms_up_then_anneals_to_zero():
