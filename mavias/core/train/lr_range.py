@@ -66,7 +66,11 @@ def range_test(model: MainModel, optimizer: torch.optim.Optimizer, loader: DataL
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # its bar and prints
         finder.range_test(_Batches(loader, split, device), start_lr=start, end_lr=end, num_iter=steps,
                           diverge_th=4)
-    lrs, losses = list(finder.history["lr"]), list(finder.history["loss"])
+    return from_curve(list(finder.history["lr"]), list(finder.history["loss"]), steps)
+
+
+def from_curve(lrs: list[float], losses: list[float], steps: int) -> RangeTest:
+    """A test's outcome from its curve under the rules in force (a cached curve may predate a change of rule)."""
     lrs_array, losses_array = np.asarray(lrs), np.asarray(losses)
     suggestion, reason = suggest(lrs_array, losses_array)
     return RangeTest(lrs, losses, suggestion, reason, steps, steepest(lrs_array, losses_array))

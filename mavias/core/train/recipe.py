@@ -44,7 +44,7 @@ from mavias.core.devices import choose_device
 from mavias.core.manifest import resolve_uri
 from mavias.core.train.config import BackboneConfig, OptimConfig, TrainConfig, save_config
 from mavias.core.train.data import FeatureSplit, IndexedInputs, SplitData
-from mavias.core.train.lr_range import RangeTest, range_test
+from mavias.core.train.lr_range import RangeTest, from_curve, range_test
 from mavias.core.train.model import build_main_model
 from mavias.core.train.optim import make_optimizer
 from mavias.core.train.recipe_file import RECIPE_FILE, read_recipe_record
@@ -59,7 +59,7 @@ PRETRAINED_SIZE = 224
 RANGE_TEST_STEPS = 100
 VALIDATION_STEPS = 50  # training steps between validations, at least: a small epoch is not validated every time
 PATIENCE_SHARE = 0.3  # of a run's validations without a better selection score before it stops
-RANGE_TEST_VERSION = 4  # of the range test and the augmentation it draws: a change must not reuse older results
+RANGE_TEST_VERSION = 2  # of the range test and the augmentation it draws: a change must not reuse older curves
 DEBIASING_LENGTH = 3  # of the recipe's steps: every debiasing method gains from it (BENCHMARKS.md "Equal compute again")
 LENGTH_FACTORS = {"erm": 1}  # ERM is the audit's reference: its length is the audit's, whose B' rests on it
 METHOD_WEIGHT_DECAY = {"sd": 0.0}  # spectral decoupling is its own penalty: its reference implementation trains without
@@ -292,7 +292,8 @@ def _find_lr(cfg: TrainConfig, recipe: Recipe, train: SplitData, n_classes: int,
              device: torch.device) -> tuple[float, str, RangeTest]:
     cached = range_test_cache() / f"{_range_test_key(cfg, recipe, train, n_classes)}.json"
     if cached.is_file():
-        tested = RangeTest(**json.loads(cached.read_text()))
+        curve = json.loads(cached.read_text())  # the curve is kept; the suggestion is the current rule's
+        tested = from_curve(curve["lrs"], curve["losses"], curve.get("steps", 0))
     else:
         tested = _range_test(cfg, recipe, train, n_classes, device)
         write_json(cached, tested.__dict__)

@@ -11,7 +11,7 @@ from PIL import Image
 
 from mavias.core.train.config import BackboneConfig, TrainConfig
 from mavias.core.train.data import feature_split
-from mavias.core.train.lr_range import steepest, suggest
+from mavias.core.train.lr_range import from_curve, steepest, suggest
 from mavias.core.train.optim import batches_per_epoch, drop_last, schedule_factor
 from mavias.core.train.recipe import (
     PATIENCE_SHARE,
@@ -153,6 +153,15 @@ def test_a_valley_wider_than_the_cap_is_followed_to_three_times_its_lowest_point
     losses[lowest] -= 0.05  # a clear minimum at lr 0.02 in a valley that lies flat to lr 3
     lr, reason = suggest(lrs, losses)
     assert lr == pytest.approx(3 * lrs[lowest] / 10) and "3 x its lowest point" in reason
+
+
+def test_a_cached_curve_gets_the_current_rules_suggestion_not_the_one_stored_with_it():
+    lrs = np.logspace(-5, 1, 100)
+    losses = _valley(lrs, 0.25, 0.7)
+    stored = {"lrs": list(lrs), "losses": list(losses), "suggestion": 123.0, "reason": "an older rule", "steps": 100}
+    tested = from_curve(stored["lrs"], stored["losses"], stored["steps"])
+    assert (tested.suggestion, tested.reason) == suggest(lrs, losses) and tested.steps == 100
+    assert tested.steepest == steepest(lrs, losses)
 
 
 def test_a_cosine_schedule_warms_up_then_anneals_to_zero():
