@@ -292,11 +292,11 @@ def _find_lr(cfg: TrainConfig, recipe: Recipe, train: SplitData, n_classes: int,
              device: torch.device) -> tuple[float, str, RangeTest]:
     cached = range_test_cache() / f"{_range_test_key(cfg, recipe, train, n_classes)}.json"
     if cached.is_file():
-        curve = json.loads(cached.read_text())  # the curve is kept; the suggestion is the current rule's
+        curve = json.loads(cached.read_text())  # only the curve is kept: the suggestion is the current rule's
         tested = from_curve(curve["lrs"], curve["losses"], curve.get("steps", 0))
     else:
         tested = _range_test(cfg, recipe, train, n_classes, device)
-        write_json(cached, tested.__dict__)
+        write_json(cached, {"lrs": tested.lrs, "losses": tested.losses, "steps": tested.steps})
     if tested.suggestion is None:
         reason = f"{tested.reason}; using the {recipe.family} recipe's fallback {recipe.fallback_lr:g}"
         log.warning("recipe: %s", reason)
