@@ -23,6 +23,8 @@ from mavias.core.evaluate.shortcuts import (
     tag_presence,
 )
 
+MIN_TAG_PRECISION = 2 / 3  # below it, a third or more of the images the tagger gives the word do not show it
+
 
 def _top_pair(labels: pd.Series, irrelevant: pd.Series) -> tuple[str, str, int]:
     """(class, tag, training samples) of the most frequent (class, irrelevant tag) pair."""
@@ -84,9 +86,11 @@ def small_group_caveats(metrics: Mapping[str, Any], what: str, *, groups: bool =
 
 
 def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, judge_quality: str | None,
-                train_irrelevant: pd.Series, evidence: pd.DataFrame | None, min_support: int) -> list[str]:
+                train_irrelevant: pd.Series, evidence: pd.DataFrame | None, min_support: int,
+                tag_precision: Mapping[str, float] | None = None) -> list[str]:
     """How far the tags behind B' and the bias embeddings can be trusted: who tagged and judged and how well (when
-    measured), the share of training images with no irrelevant tag, and the shortcuts that rest on few images."""
+    measured), the share of training images with no irrelevant tag, the shortcuts that rest on few images, and those
+    named by a word the tagger often gives wrongly (``tag_precision``: per tag, its measured precision, where known)."""
     lines = [f"Tags: {tags_from}; " + (tags_quality or "their quality on these images is unknown (no ground truth): "
                                         "a tagger's misses hide shortcuts and its confusions can add false ones"),
              f"Relevance: {judged_by}; " + (judge_quality or "its quality on these classes is unknown: review its "
@@ -104,7 +108,21 @@ def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, jud
                          f"training images carry it; its reliance was measured on {int(row['within_n_with'])} "
                          f"{_measured_on(row)} of the class with it and {int(row['within_n_without'])} without): "
                          "treat it as a lead, not a finding")
-    return lines
+    return lines + _doubtful_words(biased, tag_precision or {})
+
+
+def _doubtful_words(biased: list[dict], tag_precision: Mapping[str, float]) -> list[str]:
+    """One line naming the shortcuts whose word the tagger often gives wrongly (measured precision)."""
+    wrong = {}
+    for row in biased:
+        if (precision := tag_precision.get(row["tag"], 1.0)) < MIN_TAG_PRECISION:
+            wrong.setdefault(row["class"], []).append(f"'{row['tag']}' {1 - precision:.0%}")
+    if not wrong:
+        return []
+    named = "; ".join(f"{name} {', '.join(words)}" for name, words in wrong.items())
+    return [f"Shortcuts named by a word the tagger often gives wrongly (the share of the held-out images it gives the "
+            f"word to that do not show it): {named}. Look at their example images: the cue may be another one under "
+            "the tagger's word (a neighbouring colour, a similar object)"]
 
 
 def _measured_on(row: dict) -> str:

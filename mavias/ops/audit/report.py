@@ -23,6 +23,7 @@ from mavias.ops.audit.options import PARTITION
 from mavias.ops.audit.steps import Audit, biased_tags_reason, prepare
 from mavias.ops.export.verification import VerificationResult
 from mavias.ops.reporting.context import DiscoveryCounts, ReportContext
+from mavias.ops.reporting.examples import Example, shortcut_examples
 from mavias.ops.reporting.history import history_entry
 from mavias.ops.reporting.plots import bias_alignment, logit_summary
 from mavias.ops.reporting.render import write_report
@@ -75,9 +76,11 @@ def trust(audit: Audit) -> list[str]:
     has_tags = "tags" in load_manifest(audit.paths.manifest, check_files=False).columns
     tagger = audit.options.tagger
     tags_from = "the data's own tags" if has_tags else f"OpenCLIP {tagger.model}/{tagger.pretrained}"
-    tags_quality = None
+    tags_quality, tag_precision = None, {}
     if known.get("tags", {}).get("source") == "tagger" and "mean_f1" in known["tags"]:
         tags_quality = f"measured mean per-tag F1 {known['tags']['mean_f1']:.2f} on held-out images"
+        tag_precision = {row["tag"]: row["precision"] for row in known["tags"].get("per_tag", [])
+                         if row.get("precision") is not None and row["precision"] == row["precision"]}  # not NaN
     judged_by, judge_quality = describe_judge(audit.options.judge)
     relevance = load_relevance(audit.workspace.relevance(PARTITION))
     if reviewed := int((relevance["source"] == REVIEW_SOURCE).sum()):
@@ -88,7 +91,17 @@ def trust(audit: Audit) -> list[str]:
     train = prepare(audit)["train"].frame
     return trust_lines(tags_from=tags_from, tags_quality=tags_quality, judged_by=judged_by,
                        judge_quality=judge_quality, train_irrelevant=train["irrelevant_tags"],
-                       evidence=audit.reference.evidence, min_support=audit.options.min_support)
+                       evidence=audit.reference.evidence, min_support=audit.options.min_support,
+                       tag_precision=tag_precision)
+
+
+def examples(audit: Audit) -> dict[str, dict[str, Example]]:
+    """Validation images behind each shortcut (:func:`shortcut_examples`)."""
+    val = prepare(audit).splits.get("val")
+    if val is None or not val.is_image or audit.reference.biased_tags.empty:
+        return {}
+    return shortcut_examples(audit.reference.biased_tags, val.frame["label"].tolist(),
+                             val.frame["sample_tags"].tolist(), val.inputs.paths)
 
 
 def report_context(audit: Audit, name: str, version: str, notes: list[str]) -> ReportContext:
@@ -109,7 +122,7 @@ def report_context(audit: Audit, name: str, version: str, notes: list[str]) -> R
         discovery=DiscoveryCounts(images_tagged=counts.images_tagged, llm_requests=counts.llm_requests,
                                   encodings=counts.prompts_encoded),
         verification=VerificationResult.from_dict(audit.card["verification"]), onnx_sha256=audit.card["onnx"]["sha256"],
-        min_support=audit.options.min_support, trust=trust(audit),
+        min_support=audit.options.min_support, trust=trust(audit), shortcut_examples=examples(audit),
         candidate_method=method_name(audit.config.model_copy(update={"method": "mavias"})), audit=True)
 
 

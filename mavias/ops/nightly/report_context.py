@@ -19,6 +19,7 @@ from mavias.core.judging.base import OFFLINE_SOURCE
 from mavias.core.judging.factory import describe_judge
 from mavias.core.judging.names import CLASS_NAME_SOURCE
 from mavias.core.judging.review import REVIEW_SOURCE
+from mavias.core.manifest.io import resolve_uri
 from mavias.core.protocol.reference_files import rule_version
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.tagging.base import tag_lists
@@ -32,6 +33,7 @@ from mavias.ops.nightly.failures import read_failures
 from mavias.ops.nightly.outcome import failed_tasks, night_problem
 from mavias.ops.nightly.release import serving_problem
 from mavias.ops.reporting.context import DiscoveryCounts, RelevanceChanges, ReportContext
+from mavias.ops.reporting.examples import Example, shortcut_examples
 from mavias.ops.reporting.history import HistoryEntry, history_entry
 from mavias.utils.csvfile import read_csv
 
@@ -132,6 +134,19 @@ def _trust(cfg: NightlyConfig, results: NightResults) -> list[str]:
     return trust_lines(tags_from=tags_from, tags_quality=None, judged_by=judged_by, judge_quality=judge_quality,
                        train_irrelevant=irrelevant, evidence=_read_csv(Path(reference["dir"]) / "shortcut_evidence.csv"),
                        min_support=MIN_SUPPORT)
+
+
+def validation_examples(results: NightResults, biased: pd.DataFrame) -> dict[str, dict[str, Example]]:
+    """Validation images behind each shortcut (:func:`shortcut_examples`), once a reference found some."""
+    dataset = results.get("dataset")
+    if not dataset or biased.empty:
+        return {}
+    folder = Path(dataset["dir"]) / "dataset"
+    manifest = pd.read_parquet(folder / "manifest.parquet", columns=["sample_id", "uri", "label", "split"])
+    val = manifest[manifest["split"] == "val"].reset_index(drop=True)
+    tags = tag_lists(pd.read_parquet(folder / "tags.parquet"), val["sample_id"])
+    return shortcut_examples(biased, val["label"].tolist(), tags.tolist(),
+                             [resolve_uri(folder, uri) for uri in val["uri"]])
 
 
 def decision_sources(relevance: pd.DataFrame | None, tonight: Mapping[str, Mapping[str, int]]) -> pd.DataFrame:
@@ -238,6 +253,7 @@ def build_report_context(
         tuning=(results.get("candidate") or {}).get("tuning"),
         relevance_changes=_relevance_changes(results),
         trust=_trust(cfg, results),
+        shortcut_examples=validation_examples(results, tables["biased_tags"]),
         decision_sources=_decisions(results),
         candidate_method=method_name(cfg.training.model_copy(update={"method": "mavias"})),
         **tables,

@@ -12,6 +12,7 @@ from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.judging.quality import ClassChanges
 from mavias.ops.export.verification import VerificationResult
 from mavias.ops.gates import GateReport
+from mavias.ops.reporting.examples import Example
 from mavias.ops.reporting.history import HistoryEntry
 
 
@@ -92,6 +93,7 @@ class ReportContext(BaseModel):
     relevance_changes: RelevanceChanges | None = None  # None: nothing was judged tonight
     min_support: int = MIN_SUPPORT  # groups under it are flagged small
     trust: list[str] = []  # how far the tags and decisions behind B' can be trusted (evaluate.explain.trust_lines)
+    shortcut_examples: dict[str, dict[str, Example]] = {}  # class -> tag -> its example images (reporting.examples)
     decision_sources: pd.DataFrame | None = None  # per class: who decided relevance (nightly.report_context)
     candidate_method: str = "MAVias-PoE"  # the candidate's method by name (train.config.method_name)
     audit: bool = False  # a one-off audit of a data folder (`mavias audit`): nothing is promoted

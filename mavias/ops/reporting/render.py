@@ -23,6 +23,7 @@ from mavias.core.evaluate.shortcuts import MIN_CROSS_AUC, MIN_CROSS_SUPPORT, MIN
 from mavias.core.judging.quality import ClassChanges
 from mavias.ops.gates import GateResult
 from mavias.ops.reporting.context import RelevanceChanges, ReportContext
+from mavias.ops.reporting.examples import example_images
 from mavias.ops.reporting.history import TOP_K, HistoryEntry, bias_drift
 from mavias.ops.reporting.mail import EmailContent
 from mavias.ops.reporting.plots import LOGIT_PLOT, TREND_PLOT, render_plots
@@ -264,9 +265,10 @@ def _environment() -> jinja2.Environment:
 
 
 def render_report(context: ReportContext, image_sources: Mapping[str, str] | None = None) -> str:
-    """The report as HTML; ``image_sources`` maps plot names to ``src`` values (default: ``data:`` URIs)."""
+    """The report as HTML; ``image_sources`` maps image names (plots, example strips) to ``src`` values (default:
+    ``data:`` URIs)."""
     if image_sources is None:
-        image_sources = {name: data_uri(png) for name, png in render_plots(context).items()}
+        image_sources = {name: data_uri(png) for name, png in report_images(context).items()}
     drift = _drift(context)
     changes = None if drift is None else drift.table
     rule_note = "" if drift is None else drift.rule_note
@@ -292,6 +294,12 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         within_only=WITHIN_ONLY,
         within_only_meaning=WITHIN_ONLY_MEANING,
     )
+
+
+def report_images(context: ReportContext, plots: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
+    """Every image the report shows, by name: the plots (``plots`` where already rendered) and the shortcuts' example
+    strips."""
+    return {**(render_plots(context) if plots is None else plots), **example_images(context.shortcut_examples)}
 
 
 def data_uri(png: bytes) -> str:
@@ -359,20 +367,21 @@ def _relevance_text(changes: RelevanceChanges | None) -> list[str]:
 
 
 def render_email(context: ReportContext) -> EmailContent:
-    plots = render_plots(context)
-    content_ids = {name: make_msgid(idstring=Path(name).stem, domain="mavias.report")[1:-1] for name in plots}
+    pictures = report_images(context)
+    content_ids = {name: make_msgid(idstring=Path(name).stem, domain="mavias.report")[1:-1] for name in pictures}
     html = render_report(context, {name: f"cid:{cid}" for name, cid in content_ids.items()})
-    images = {content_ids[name]: png for name, png in plots.items()}
+    images = {content_ids[name]: png for name, png in pictures.items()}
     return EmailContent(subject_line(context), html, render_text(context), images)
 
 
 def write_report(out_dir: str | Path, context: ReportContext) -> Path:
-    """``report.html`` (plots embedded as data URIs) plus each plot as a PNG file in ``out_dir``."""
+    """``report.html`` (its images embedded as data URIs) plus each plot as a PNG file in ``out_dir``."""
     out_dir = Path(out_dir)
     plots = render_plots(context)
     for name, png in plots.items():
         write_bytes(out_dir / name, png)
+    sources = {name: data_uri(png) for name, png in report_images(context, plots).items()}
     html_path = out_dir / "report.html"
     with atomic_path(html_path) as tmp:
-        tmp.write_text(render_report(context, {name: data_uri(png) for name, png in plots.items()}), encoding="utf-8")
+        tmp.write_text(render_report(context, sources), encoding="utf-8")
     return html_path

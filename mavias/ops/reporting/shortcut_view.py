@@ -11,6 +11,7 @@ import pandas as pd
 
 from mavias.core.evaluate.shortcuts import carries_over
 from mavias.ops.reporting.context import ReportContext
+from mavias.ops.reporting.examples import Example, example_name
 from mavias.ops.reporting.history import TOP_K
 
 WITHIN_ONLY = "within the class only"
@@ -52,7 +53,9 @@ def evidence(row: Mapping[str, Any]) -> dict[str, str]:
 @dataclass(frozen=True)
 class ClassShortcuts:
     name: str
-    shortcuts: list[dict[str, Any]]  # tag, new, within_only (relied on within the class only), evidence phrases
+    shortcuts: list[dict[str, Any]]  # tag, new, within_only (relied on within the class only), evidence phrases,
+    # example (its strip's image name and caption, or same_as: the earlier tag with the same images; None: no images),
+    # rows (2 when its images take a row of their own)
     gone: list[str]  # shortcuts of the previous night that are not any more
     reason: str  # why the class has no shortcut ("" when it has)
     missing_from_evaluation: bool = False
@@ -73,12 +76,32 @@ def class_shortcuts(context: ReportContext, drift: pd.DataFrame | None) -> list[
         new = set(changes.get(name, {}).get("new", []))
         shortcuts = [{"tag": r["tag"], "new": r["tag"] in new, "within_only": bool(r["within_only"]), **evidence(r)}
                      for r in rows.to_dict("records")]
+        _attach_examples(name, shortcuts, context.shortcut_examples.get(name, {}))
         info = status_rows.get(name, {})
         n_eval = _number(info.get("n_eval"))
         views.append(ClassShortcuts(
             name, shortcuts, list(changes.get(name, {}).get("gone", [])),
             "" if shortcuts else str(info.get("reason") or ""), n_eval == 0))
     return views
+
+
+def _attach_examples(name: str, shortcuts: list[dict[str, Any]], examples: Mapping[str, Example]) -> None:
+    """Each shortcut's example strip: its image name and caption, or the earlier shortcut of the class whose images
+    are the same (tags the tagger gives together, such as a background's words)."""
+    first_with: dict[bytes, str] = {}
+    for shortcut in shortcuts:
+        example = examples.get(shortcut["tag"])
+        shortcut["example"] = None if example is None else {
+            "image": example_name(example.png), "same_as": first_with.setdefault(example.png, shortcut["tag"]),
+            "caption": _caption(name, example)}
+        shown = shortcut["example"] is not None and shortcut["example"]["same_as"] == shortcut["tag"]
+        shortcut["rows"] = 2 if shown else 1  # its images in a row of their own, under its evidence
+
+
+def _caption(name: str, example: Example) -> str:
+    sides = [f"{example.in_class} of {name}" if example.in_class else "", f"{example.others} of other classes"
+             if example.others else ""]
+    return "validation images carrying it: " + ", then ".join(side for side in sides if side)
 
 
 def shortcut_lines(views: list[ClassShortcuts]) -> list[str]:

@@ -85,3 +85,21 @@ def test_trust_lines_say_who_tagged_and_judged_how_much_is_empty_and_what_rests_
     assert thin.startswith("boat: the shortcut 'sea' rests on few images (25 training images") and "1 without" in thin
     assert "measured on 19 validation images of the class" in thin
     assert "measured on 28 training images (cross-fitted) of the class with it and 2 without" in folds
+
+
+def test_a_shortcut_named_by_a_word_the_tagger_often_gives_wrongly_gets_a_line():
+    evidence = pd.DataFrame([
+        {"class": "airplane", "tag": "pink", "biased": True, "support": 445, "within_n_with": 129,
+         "within_n_without": 271},
+        {"class": "airplane", "tag": "desert", "biased": True, "support": 1267, "within_n_with": 380,
+         "within_n_without": 20},
+        {"class": "fish", "tag": "yellow", "biased": False, "support": 600, "within_n_with": 180,
+         "within_n_without": 200},
+    ])
+    common = {"tags_from": "the data's own tags", "tags_quality": "measured mean per-tag F1 0.75 on held-out images",
+              "judged_by": "the offline judge", "judge_quality": None, "train_irrelevant": pd.Series([["pink"]]),
+              "evidence": evidence, "min_support": 20}
+    lines = trust_lines(**common, tag_precision={"pink": 0.38, "desert": 1.0, "yellow": 0.2})
+    (wrong,) = [line for line in lines if "gives wrongly" in line]  # desert is right; yellow is no shortcut
+    assert "that do not show it): airplane 'pink' 62%. Look at their example images" in wrong
+    assert not any("gives wrongly" in line for line in trust_lines(**common))  # unknown precision: no claim

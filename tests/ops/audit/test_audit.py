@@ -49,6 +49,7 @@ def test_an_audit_names_the_planted_shortcut_and_resumes(tmp_path):
     assert found and found <= PLANTED, found  # the planted colours, nothing the data does not hold
     report = (out / "report.html").read_text()
     assert all(f"<strong>{name}</strong>" in report and tag in report for name, tag in found)
+    assert all(f"validation images tagged {tag}" in report for name, tag in found)  # the images behind it
     assert "MAVias bias audit" in report and "Audit of shapes" in report
     card = json.loads((out / "model" / "model_card.json").read_text())
     assert card["gates"]["gates"] and card["metrics"]["open_set"]["min_support"] == 20
