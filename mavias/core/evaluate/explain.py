@@ -23,7 +23,7 @@ from mavias.core.evaluate.shortcuts import (
     tag_presence,
 )
 
-MIN_TAG_PRECISION = 2 / 3  # below it, a third or more of the images the tagger gives the word do not show it
+MIN_TAG_PRECISION = 2 / 3  # below it, more than a third of the images the tagger gives the word do not show it
 
 
 def _top_pair(labels: pd.Series, irrelevant: pd.Series) -> tuple[str, str, int]:

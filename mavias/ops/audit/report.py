@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from mavias.core.evaluate.explain import small_group_caveats, trust_lines
+from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.judging.factory import describe_judge
 from mavias.core.judging.review import REVIEW_SOURCE
 from mavias.core.manifest import load_manifest
@@ -79,8 +80,7 @@ def trust(audit: Audit) -> list[str]:
     tags_quality, tag_precision = None, {}
     if known.get("tags", {}).get("source") == "tagger" and "mean_f1" in known["tags"]:
         tags_quality = f"measured mean per-tag F1 {known['tags']['mean_f1']:.2f} on held-out images"
-        tag_precision = {row["tag"]: row["precision"] for row in known["tags"].get("per_tag", [])
-                         if row.get("precision") is not None and row["precision"] == row["precision"]}  # not NaN
+        tag_precision = told_apart(known["tags"].get("per_tag", []))
     judged_by, judge_quality = describe_judge(audit.options.judge)
     relevance = load_relevance(audit.workspace.relevance(PARTITION))
     if reviewed := int((relevance["source"] == REVIEW_SOURCE).sum()):
@@ -93,6 +93,13 @@ def trust(audit: Audit) -> list[str]:
                        judge_quality=judge_quality, train_irrelevant=train["irrelevant_tags"],
                        evidence=audit.reference.evidence, min_support=audit.options.min_support,
                        tag_precision=tag_precision)
+
+
+def told_apart(per_tag: list[dict]) -> dict[str, float]:
+    """Each word's measured precision (``benchmark.json``'s ``per_tag``), where the tagger gave it to at least
+    ``MIN_SUPPORT`` held-out images (hits / precision; a word never given right has no count and no claim)."""
+    return {row["tag"]: row["precision"] for row in per_tag
+            if row["precision"] and row["support"] * row["recall"] / row["precision"] >= MIN_SUPPORT}
 
 
 def examples(audit: Audit) -> dict[str, dict[str, Example]]:

@@ -118,15 +118,20 @@ def _history_entry(results: NightResults, context: ReportContext) -> HistoryEntr
     )
 
 
+def _split(dataset: Mapping[str, Any], split: str) -> tuple[pd.DataFrame, pd.Series, Path]:
+    """The night's dataset rows of ``split`` (sample_id, uri, label), their tags and the dataset's folder."""
+    folder = Path(dataset["dir"]) / "dataset"
+    manifest = pd.read_parquet(folder / "manifest.parquet", columns=["sample_id", "uri", "label", "split"])
+    rows = manifest[manifest["split"] == split].reset_index(drop=True)
+    return rows, tag_lists(pd.read_parquet(folder / "tags.parquet"), rows["sample_id"]), folder
+
+
 def _trust(cfg: NightlyConfig, results: NightResults) -> list[str]:
     """How far tonight's tags and relevance decisions can be trusted (:func:`trust_lines`), once a reference ran."""
     dataset, reference = results.get("dataset"), results.get("reference")
     if not dataset or not reference:
         return []
-    folder = Path(dataset["dir"]) / "dataset"
-    manifest = pd.read_parquet(folder / "manifest.parquet", columns=["sample_id", "label", "split"])
-    train = manifest[manifest["split"] == "train"].reset_index(drop=True)
-    tags = tag_lists(pd.read_parquet(folder / "tags.parquet"), train["sample_id"])
+    train, tags, folder = _split(dataset, "train")
     irrelevant = irrelevant_tags(train["label"], tags, pd.read_parquet(folder / "relevance.parquet"))
     tagger = cfg.discovery.tagger
     tags_from = "the partitions' own tags" if tagger == "manifest" else f"the {tagger} tagger"
@@ -141,10 +146,7 @@ def validation_examples(results: NightResults, biased: pd.DataFrame) -> dict[str
     dataset = results.get("dataset")
     if not dataset or biased.empty:
         return {}
-    folder = Path(dataset["dir"]) / "dataset"
-    manifest = pd.read_parquet(folder / "manifest.parquet", columns=["sample_id", "uri", "label", "split"])
-    val = manifest[manifest["split"] == "val"].reset_index(drop=True)
-    tags = tag_lists(pd.read_parquet(folder / "tags.parquet"), val["sample_id"])
+    val, tags, folder = _split(dataset, "val")
     return shortcut_examples(biased, val["label"].tolist(), tags.tolist(),
                              [resolve_uri(folder, uri) for uri in val["uri"]])
 

@@ -2,29 +2,32 @@
 wrong (a white airplane called pink, a lamp called a snowman), so the reader checks a shortcut by looking at the
 images behind it.
 
-Per shortcut shown (the top ``TOP_K`` of each class's B'), one strip of validation images (the split whose images
-measured the reliance): up to ``PER_SIDE`` of the class carrying the tag, a gap, then up to ``PER_SIDE`` of other
-classes carrying it (what the word means away from the class). First images in manifest order, so a night's strips
-are reproducible. An image that cannot be read is left out; a strip never fails the report.
+Per shortcut shown (the top ``TOP_K`` of each class's B'), one strip of validation images: up to ``PER_SIDE`` of the
+class carrying the tag, a gap, then up to ``PER_SIDE`` of other classes carrying it (what the word means away from
+the class). First images in manifest order, so a night's strips are reproducible. Each class's first shortcut comes
+before any class's second until the strips reach ``MAX_BYTES`` together, so the email stays small. An image that
+cannot be read is left out.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
 from PIL import Image, ImageOps
 from pydantic import BaseModel, ConfigDict
 
-from mavias.ops.reporting.history import TOP_K
+from mavias.ops.reporting.history import TOP_K, biased_tags_by_class
 
 PER_SIDE = 4
 THUMBNAIL = 40  # pixels per image: smaller images are enlarged without smoothing, so their pixels stay sharp
 GAP, SIDE_GAP = 2, 14  # between images, and between the class's images and the other classes'
 BACKGROUND = (255, 255, 255)
+MAX_BYTES = 2_000_000  # all strips together; an email of a few MB passes every common mail server's limit
 
 
 class Example(BaseModel):
@@ -38,19 +41,32 @@ class Example(BaseModel):
 
 
 def shortcut_examples(biased: pd.DataFrame, labels: Sequence[str], tags: Sequence[Iterable[str] | None],
-                      paths: Sequence[Path]) -> dict[str, dict[str, Example]]:
-    """class -> tag -> its :class:`Example`, for the top shortcuts of each class in ``biased`` (B', ranked), from the
-    images at ``paths`` with their ``labels`` and ``tags``; a shortcut without a readable image has none."""
-    carried = [frozenset(t) if t is not None else frozenset() for t in tags]
-    ranked = biased.assign(rank=pd.to_numeric(biased["rank"], errors="coerce")).sort_values("rank")
+                      paths: Sequence[Path], *, max_bytes: int = MAX_BYTES) -> dict[str, dict[str, Example]]:
+    """class -> tag -> its :class:`Example`, for the shortcuts of ``biased`` (B', ranked) the report shows, from the
+    images at ``paths`` with their ``labels`` and ``tags``; a shortcut without a readable image has none, nor have
+    those past ``max_bytes``."""
+    carriers: dict[str, list[int]] = {}
+    for row, carried in enumerate(tags):
+        for tag in set(carried if carried is not None else ()):
+            carriers.setdefault(tag, []).append(row)
+    thumbnail = functools.cache(lambda row: _thumbnail(paths[row]))
+    by_class = biased_tags_by_class(biased)
     examples: dict[str, dict[str, Example]] = {}
-    for name, rows in ranked.groupby("class", sort=True):
-        for tag in rows["tag"].astype(str).head(TOP_K):
-            own = _thumbnails(p for p, label, t in zip(paths, labels, carried) if label == name and tag in t)
-            others = _thumbnails(p for p, label, t in zip(paths, labels, carried) if label != name and tag in t)
-            if own or others:
-                examples.setdefault(str(name), {})[tag] = Example(png=strip(own, others), in_class=len(own),
-                                                                  others=len(others))
+    spent: set[bytes] = set()
+    for rank in range(TOP_K):
+        for name, class_tags in by_class.items():
+            if rank >= len(class_tags):
+                continue
+            rows = carriers.get(class_tags[rank], [])
+            own = _first_readable((r for r in rows if labels[r] == name), thumbnail)
+            others = _first_readable((r for r in rows if labels[r] != name), thumbnail)
+            if not own and not others:
+                continue
+            png = strip(own, others)
+            if png not in spent and sum(map(len, spent)) + len(png) > max_bytes:
+                return examples
+            spent.add(png)
+            examples.setdefault(name, {})[class_tags[rank]] = Example(png=png, in_class=len(own), others=len(others))
     return examples
 
 
@@ -79,11 +95,10 @@ def strip(own: Sequence[Image.Image], others: Sequence[Image.Image]) -> bytes:
     return out.getvalue()
 
 
-def _thumbnails(paths: Iterable[Path]) -> list[Image.Image]:
-    """The first ``PER_SIDE`` readable images of ``paths`` as thumbnails."""
+def _first_readable(rows: Iterable[int], thumbnail: Callable[[int], Image.Image | None]) -> list[Image.Image]:
     found = []
-    for path in paths:
-        if (image := _thumbnail(path)) is not None:
+    for row in rows:
+        if (image := thumbnail(row)) is not None:
             found.append(image)
             if len(found) == PER_SIDE:
                 break
@@ -94,8 +109,8 @@ def _thumbnail(path: Path) -> Image.Image | None:
     try:
         with Image.open(path) as image:
             image.draft("RGB", (THUMBNAIL, THUMBNAIL))  # a JPEG decodes at a reduced scale
-            small = max(image.size) <= THUMBNAIL
-            method = Image.Resampling.NEAREST if small else Image.Resampling.BOX
-            return ImageOps.pad(image.convert("RGB"), (THUMBNAIL, THUMBNAIL), method=method, color=BACKGROUND)
-    except (OSError, ValueError, Image.DecompressionBombError):
+            image.thumbnail((THUMBNAIL, THUMBNAIL), Image.Resampling.BOX)  # shrinks before the colour conversion
+            return ImageOps.pad(image.convert("RGB"), (THUMBNAIL, THUMBNAIL), method=Image.Resampling.NEAREST,
+                                color=BACKGROUND)
+    except Exception:  # PIL raises many unrelated types for broken files (as quarantine.image_problem)
         return None

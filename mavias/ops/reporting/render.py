@@ -2,8 +2,9 @@
 logit plot, trends across nights and the ONNX export; its plain-text summary and email content.
 
 The template uses inline styles and tables only (no <style>, no JavaScript) so it reads the same in a browser and
-in mail clients. Plots are PNGs; the template takes a plot name -> image source mapping, so the saved report embeds
-them as ``data:`` URIs and the email references them as ``cid:`` parts (:func:`render_email`).
+in mail clients. Plots and the shortcuts' example strips are PNGs; the template takes an image name -> image source
+mapping, so the saved report embeds them as ``data:`` URIs and the email references them as ``cid:`` parts
+(:func:`render_email`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mavias.core.evaluate.shortcuts import MIN_CROSS_AUC, MIN_CROSS_SUPPORT, MIN
 from mavias.core.judging.quality import ClassChanges
 from mavias.ops.gates import GateResult
 from mavias.ops.reporting.context import RelevanceChanges, ReportContext
-from mavias.ops.reporting.examples import example_images
+from mavias.ops.reporting.examples import MAX_BYTES, example_images
 from mavias.ops.reporting.history import TOP_K, HistoryEntry, bias_drift
 from mavias.ops.reporting.mail import EmailContent
 from mavias.ops.reporting.plots import LOGIT_PLOT, TREND_PLOT, render_plots
@@ -266,9 +267,11 @@ def _environment() -> jinja2.Environment:
 
 def render_report(context: ReportContext, image_sources: Mapping[str, str] | None = None) -> str:
     """The report as HTML; ``image_sources`` maps image names (plots, example strips) to ``src`` values (default:
-    ``data:`` URIs)."""
+    ``data:`` URIs; a plot left out is not shown, an example strip left out is embedded)."""
     if image_sources is None:
-        image_sources = {name: data_uri(png) for name, png in report_images(context).items()}
+        image_sources = {name: data_uri(png) for name, png in render_plots(context).items()}
+    strips = example_images(context.shortcut_examples)
+    image_sources = {**{name: data_uri(png) for name, png in strips.items()}, **image_sources}
     drift = _drift(context)
     changes = None if drift is None else drift.table
     rule_note = "" if drift is None else drift.rule_note
@@ -286,6 +289,7 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         logit_plot=LOGIT_PLOT,
         trend_plot=TREND_PLOT,
         top_k=TOP_K,
+        example_budget_mb=f"{MAX_BYTES / 1e6:g}",
         b_rule={"odds_ratio": MIN_ODDS_RATIO, "cross_auc": MIN_CROSS_AUC, "cross_support": MIN_CROSS_SUPPORT},
         relevance=context.relevance_changes,
         changed_classes=changed_classes(context.relevance_changes) if context.relevance_changes else [],
@@ -294,12 +298,6 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
         within_only=WITHIN_ONLY,
         within_only_meaning=WITHIN_ONLY_MEANING,
     )
-
-
-def report_images(context: ReportContext, plots: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
-    """Every image the report shows, by name: the plots (``plots`` where already rendered) and the shortcuts' example
-    strips."""
-    return {**(render_plots(context) if plots is None else plots), **example_images(context.shortcut_examples)}
 
 
 def data_uri(png: bytes) -> str:
@@ -367,7 +365,7 @@ def _relevance_text(changes: RelevanceChanges | None) -> list[str]:
 
 
 def render_email(context: ReportContext) -> EmailContent:
-    pictures = report_images(context)
+    pictures = {**render_plots(context), **example_images(context.shortcut_examples)}
     content_ids = {name: make_msgid(idstring=Path(name).stem, domain="mavias.report")[1:-1] for name in pictures}
     html = render_report(context, {name: f"cid:{cid}" for name, cid in content_ids.items()})
     images = {content_ids[name]: png for name, png in pictures.items()}
@@ -380,8 +378,7 @@ def write_report(out_dir: str | Path, context: ReportContext) -> Path:
     plots = render_plots(context)
     for name, png in plots.items():
         write_bytes(out_dir / name, png)
-    sources = {name: data_uri(png) for name, png in report_images(context, plots).items()}
     html_path = out_dir / "report.html"
     with atomic_path(html_path) as tmp:
-        tmp.write_text(render_report(context, sources), encoding="utf-8")
+        tmp.write_text(render_report(context, {name: data_uri(png) for name, png in plots.items()}), encoding="utf-8")
     return html_path

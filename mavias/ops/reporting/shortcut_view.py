@@ -54,8 +54,8 @@ def evidence(row: Mapping[str, Any]) -> dict[str, str]:
 class ClassShortcuts:
     name: str
     shortcuts: list[dict[str, Any]]  # tag, new, within_only (relied on within the class only), evidence phrases,
-    # example (its strip's image name and caption, or same_as: the earlier tag with the same images; None: no images),
-    # rows (2 when its images take a row of their own)
+    # example (image: its strip's name, caption, same_as: the first tag of the class with these images, itself when
+    # the strip is shown under it; None: no images), rows (2 when its images take a row of their own)
     gone: list[str]  # shortcuts of the previous night that are not any more
     reason: str  # why the class has no shortcut ("" when it has)
     missing_from_evaluation: bool = False

@@ -69,13 +69,23 @@ def test_unreadable_images_are_left_out_and_a_shortcut_without_images_has_none(t
 def test_large_images_are_shrunk_to_fit_and_only_the_shortcuts_shown_get_examples(tmp_path):
     big = image(tmp_path / "big.png", "green", size=(900, 300))
     tags = [f"t{k}" for k in range(TOP_K + 2)]
-    found = shortcut_examples(biased(*[("cat", t) for t in tags]), ["cat"], [tags], [big])
-    assert sorted(found["cat"]) == sorted(tags[:TOP_K])  # rank order
+    ranked = biased(*[("cat", t) for t in tags]).sample(frac=1, random_state=0)  # rows in no particular order
+    found = shortcut_examples(ranked, ["cat"], [tags], [big])
+    assert sorted(found["cat"]) == sorted(tags[:TOP_K])  # the top ranks
     strip = decode(found["cat"]["t0"].png)
     assert strip.size == (THUMBNAIL, THUMBNAIL)
     assert strip.getpixel((THUMBNAIL // 2, THUMBNAIL // 2)) == COLOURS["green"]
     assert strip.getpixel((THUMBNAIL // 2, 0)) == (255, 255, 255)  # padded, not stretched
     assert len(example_images(found)) == 1  # the same images are one image
+
+
+def test_past_the_byte_budget_each_class_first_shortcuts_keep_their_images(tmp_path):
+    paths = [image(tmp_path / f"{name}.png", colour) for name, colour in (("a", "red"), ("b", "blue"), ("c", "green"))]
+    labels, tags = ["cat", "dog", "dog"], [["x", "y"], ["u"], ["v"]]
+    ranked = biased(("cat", "x"), ("cat", "y"), ("dog", "u"), ("dog", "v"))
+    one = len(shortcut_examples(ranked, labels, tags, paths)["cat"]["x"].png)
+    found = shortcut_examples(ranked, labels, tags, paths, max_bytes=2 * one + one // 2)
+    assert {name: sorted(by_tag) for name, by_tag in found.items()} == {"cat": ["x", "y"], "dog": ["u"]}  # y: x's
 
 
 def test_the_report_and_the_email_show_each_strip_once_under_its_shortcut(tmp_path):
@@ -91,6 +101,7 @@ def test_the_report_and_the_email_show_each_strip_once_under_its_shortcut(tmp_pa
     text = " ".join(unescape(html).split())
     assert f'alt="validation images tagged {first}"' in text and "carrying it: 1 of bird, then 1 of other classes" in text
     assert f"{second}</strong><br><span" in text and f"the same images as {first}" in text
+    assert len(parse(render_report(context, {})).images) == 1  # plots left out, the strip embedded all the same
     email = render_email(context)
     assert set(email.images.values()) == set(example_images(strips).values()) | set(render_plots(context).values())
     assert all(f"cid:{cid}" in email.html for cid in email.images)
