@@ -80,7 +80,7 @@ def trust(audit: Audit) -> list[str]:
     tags_quality, tag_precision = None, {}
     if known.get("tags", {}).get("source") == "tagger" and "mean_f1" in known["tags"]:
         tags_quality = f"measured mean per-tag F1 {known['tags']['mean_f1']:.2f} on held-out images"
-        tag_precision = told_apart(known["tags"].get("per_tag", []))
+        tag_precision = measured_precision(known["tags"].get("per_tag", []))
     judged_by, judge_quality = describe_judge(audit.options.judge)
     relevance = load_relevance(audit.workspace.relevance(PARTITION))
     if reviewed := int((relevance["source"] == REVIEW_SOURCE).sum()):
@@ -95,7 +95,7 @@ def trust(audit: Audit) -> list[str]:
                        tag_precision=tag_precision)
 
 
-def told_apart(per_tag: list[dict]) -> dict[str, float]:
+def measured_precision(per_tag: list[dict]) -> dict[str, float]:
     """Each word's measured precision (``benchmark.json``'s ``per_tag``), where the tagger gave it to at least
     ``MIN_SUPPORT`` held-out images (hits / precision; a word never given right has no count and no claim)."""
     return {row["tag"]: row["precision"] for row in per_tag

@@ -52,7 +52,8 @@ def shortcut_examples(biased: pd.DataFrame, labels: Sequence[str], tags: Sequenc
     thumbnail = functools.cache(lambda row: _thumbnail(paths[row]))
     by_class = biased_tags_by_class(biased)
     examples: dict[str, dict[str, Example]] = {}
-    spent: set[bytes] = set()
+    spent: set[bytes] = set()  # each distinct strip counts once against the budget
+    used = 0
     for rank in range(TOP_K):
         for name, class_tags in by_class.items():
             if rank >= len(class_tags):
@@ -63,9 +64,11 @@ def shortcut_examples(biased: pd.DataFrame, labels: Sequence[str], tags: Sequenc
             if not own and not others:
                 continue
             png = strip(own, others)
-            if png not in spent and sum(map(len, spent)) + len(png) > max_bytes:
-                return examples
-            spent.add(png)
+            if png not in spent:
+                if used + len(png) > max_bytes:
+                    return examples
+                spent.add(png)
+                used += len(png)
             examples.setdefault(name, {})[class_tags[rank]] = Example(png=png, in_class=len(own), others=len(others))
     return examples
 

@@ -1,9 +1,9 @@
 """Send the HTML report by email (stdlib smtplib), retrying transient SMTP failures.
 
 The message is ``multipart/alternative``: a plain-text summary, then ``multipart/related`` with the HTML and its
-images (plots, the shortcuts' example strips) as inline PNG parts whose Content-IDs the HTML references as ``cid:...``. The Airflow layer maps its SMTP
-connection to :class:`SmtpSettings`; the password is a SecretStr and is never logged (never enable smtplib's debug
-output: it prints the AUTH exchange).
+images (plots, the shortcuts' example strips) as inline PNG parts whose Content-IDs the HTML references as
+``cid:...``. The Airflow layer maps its SMTP connection to :class:`SmtpSettings`; the password is a SecretStr and is
+never logged (never enable smtplib's debug output: it prints the AUTH exchange).
 """
 
 from __future__ import annotations

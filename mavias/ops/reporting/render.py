@@ -271,7 +271,8 @@ def render_report(context: ReportContext, image_sources: Mapping[str, str] | Non
     if image_sources is None:
         image_sources = {name: data_uri(png) for name, png in render_plots(context).items()}
     strips = example_images(context.shortcut_examples)
-    image_sources = {**{name: data_uri(png) for name, png in strips.items()}, **image_sources}
+    image_sources = {**{name: data_uri(png) for name, png in strips.items() if name not in image_sources},
+                     **image_sources}
     drift = _drift(context)
     changes = None if drift is None else drift.table
     rule_note = "" if drift is None else drift.rule_note

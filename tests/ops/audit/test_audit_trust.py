@@ -1,7 +1,7 @@
 """Which of a built-in benchmark's tagger words the audit may call often wrong: only those given often enough."""
 
 from mavias.core.evaluate.metrics import MIN_SUPPORT
-from mavias.ops.audit.report import told_apart
+from mavias.ops.audit.report import measured_precision
 
 
 def test_a_word_the_tagger_gave_to_too_few_images_makes_no_claim():
@@ -12,4 +12,4 @@ def test_a_word_the_tagger_gave_to_too_few_images_makes_no_claim():
         {"tag": "all-wrong", "support": 10, "precision": 0.0, "recall": 0.0},  # given, never right: count unknown
         {"tag": "edge", "support": MIN_SUPPORT, "precision": 1.0, "recall": 1.0},
     ]
-    assert told_apart(per_tag) == {"pink": 0.38, "edge": 1.0}
+    assert measured_precision(per_tag) == {"pink": 0.38, "edge": 1.0}
