@@ -144,6 +144,7 @@ def discover(validated: dict, tagged: list[dict] | None) -> dict:
 
 @task
 def prepare_dataset(validated: dict, discovered: dict) -> dict:
+    """``discovered`` is read from the workspace, not from XCom: the argument only orders this task after it."""
     from mavias.ops.nightly import dataset
 
     full_retrain = get_current_context()["params"]["full_retrain"]

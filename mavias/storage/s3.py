@@ -110,8 +110,19 @@ class S3Settings(BaseModel):
     @field_validator("incoming_prefix", "models_prefix", "state_prefix", "quarantine_prefix")
     @classmethod
     def _folder(cls, value: str) -> str:
-        value = value.strip("/")
-        return f"{value}/" if value else ""
+        return folder_prefix(value)
+
+
+def folder_prefix(value: str) -> str:
+    """A bucket folder as a key prefix: ``a/b/`` (one trailing slash, none leading), or ``""`` for the bucket's root."""
+    value = value.strip("/")
+    return f"{value}/" if value else ""
+
+
+def environment_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``MAVIAS_S3_<FIELD>`` variables set in ``environ``, by field name."""
+    names = {f"{ENV_PREFIX}{field.upper()}": field for field in S3Settings.model_fields}
+    return {field: environ[name] for name, field in names.items() if name in environ}
 
 
 def load_settings(config: str | Path | None = None, environ: Mapping[str, str] = os.environ) -> S3Settings:
@@ -120,9 +131,7 @@ def load_settings(config: str | Path | None = None, environ: Mapping[str, str] =
     if config is not None:
         data = yaml.safe_load(Path(config).read_text()) or {}
         values.update(data.get("s3", data))
-    for field in S3Settings.model_fields:
-        if f"{ENV_PREFIX}{field.upper()}" in environ:
-            values[field] = environ[f"{ENV_PREFIX}{field.upper()}"]
+    values.update(environment_settings(environ))
     try:
         return S3Settings.model_validate(values)
     except ValidationError as error:  # the inputs stay out of the message: a misspelt key may hold a credential

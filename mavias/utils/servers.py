@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+
+from tenacity import Retrying, retry_if_exception_type, retry_if_not_exception_type, stop_after_delay, wait_fixed
 
 # moto_server finds the service a request is for by listing its own package's folders, on every request and under its
 # dispatch lock; the list cannot change while it runs, so the servers the demo and the tests start list them once
@@ -28,22 +30,48 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class ProcessExited(Exception):
+    """The process waited on exited before it was ready."""
+
+    def __init__(self, code: int):
+        super().__init__(f"exited with code {code}")
+        self.code = code
+
+
+def wait_for(check: Callable[[], object], process: subprocess.Popen | None, *, timeout_s: float, interval_s: float,
+             retry_on: type[Exception] | tuple[type[Exception], ...] = Exception) -> None:
+    """Call ``check`` until it returns without raising one of ``retry_on``; :class:`ProcessExited` as soon as
+    ``process`` has exited, otherwise the last failure once ``timeout_s`` have passed."""
+
+    def attempt() -> None:
+        try:
+            check()
+        except retry_on:
+            if process is not None and process.poll() is not None:
+                raise ProcessExited(process.returncode) from None
+            raise
+
+    Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(interval_s), reraise=True,
+             retry=retry_if_exception_type(retry_on) & retry_if_not_exception_type(ProcessExited))(attempt)
+
+
 def wait_until_answering(url: str, process: subprocess.Popen, *, timeout_s: float = 30.0,
                          log_path: Path | None = None) -> None:
     """Poll ``url`` until any HTTP answer arrives; fail early if ``process`` exits (with its log's tail)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log_path.read_text()[-2000:] if log_path and log_path.exists() else ""
-            raise RuntimeError(f"{process.args[:3]} exited with code {process.returncode}\n{tail}")
+
+    def answers() -> None:
         try:
             urllib.request.urlopen(url, timeout=1).close()
-            return
         except urllib.error.HTTPError:  # any HTTP answer means it is up
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing answered on {url} within {timeout_s:.0f} s")
+            pass
+
+    try:
+        wait_for(answers, process, timeout_s=timeout_s, interval_s=0.1, retry_on=OSError)
+    except ProcessExited as exited:
+        tail = log_path.read_text()[-2000:] if log_path and log_path.exists() else ""
+        raise RuntimeError(f"{process.args[:3]} exited with code {exited.code}\n{tail}") from None
+    except OSError:
+        raise RuntimeError(f"nothing answered on {url} within {timeout_s:.0f} s") from None
 
 
 def stop_process(process: subprocess.Popen, *, grace_s: float = 10.0) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 _MODULE_OF = {
     **dict.fromkeys(("as_bool", "bias_conflicting_accuracy", "celeba_metrics", "evaluation_report",
-                     "imagenet9_metrics", "unbiased_accuracy", "urbancars_metrics", "write_evaluation"),
+                     "imagenet9_metrics", "unbiased_accuracy", "urbancars_metrics"),
                     "dataset_metrics"),
     **dict.fromkeys(("MIN_SUPPORT", "WorstGroup", "accuracy", "average_accuracy", "correctness", "format_group_key",
                      "group_key", "group_table", "worst_group"), "metrics"),

@@ -5,9 +5,7 @@ The open-set protocol is :mod:`mavias.core.evaluate.openset`. Predictions tables
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import pandas as pd
 
@@ -23,8 +21,6 @@ from mavias.core.evaluate.metrics import (
     require_columns,
     worst_group,
 )
-from mavias.utils.atomic import write_json
-from mavias.utils.csvfile import write_csv
 
 _TRUE, _FALSE = {"1", "true"}, {"0", "false"}
 _URBANCARS_GROUP = ["label", "bg_aligned", "co_aligned"]
@@ -166,18 +162,3 @@ def evaluation_report(
     }
     return metrics, table
 
-
-def write_evaluation(
-    out_dir: str | Path, metrics: dict, groups: pd.DataFrame, biased_tags: pd.DataFrame | None = None
-) -> Path:
-    """Write ``groups.csv`` (and ``biased_tags.csv``), then ``metrics.json`` last, each atomically.
-
-    Metrics must be strict JSON (no NaN, no numpy scalars): checked before anything is written.
-    """
-    json.dumps(metrics, allow_nan=False)
-    out_dir = Path(out_dir)
-    tables = {"groups.csv": groups} | ({} if biased_tags is None else {"biased_tags.csv": biased_tags})
-    for name, table in tables.items():
-        write_csv(table, out_dir / name)
-    write_json(out_dir / "metrics.json", metrics)
-    return out_dir

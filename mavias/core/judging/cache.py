@@ -94,7 +94,7 @@ class DecisionCache:
 
 @dataclass
 class DecisionTally:
-    """Per class, how many decisions each source made (:data:`~mavias.core.judging.guarded.SOURCES`) and how many
+    """Per class, how many decisions each source made (:data:`~mavias.core.judging.guarded.DecisionSource`) and how many
     batches the configured judge answered."""
 
     sources: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
 from mavias.core.judging.base import JudgeError, JudgeStats, ReadsClassSet, RelevanceJudge
 from mavias.core.judging.guards import implausible, unsafe_tag_reason
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 # Who decided a (class, tag) pair in a run of `decide`: the configured judge, its earlier decision in the cache,
 # the offline judge standing in for a failed LLM, the offline judge for a tag withheld from the LLM, a human review,
 # the rule that a class's own name is relevant (mavias.core.judging.names).
-SOURCES = ("judge", "cache", "fallback", "withheld", "review", "name")
+DecisionSource = Literal["judge", "cache", "fallback", "withheld", "review", "name"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Decided:
     tags: list[str]
     relevant: set[str]
     judge: RelevanceJudge
-    source: str  # "judge", "fallback" or "withheld"
+    source: DecisionSource
     cache: bool = True
 
 
@@ -97,7 +98,7 @@ class GuardedJudge:
             class_name, tags[half:], retry_halves=False)
         return [Decided(p.tags, p.relevant, p.judge, p.source, cache=False) for p in parts]
 
-    def _by_fallback(self, class_name: str, tags: list[str], source: str = "fallback") -> Decided:
+    def _by_fallback(self, class_name: str, tags: list[str], source: DecisionSource = "fallback") -> Decided:
         return Decided(tags, self.fallback.judge(class_name, tags), self.fallback, source)
 
 

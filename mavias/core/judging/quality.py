@@ -21,7 +21,6 @@ class Scores:
     true_positives: int
     false_positives: int
     false_negatives: int
-    pairs: int
 
     @property
     def precision(self) -> float:
@@ -50,7 +49,6 @@ def _scores(predicted: pd.Series, truth: pd.Series) -> Scores:
         true_positives=int((predicted & truth).sum()),
         false_positives=int((predicted & ~truth).sum()),
         false_negatives=int((~predicted & truth).sum()),
-        pairs=len(truth),
     )
 
 

@@ -27,10 +27,6 @@ def content_sample_id(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def attribute_columns(df: pd.DataFrame) -> list[str]:
-    return sorted(c for c in df.columns if c.startswith(ATTR_PREFIX))
-
-
 def resolve_uri(manifest_dir: Path, uri: str) -> Path:
     """Local path of a manifest ``uri``; relative uris are relative to the manifest's folder."""
     if uri.startswith("s3://"):

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mavias.core.encode.factory import MINILM, SPEC_FORMS, parse_encoder_spec
 from mavias.errors import UserError, describe_validation_error
 from mavias.utils.atomic import atomic_path
+from mavias.utils.mappings import set_nested
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -215,7 +216,7 @@ def load_config(path: str | Path | None = None, *, preset: str | None = None, ov
     if path:
         data = _deep_merge(data, _read_yaml(Path(path)))
     for key, value in (overrides or {}).items():
-        data = _deep_merge(data, _dotted(key, value))
+        data = set_nested(data, key.split("."), value)
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as error:
@@ -254,16 +255,6 @@ def _read_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a mapping of settings, got {type(data).__name__}")
     return data
-
-
-def _dotted(key: str, value) -> dict:
-    out: dict = {}
-    node = out
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-    return out
 
 
 def _deep_merge(base: dict, extra: dict) -> dict:

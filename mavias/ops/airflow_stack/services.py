@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from mavias.errors import UserError
-from mavias.utils.servers import stop_process
+from mavias.utils.servers import ProcessExited, stop_process, wait_for
 
 if TYPE_CHECKING:
     import psutil
@@ -78,17 +78,13 @@ def require_free_port(port: int, component: str, option: str) -> None:
 
 def _wait(check: Callable[[], None], process: subprocess.Popen | None, what: str, fix: str,
           timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return check()
-        except Exception as err:  # noqa: BLE001 - any failure to answer means "not up yet"
-            failure = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if process is not None and process.poll() is not None:
-            raise UserError(f"the {what} exited with code {process.returncode} as it started: {fix}")
-        if time.monotonic() > deadline:
-            raise UserError(f"the {what} did not answer within {timeout_s:.0f} s ({failure}): {fix}")
-        time.sleep(0.5)
+    try:
+        wait_for(check, process, timeout_s=timeout_s, interval_s=0.5)
+    except ProcessExited as exited:
+        raise UserError(f"the {what} exited with code {exited.code} as it started: {fix}") from None
+    except Exception as err:  # noqa: BLE001 - any failure to answer means "not up yet"; this is the last one
+        failure = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"the {what} did not answer within {timeout_s:.0f} s ({failure}): {fix}") from None
 
 
 def _host_port(url: str) -> str:

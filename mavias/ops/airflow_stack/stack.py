@@ -29,7 +29,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -53,7 +52,7 @@ from mavias.ops.airflow_stack.services import (
 )
 from mavias.ops.nightly.config import NightlyConfig, config_path, load_nightly_config
 from mavias.utils.atomic import write_json
-from mavias.utils.servers import free_port, wait_until_answering
+from mavias.utils.servers import ProcessExited, free_port, wait_for, wait_until_answering
 
 log = logging.getLogger(__name__)
 
@@ -296,12 +295,21 @@ def _wait_ready(name: str, process: subprocess.Popen, log: Path, offset: int, st
         except RuntimeError as err:
             raise UserError(f"the Airflow api-server did not come up ({str(err).splitlines()[0]}); see {log}") from None
     elif name.startswith("worker-"):
-        deadline = time.monotonic() + timeout_s
-        while not re.search(rb"@\S+ ready\.", log.read_bytes()[offset:]):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise UserError(f"the Celery worker of queue '{name.removeprefix('worker-')}' did not connect to the "
-                                f"broker (see {log}): check that Redis answers, then `mavias airflow up` again")
-            time.sleep(0.5)
+        try:
+            wait_for(lambda: _worker_connected(log, offset), process, timeout_s=timeout_s, interval_s=0.5,
+                     retry_on=WorkerNotConnected)
+        except (ProcessExited, WorkerNotConnected):
+            raise UserError(f"the Celery worker of queue '{name.removeprefix('worker-')}' did not connect to the "
+                            f"broker (see {log}): check that Redis answers, then `mavias airflow up` again") from None
+
+
+class WorkerNotConnected(Exception):
+    """A Celery worker's log does not say it is ready yet."""
+
+
+def _worker_connected(log: Path, offset: int) -> None:
+    if not re.search(rb"@\S+ ready\.", log.read_bytes()[offset:]):
+        raise WorkerNotConnected(str(log))
 
 
 def down(home: Path, *, grace_s: float = STOP_GRACE_S) -> list[str]:

@@ -74,11 +74,11 @@ class Discovered(TypedDict):
     prompts_encoded: int
     judge: str  # discovery.judge: offline or llm
     judge_failure: str | None  # why the offline judge stood in for the LLM tonight
-    decisions: dict[str, dict[str, int]]  # class -> source (judge, cache, fallback, review) -> (class, tag) pairs
+    decisions: dict[str, dict[str, int]]  # class -> DecisionSource -> (class, tag) pairs
 
 
 class Dataset(TypedDict):
-    """``discover.prepare_dataset``: the accumulated training data, prepared once (``training/<digest>/``)."""
+    """``dataset.prepare_dataset``: the accumulated training data, prepared once (``training/<digest>/``)."""
 
     night: str
     digest: str

@@ -34,7 +34,8 @@ from mavias.ops.gates import DEFAULT_GATES_PATH
 from mavias.ops.registry.kubernetes import InferenceServiceRef
 from mavias.ops.validation import ValidationSettings
 from mavias.storage.s3 import ENV_PREFIX as S3_ENV_PREFIX
-from mavias.storage.s3 import S3Settings, check_name
+from mavias.storage.s3 import S3Settings, check_name, environment_settings, folder_prefix
+from mavias.utils.mappings import set_nested
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")
 CONFIG_ENV = "MAVIAS_NIGHTLY_CONFIG"
@@ -119,7 +120,7 @@ class EvaluationSection(_Section):
     @field_validator("prefix")
     @classmethod
     def _folder(cls, value: str) -> str:
-        return value.strip("/") + "/"
+        return folder_prefix(value)
 
     @field_validator("version")
     @classmethod
@@ -216,25 +217,11 @@ class NightlyConfig(_Section):
         return check_name("model name", value)
 
 
-def _set_dotted(data: dict, keys: list[str], value: Any) -> None:
-    node = data
-    for key in keys[:-1]:
-        child = node.get(key)
-        node[key] = child = dict(child) if isinstance(child, dict) else {}
-        node = child
-    node[keys[-1]] = value
-
-
 def _apply_environment(data: dict, environ: Mapping[str, str]) -> dict:
-    data = dict(data)
     for name, raw in sorted(environ.items()):
         if name.startswith(OVERRIDE_PREFIX):
-            _set_dotted(data, name[len(OVERRIDE_PREFIX) :].lower().split("__"), yaml.safe_load(raw))
-    s3 = dict(data.get("s3") or {})
-    for field in S3Settings.model_fields:
-        if f"{S3_ENV_PREFIX}{field.upper()}" in environ:
-            s3[field] = environ[f"{S3_ENV_PREFIX}{field.upper()}"]
-    return data | {"s3": s3}
+            data = set_nested(data, name[len(OVERRIDE_PREFIX) :].lower().split("__"), yaml.safe_load(raw))
+    return data | {"s3": dict(data.get("s3") or {}) | environment_settings(environ)}
 
 
 def _absolute_paths(data: dict, base: Path) -> dict:
@@ -245,7 +232,7 @@ def _absolute_paths(data: dict, base: Path) -> dict:
         value = node.get(keys[-1])
         if value is not None:
             path = Path(str(value)).expanduser()
-            _set_dotted(data, list(keys), path if path.is_absolute() else base / path)
+            data = set_nested(data, keys, path if path.is_absolute() else base / path)
     return data
 
 

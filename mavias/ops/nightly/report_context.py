@@ -154,7 +154,7 @@ def validation_examples(results: NightResults, biased: pd.DataFrame) -> dict[str
 def decision_sources(relevance: pd.DataFrame | None, tonight: Mapping[str, Mapping[str, int]]) -> pd.DataFrame:
     """Per class, who made the decisions the night trained on (the LLM, the offline judge, a human review, the rule
     that a class's own name is relevant: the relevance table's ``source``) and where tonight's discovery took its
-    decisions from (:data:`SOURCES`)."""
+    decisions from (:data:`~mavias.core.judging.guarded.DecisionSource`)."""
     rows: dict[str, dict[str, int]] = {}
     if relevance is not None:
         kind = relevance["source"].map(_decider)

@@ -3,7 +3,6 @@ see :mod:`mavias.ops.validation.partition` for the checks and :mod:`mavias.ops.v
 
 from mavias.ops.validation.bounds import ValidationSettings
 from mavias.ops.validation.checks import CheckResult, ValidationResult
-from mavias.ops.validation.partition import class_distribution_distance, validate_manifest_file, validate_partition
+from mavias.ops.validation.partition import validate_manifest_file, validate_partition
 
-__all__ = ["CheckResult", "ValidationResult", "ValidationSettings", "class_distribution_distance",
-           "validate_manifest_file", "validate_partition"]
+__all__ = ["CheckResult", "ValidationResult", "ValidationSettings", "validate_manifest_file", "validate_partition"]

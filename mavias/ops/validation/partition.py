@@ -116,15 +116,6 @@ def _check_from_ge(name: str, result: Any) -> CheckResult:
     return CheckResult(name, result.success, observed, minimum, details)
 
 
-def class_distribution_distance(labels: pd.Series, accumulated_class_counts: Mapping[str, int]) -> float:
-    """Total variation distance between the label distribution of ``labels`` and the accumulated counts."""
-    p = labels.value_counts(normalize=True)
-    q = pd.Series(accumulated_class_counts, dtype=float)
-    q = q / q.sum()
-    classes = p.index.union(q.index)
-    return float(0.5 * (p.reindex(classes, fill_value=0) - q.reindex(classes, fill_value=0)).abs().sum())
-
-
 def validate_partition(
     manifest_df: pd.DataFrame,
     manifest_dir: str | Path,

@@ -1,6 +1,3 @@
-import json
-
-import pandas as pd
 import pytest
 
 from mavias.core.evaluate import (
@@ -8,7 +5,6 @@ from mavias.core.evaluate import (
     evaluation_report,
     unbiased_accuracy,
     urbancars_metrics,
-    write_evaluation,
 )
 
 
@@ -82,7 +78,7 @@ def test_urbancars_requires_every_group_weight(urbancars_pred):
         urbancars_metrics(urbancars_pred, "bg", "co", {(True,): 1.0})
 
 
-def test_evaluation_report_and_write(tmp_path, predictions):
+def test_evaluation_report(predictions):
     pred = predictions((30, 27, {"g": "a"}), (10, 5, {"g": "b"}), (40, 20, {"g": "c"}))
     metrics, groups = evaluation_report(pred, "g", train_proportions={"a": 2, "b": 1, "c": 1}, n_boot=100)
     assert metrics["accuracy"] == pytest.approx(52 / 80)
@@ -90,15 +86,4 @@ def test_evaluation_report_and_write(tmp_path, predictions):
     assert metrics["small_groups"] == ["b"]
     assert metrics["weighted_average_accuracy"] == pytest.approx((2 * 0.9 + 0.5 + 0.5) / 4)
     assert metrics["average_accuracy"] == pytest.approx((0.9 + 0.5 + 0.5) / 3)
-
-    out = write_evaluation(tmp_path / "eval", metrics, groups)
-    assert sorted(p.name for p in out.iterdir()) == ["groups.csv", "metrics.json"]
-    assert json.loads((out / "metrics.json").read_text()) == metrics
-    pd.testing.assert_frame_equal(pd.read_csv(out / "groups.csv"), groups, check_dtype=False)
-
-
-def test_write_evaluation_refuses_non_json_metrics(tmp_path, predictions):
-    _, groups = evaluation_report(predictions((20, 10, {"g": "a"})), "g", n_boot=10)
-    with pytest.raises(ValueError):
-        write_evaluation(tmp_path, {"accuracy": float("nan")}, groups)
-    assert list(tmp_path.iterdir()) == []
+    assert sorted(groups["group"]) == ["a", "b", "c"]

@@ -24,7 +24,7 @@ PREDICTED = table([("a", "t1", True), ("a", "t2", False), ("a", "t3", True), ("a
 def test_micro_and_per_class_scores_by_hand():
     evaluation = evaluate_relevance(PREDICTED, TRUTH)
     # pairs: TP a/t1 b/t1; FP a/t3 b/t5; FN a/t2; the extra predicted pair is not in the ground truth
-    assert evaluation.overall == Scores(true_positives=2, false_positives=2, false_negatives=1, pairs=6)
+    assert evaluation.overall == Scores(true_positives=2, false_positives=2, false_negatives=1)
     assert evaluation.overall.precision == pytest.approx(0.5)
     assert evaluation.overall.recall == pytest.approx(2 / 3)
     assert evaluation.overall.f1 == pytest.approx(4 / 7)
@@ -34,7 +34,7 @@ def test_micro_and_per_class_scores_by_hand():
 
 
 def test_empty_ratios_are_zero():
-    assert Scores(0, 0, 0, 3).precision == Scores(0, 0, 0, 3).recall == Scores(0, 0, 0, 3).f1 == 0.0
+    assert Scores(0, 0, 0).precision == Scores(0, 0, 0).recall == Scores(0, 0, 0).f1 == 0.0
 
 
 def test_a_ground_truth_pair_without_prediction_is_an_error():

@@ -12,7 +12,6 @@ from mavias.ops.nightly.ingest import quarantine_partition
 from mavias.ops.nightly.pull import pull_partition
 from mavias.ops.validation import (
     ValidationSettings,
-    class_distribution_distance,
     validate_manifest_file,
     validate_partition,
 )
@@ -135,13 +134,6 @@ def test_a_partition_missing_a_class_is_accepted_unless_the_config_forbids_it(tm
     strict = ValidationSettings(allow_missing_classes=False)
     refused = validate_partition(manifest, tmp_path, CLASSES, accumulated, strict)
     assert _failed(refused) == ["class_balance_drift"] and "lacks class(es) dog;" in refused.summary()
-
-
-def test_total_variation_distance():
-    import pandas as pd
-
-    assert class_distribution_distance(pd.Series(["a", "a", "b", "b"]), {"a": 1, "b": 1}) == 0
-    assert class_distribution_distance(pd.Series(["c"]), {"a": 3, "b": 1}) == 1
 
 
 def test_nightly_intake_quarantines_bad_partitions_and_processes_the_rest(s3_client, s3_settings, tmp_path):
