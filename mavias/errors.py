@@ -117,7 +117,17 @@ def as_user_error(error: BaseException) -> UserError | None:
                          hint="fix the setting named above where it is set (config file, option or environment)")
     if isinstance(error, yaml.YAMLError):
         return UserError(f"not valid YAML: {error}".replace("\n", " "))
-    if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError)) and error.filename:
-        kind = {FileNotFoundError: "does not exist", IsADirectoryError: "is a folder, not a file"}
-        return UserError(f"{error.filename} {kind.get(type(error), 'is not a folder')}", hint="check the path")
+    if isinstance(error, tuple(PATH_MISTAKES)) and error.filename:
+        what, hint = PATH_MISTAKES[type(error)]
+        return UserError(f"{error.filename} {what}", hint=hint)
     return None
+
+
+PATH_MISTAKES: dict[type[OSError], tuple[str, str]] = {
+    FileNotFoundError: ("does not exist", "check the path"),
+    IsADirectoryError: ("is a folder, not a file", "check the path"),
+    NotADirectoryError: ("is not a folder", "check the path: a file stands where a folder is needed"),
+    FileExistsError: ("already exists and is in the way", "choose another path, or move it away"),
+    PermissionError: ("cannot be used: permission denied", "choose a path this user may read and write, or fix its "
+                                                             "permissions"),
+}

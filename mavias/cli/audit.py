@@ -28,6 +28,7 @@ from mavias.cli.options import (
     console,
     parse_overrides,
     warn,
+    writable,
 )
 from mavias.cli.train import summary_table
 from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
@@ -40,7 +41,8 @@ from mavias.core.tagging.factory import TaggerSettings
 def audit_command(
     path: Annotated[Path, typer.Argument(help="a folder of images (<class>/ sub-folders, or train/ val/ test/ above "
                                               "them), a published dataset's folder, or a manifest")],
-    out: Annotated[Path, typer.Option("--out", help="audit folder (resumes an audit of the same inputs)")],
+    out: Annotated[Path, typer.Option("--out", help="audit folder (resumes an audit of the same inputs)",
+                                                callback=writable)],
     tags: Annotated[Path | None, typer.Option("--tags", help="tags sidecar: CSV image,tags ('a;b', image relative to "
                                                              "PATH) or Parquet with a list column tags")] = None,
     min_support: MinSupport = MIN_SUPPORT,

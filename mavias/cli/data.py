@@ -20,6 +20,7 @@ from mavias.cli.options import (
     TaggerQualityOption,
     TagsOption,
     discovery_sources,
+    writable,
 )
 from mavias.core.datasets.base import ImportResult, check_out_dir, write_import
 from mavias.core.datasets.celeba import import_celeba
@@ -40,7 +41,7 @@ import_app = typer.Typer(help="Import a dataset from its folder layout into a ma
 app.add_typer(make_app, name="make")
 app.add_typer(import_app, name="import")
 
-OutOption = Annotated[Path, typer.Option("--out", help="output folder")]
+OutOption = Annotated[Path, typer.Option("--out", help="output folder", callback=writable)]
 SeedOption = Annotated[int | None, typer.Option(help="random seed")]
 
 
@@ -167,7 +168,8 @@ def two_moons_3d(
 # -- mavias data import ------------------------------------------------------------------------------------------------
 
 Root = Annotated[Path, typer.Argument(help="the dataset's root folder (only read, never written)")]
-Out = Annotated[Path, typer.Option("--out", help="output folder for manifest.parquet, dataset.json, quarantine.csv")]
+Out = Annotated[Path, typer.Option("--out", help="output folder for manifest.parquet, dataset.json, quarantine.csv",
+                                   callback=writable)]
 SplitFrom = Annotated[bool, typer.Option("--split-from", help="take splits from train/ val/ test/ sub-folders")]
 Seed = Annotated[int, typer.Option("--seed", help="seed of the stratified split / subsampling")]
 Val = Annotated[float, typer.Option("--val", help="validation fraction of the stratified split")]

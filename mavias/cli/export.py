@@ -8,13 +8,14 @@ from typing import Annotated
 
 import typer
 
-from mavias.cli.options import run_checkpoint
+from mavias.cli.options import run_checkpoint, writable
 from mavias.errors import UserError
 from mavias.ops.registry.model_card import CARD_NAME
 
 
 def export_command(
-    out: Annotated[Path, typer.Option("--out", help="ONNX file to write; model_card.json is written beside it")],
+    out: Annotated[Path, typer.Option("--out", help="ONNX file to write; model_card.json is written beside it",
+                                                callback=writable)],
     run: Annotated[Path | None, typer.Option("--run", help="run folder of `mavias train`")] = None,
     checkpoint: Annotated[Path | None, typer.Option("--checkpoint",
                                                     help="a best_*.pt or last.pt instead of --run")] = None,

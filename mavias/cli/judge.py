@@ -26,6 +26,7 @@ from mavias.cli.options import (
     SystemInUser,
     console,
     warn,
+    writable,
 )
 from mavias.core.judging.base import BATCH_SIZE, JudgeStats, RelevanceJudge
 from mavias.core.judging.cache import DecisionCache, decide_all
@@ -41,6 +42,7 @@ from mavias.core.judging.quality import (
 from mavias.core.judging.review import apply_review, export_review, load_review
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import load_relevance, save_relevance
+from mavias.core.tagging.base import read_tags
 
 REALWORLD = ("realworld-dev", "realworld-heldout", "realworld-unseen", "realworld-blind")
 IMAGE_BENCHMARKS = ("synthetic-scenes", "three-cue-scenes", "shape-colours", "shape-textures", "digit-backgrounds")
@@ -95,7 +97,7 @@ def tags_by_class(manifest: Path, tags: Path | None = None) -> dict[str, set[str
     """Every tag seen on each class's images: the manifest's ``tags`` column, or a tags table joined on sample_id."""
     samples = load_manifest(manifest, check_files=False)
     if tags is not None:
-        pairs = pd.read_parquet(tags, columns=["sample_id", "tag"]).merge(
+        pairs = read_tags(tags)[["sample_id", "tag"]].merge(
             samples[["sample_id", "label"]], on="sample_id"
         )
     elif "tags" in samples.columns:
@@ -135,7 +137,7 @@ def run(
         str | None, typer.Option(help="comma-separated classes: judge a whole vocabulary instead")
     ] = None,
     vocabulary: Annotated[Path | None, typer.Option(help="vocabulary for --classes (default: built-in)")] = None,
-    out: Annotated[Path, typer.Option(help="relevance table to write")] = Path("relevance.parquet"),
+    out: Annotated[Path, typer.Option(help="relevance table to write", callback=writable)] = Path("relevance.parquet"),
     judge: JudgeKind = "offline",
     base_url: LlmBaseUrl = DEFAULT_BASE_URL,
     llm_model: LlmModel = DEFAULT_LLM_MODEL,
@@ -172,7 +174,9 @@ def run(
 @app.command("export-review")
 def export_review_command(
     relevance: Annotated[Path, typer.Argument(help="relevance table (from `mavias judge run`)")],
-    out: Annotated[Path, typer.Option(help="reviewed-decisions YAML to write")] = Path("review.yaml"),
+    out: Annotated[Path, typer.Option(help="reviewed-decisions YAML to write", callback=writable)] = Path(
+        "review.yaml"
+    ),
 ) -> None:
     """Write the current decisions as a reviewed-decisions YAML for a person to edit (then pass it as --review)."""
     export_review(load_relevance(relevance), out)

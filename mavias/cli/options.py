@@ -4,6 +4,7 @@ into the library's settings. Nothing here imports torch: a command's ``--help`` 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -22,6 +23,23 @@ if TYPE_CHECKING:
     from mavias.core.train.prepare import PreparedData
 
 console = make_console()
+
+
+
+def writable(path: Path | None) -> Path | None:
+    """An output path the command can create: checked as the option is read, before any work that a late
+    failure to write would waste."""
+    if path is None:
+        return None
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
+    if existing != path and not existing.is_dir():
+        raise typer.BadParameter(f"{existing} is a file, so {path} cannot be made inside it; choose another path")
+    folder = existing if existing.is_dir() else existing.parent
+    if not os.access(folder, os.W_OK):
+        raise typer.BadParameter(f"{folder} cannot be written to by this user; choose another path, or fix its "
+                                 "permissions")
+    return path
+
 
 # --- data ------------------------------------------------------------------------------------------------------
 Manifest = Annotated[Path, typer.Option("--manifest", help="dataset manifest (.parquet or .csv)", exists=True)]

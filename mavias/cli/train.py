@@ -24,6 +24,7 @@ from mavias.cli.options import (
     prepare_data,
     run_checkpoint,
     warn,
+    writable,
 )
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
@@ -34,7 +35,8 @@ from mavias.core.train.config import load_config
 def train(
     manifest: Manifest,
     relevance: Relevance,
-    out: Annotated[Path, typer.Option("--out", help="run folder (resumes if it holds a checkpoint)")],
+    out: Annotated[Path, typer.Option("--out", help="run folder (resumes if it holds a checkpoint)",
+                                                callback=writable)],
     config: ConfigFile = None,
     preset: Preset = None,
     set_: Overrides = [],
@@ -83,7 +85,8 @@ def evaluate(
     tags: Tags = None,
     group_attrs: GroupAttrs = "",
     workspace: Workspace = Path(".mavias"),
-    out: Annotated[Path | None, typer.Option("--out", help="output folder; default RUN/eval-SPLIT-CRITERION")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="output folder; default RUN/eval-SPLIT-CRITERION",
+                                                       callback=writable)] = None,
     min_support: MinSupport = MIN_SUPPORT,
 ) -> None:
     """Evaluate a run: the label-free (open-set) worst group under the reference's B', the closed-set one beside it

@@ -21,6 +21,7 @@ from mavias.cli.options import (
     console,
     parse_overrides,
     prepare_data,
+    writable,
 )
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.train.config import load_config
@@ -29,7 +30,8 @@ from mavias.core.train.config import load_config
 def tune_command(
     manifest: Manifest,
     relevance: Relevance,
-    out: Annotated[Path, typer.Option("--out", help="search folder (study.db, trials/, trials.csv, best/); resumes")],
+    out: Annotated[Path, typer.Option("--out", help="search folder (study.db, trials/, trials.csv, best/); resumes",
+                                                callback=writable)],
     reference: Annotated[Path | None, typer.Option(
         "--reference", help="ERM reference run folder: its biased tags B' form the validation groups of the criterion "
         "(without it the criterion is the balanced validation accuracy)", exists=True)] = None,

@@ -27,7 +27,8 @@ def validate_relevance(table: pd.DataFrame) -> pd.DataFrame:
             f"relevance table lacks column(s) {missing}; add them (expected columns: {', '.join(RELEVANCE_COLUMNS)})"
         )
     table = table[RELEVANCE_COLUMNS].copy()
-    table["relevant"] = table["relevant"].astype(bool)
+    if table["relevant"].dtype != bool:  # "false" as text is truthy to astype(bool): read the words instead
+        table["relevant"] = _parse_flags(table["relevant"], "relevance table")
     dup = table.duplicated(["class", "tag"], keep=False)
     if dup.any():
         pairs = table.loc[dup, ["class", "tag"]].drop_duplicates().head(3).values.tolist()
@@ -35,20 +36,23 @@ def validate_relevance(table: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def _parse_flags(values: pd.Series, path: Path) -> pd.Series:
-    words = values.astype(str).str.strip().str.lower()
+def _parse_flags(values: pd.Series, source: Path | str) -> pd.Series:
+    if pd.api.types.is_numeric_dtype(values) and values.isin([0, 1]).all():
+        return values.astype(bool)
+    words = values.astype(str).str.strip().str.lower().where(values.notna(), "")
     bad = ~words.isin(TRUE_WORDS | FALSE_WORDS)
     if bad.any():
         rows = [str(i + 1) for i in values.index[bad]]  # data rows counted from 1 under the header
         shown = ", ".join(rows[:5]) + (f" and {len(rows) - 5} more" if len(rows) > 5 else "")
-        raise RelevanceError(f"{path}: column 'relevant' holds {sorted(set(values[bad].str.strip()))[:5]} on data "
+        held = sorted({str(v).strip() for v in values[bad]})[:5]
+        raise RelevanceError(f"{source}: column 'relevant' holds {held} on data "
                              f"row(s) {shown}; write true/false (or 1/0)")
     return words.isin(TRUE_WORDS)
 
 
 def read_relevance_table(path: Path) -> pd.DataFrame:
     table = read_parquet_or_csv(path, what="relevance table", error=RelevanceError)
-    if path.suffix == ".csv" and "relevant" in table.columns:
+    if "relevant" in table.columns and table["relevant"].dtype != bool:
         table["relevant"] = _parse_flags(table["relevant"], path)
     return table
 

@@ -249,3 +249,29 @@ def test_a_file_that_is_not_a_tags_table(photos):
     fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),
                   "--tags", tmp_path / "ds" / "manifest.parquet", "--out", tmp_path / "run",
                   expect="is not a tags table: it lacks the column(s) tag, score")
+
+
+@pytest.mark.parametrize("tags", ["tags.csv", "no-such.parquet", "."])
+def test_a_tags_table_that_cannot_be_read_is_named(photos, tags):
+    tmp_path, _ = photos
+    (tmp_path / "tags.csv").write_text("sample_id,tag,score\na,grass,1.0\n")
+    expect = {"tags.csv": "cannot be read as Parquet", "no-such.parquet": "does not exist", ".": "is a folder"}[tags]
+    fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),
+                  "--tags", tmp_path / tags, "--out", tmp_path / "run", expect=expect)
+
+
+def test_an_output_inside_a_file_is_refused_before_any_work(files):
+    result = runner.invoke(app, ["judge", "export-review", str(files / "truth.csv"), "--out",
+                                 str(files / "notes.txt" / "review.yaml")], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "notes.txt is a file, so" in result.output and "choose another path" in result.output
+
+
+@pytest.mark.parametrize(("error", "expect"), [
+    (PermissionError(13, "Permission denied", "/srv/out"), "/srv/out cannot be used: permission denied"),
+    (FileExistsError(17, "File exists", "photos/cat/0.png"), "photos/cat/0.png already exists and is in the way"),
+])
+def test_a_path_the_system_refuses_is_a_readable_mistake(error, expect):
+    from mavias.errors import as_user_error
+
+    assert str(as_user_error(error)).startswith(expect)

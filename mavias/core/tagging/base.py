@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 from PIL import Image
 
 from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
+from mavias.utils.tables import parquet_columns, read_parquet
 
 if TYPE_CHECKING:
     import torch
@@ -70,12 +70,12 @@ def write_tags(df: pd.DataFrame, path: str | Path) -> Path:
 
 def read_tags(path: str | Path) -> pd.DataFrame:
     """A tags table (``mavias tag`` / ``mavias discover`` output); a file of another kind is a readable error."""
-    names = pq.read_schema(path).names
+    names = parquet_columns(Path(path), what="tags table")
     if missing := [column for column in TAGS_COLUMNS if column not in names]:
         raise UserError(f"{path} is not a tags table: it lacks the column(s) {', '.join(missing)} (it has: "
                         f"{', '.join(names)})", hint="pass the tags.parquet that `mavias tag` or `mavias discover` "
                                                      "wrote")
-    return pd.read_parquet(path, columns=TAGS_COLUMNS)
+    return read_parquet(Path(path), what="tags table", columns=TAGS_COLUMNS)
 
 
 def tag_lists(tags: pd.DataFrame, sample_ids: Sequence[str]) -> pd.Series:
