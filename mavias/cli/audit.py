@@ -10,6 +10,7 @@ import typer
 from mavias.cli.options import (
     AllowDownload,
     ConfigFile,
+    Device,
     JudgeKind,
     LlmBaseUrl,
     LlmMaxRetries,
@@ -66,7 +67,7 @@ def audit_command(
     preset: Preset = None,
     set_: Overrides = [],
     gates: Annotated[Path | None, typer.Option("--gates", help="quality-gate YAML (default: the shipped one)")] = None,
-    device: Annotated[str, typer.Option(help="auto (GPU when present), cpu, cuda")] = "auto",
+    device: Device = "auto",
     name: Annotated[str | None, typer.Option(help="the model's name (default: the data folder's)")] = None,
 ) -> None:
     """Audit your own images in one command: import, tag, judge, ERM reference, MAVias, evaluate, export and the HTML

@@ -67,7 +67,7 @@ def discover(
     encoder: EncoderSpec = MINILM,
     mode: EncodeMode = "collective",
     device: Device = "auto",
-    num_shards: Annotated[int, typer.Option(help="tagging shards (each committed atomically)")] = DEFAULT_NUM_SHARDS,
+    num_shards: Annotated[int, typer.Option(help="tagging shards (each committed atomically)", min=1)] = DEFAULT_NUM_SHARDS,
     batch_size: ImageBatchSize = 32,
     workers: Workers = 2,
     cache_dir: CacheDir = None,

@@ -67,12 +67,26 @@ Pretrained = Annotated[str, typer.Option(
 VocabularyPath = Annotated[Path | None, typer.Option("--vocabulary", help="tag vocabulary file (default: built-in)")]
 Threshold = Annotated[float, typer.Option(help="keep tags with probability >= threshold x uniform (1/|vocabulary|)")]
 TopK = Annotated[int, typer.Option("--top-k", help="at most this many tags per image")]
-Device = Annotated[str, typer.Option(help="auto (GPU when present), cpu, cuda, cuda:1, ...")]
+
+
+def available_device(name: str) -> str:
+    """``--device``, checked as it is read (torch is imported only for a GPU asked for by name)."""
+    if name not in ("auto", "cpu"):
+        from mavias.core.devices import choose_device
+
+        try:
+            choose_device(name)
+        except UserError as error:
+            raise typer.BadParameter(str(error)) from None
+    return name
+
+
+Device = Annotated[str, typer.Option(help="auto (GPU when present), cpu, cuda, cuda:1, ...", callback=available_device)]
 CacheDir = Annotated[Path | None, typer.Option(help="cache of vocabulary embeddings (default ~/.cache/mavias)")]
 WeightsDir = Annotated[str | None, typer.Option(help="open_clip / Hugging Face weights cache folder")]
 AllowDownload = Annotated[bool, typer.Option(help="allow downloading weights (default: offline, local cache only)")]
-ImageBatchSize = Annotated[int, typer.Option(help="images per batch")]
-Workers = Annotated[int, typer.Option(help="data-loading worker processes")]
+ImageBatchSize = Annotated[int, typer.Option(help="images per batch", min=1)]
+Workers = Annotated[int, typer.Option(help="data-loading worker processes", min=0)]
 
 # --- the relevance judge ---------------------------------------------------------------------------------------
 JudgeKind = Annotated[str, typer.Option("--judge", help="offline (WordNet + MiniLM, no network) or llm")]

@@ -46,7 +46,7 @@ def tag(
     top_k: TopK = TAG_TOP_K,
     device: Device = "auto",
     shard: Annotated[str | None, typer.Option(help="tag only shard i/n (several workers split one partition)")] = None,
-    num_shards: Annotated[int, typer.Option(help="shards when --shard is not given")] = DEFAULT_NUM_SHARDS,
+    num_shards: Annotated[int, typer.Option(help="shards when --shard is not given", min=1)] = DEFAULT_NUM_SHARDS,
     store: Annotated[Path | None, typer.Option(help="folder of earlier partitions' tag outputs to reuse")] = None,
     batch_size: ImageBatchSize = 32,
     workers: Workers = 2,

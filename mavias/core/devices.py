@@ -3,16 +3,25 @@ it computes natively."""
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from mavias.errors import UserError
 
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")
+
 
 def choose_device(name: str = "auto") -> torch.device:
+    if not DEVICE_NAME.fullmatch(name):
+        raise UserError(f"unknown device {name!r}", hint="use auto (a GPU when present), cpu, cuda or cuda:N")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"device {name!r} was asked for but no CUDA device is available", hint="use auto or cpu")
+    if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
+        raise UserError(f"device {name!r} was asked for but this machine has {torch.cuda.device_count()} CUDA "
+                        "device(s), numbered from 0", hint="use auto, cuda or a number that exists")
     return torch.device(name)
 
 

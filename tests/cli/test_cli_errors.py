@@ -275,3 +275,34 @@ def test_a_path_the_system_refuses_is_a_readable_mistake(error, expect):
     from mavias.errors import as_user_error
 
     assert str(as_user_error(error)).startswith(expect)
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (["--shard", "3/2"], "shards count from 0"),
+    (["--shard", "abc"], "--shard must look like i/n"),
+    (["--num-shards", "0"], "Invalid value for '--num-shards'"),
+    (["--batch-size", "0"], "Invalid value for '--batch-size'"),
+    (["--device", "gpu"], "unknown device 'gpu'; use auto (a GPU when present), cpu, cuda or cuda:N"),
+])
+def test_bad_tagging_options_are_named(photos, args, expect):
+    tmp_path, _ = photos
+    result = runner.invoke(app, ["tag", "--manifest", str(tmp_path / "ds" / "manifest.parquet"), "--out",
+                                 str(tmp_path / "tags"), "--tagger", "manifest", *args], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert expect in " ".join(result.output.replace("│", " ").split())
+
+
+def test_a_manifest_tagger_without_tags_says_where_tags_come_from(photos):
+    tmp_path, _ = photos
+    fails_cleanly("tag", "--manifest", tmp_path / "ds" / "manifest.parquet", "--out", tmp_path / "tags",
+                  "--tagger", "manifest", expect="the manifest has no 'tags' column; use an image tagger")
+
+
+@pytest.mark.parametrize("column", ["label", "uri"])
+def test_a_manifest_with_a_missing_value_names_the_column(tmp_path, column):
+    manifest = pd.DataFrame({"sample_id": ["a", "b"], "uri": ["1.png", "2.png"], "label": ["cat", "dog"],
+                             "split": ["train", "val"]})
+    manifest.loc[0, column] = None
+    manifest.to_parquet(tmp_path / "manifest.parquet")
+    fails_cleanly("train", "--manifest", tmp_path / "manifest.parquet", "--relevance", files_truth(tmp_path),
+                  "--out", tmp_path / "run", expect=f"1 row(s) with an empty '{column}'")

@@ -59,8 +59,8 @@ def validate_manifest(
         raise ManifestError("manifest has no rows")
     df = df.copy()
     for col in REQUIRED_COLUMNS:
+        blank = df[col].isna() | (df[col].astype(str).str.strip() == "")
         df[col] = df[col].astype(str)
-        blank = df[col].str.strip() == ""
         if blank.any():
             problems.append(f"{int(blank.sum())} row(s) with an empty {col!r}")
     bad_split = ~df["split"].isin(allowed)

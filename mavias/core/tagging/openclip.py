@@ -22,6 +22,7 @@ from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.core.encode.openclip import OpenClip
 from mavias.core.tagging.base import ScoredTags, TagBatch
 from mavias.core.tagging.defaults import TAG_THRESHOLD, TAG_TOP_K
+from mavias.core.tagging.vocabulary import VocabularyError
 from mavias.utils.atomic import atomic_path
 
 TAG_PROMPT = "a photo of a {}"
@@ -56,7 +57,7 @@ class OpenClipTagger:
             vocabulary = load_vocabulary()
         self.vocabulary = sorted({t.strip().lower() for t in vocabulary if t.strip()})
         if not self.vocabulary:
-            raise ValueError("the tag vocabulary is empty")
+            raise VocabularyError("the tag vocabulary is empty: give --vocabulary a file with one tag per line")
         self.threshold = threshold
         self.top_k = top_k
         self.clip = clip or OpenClip(

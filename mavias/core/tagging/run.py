@@ -35,6 +35,7 @@ from mavias.core.tagging.base import (
 )
 from mavias.core.tagging.defaults import DEFAULT_NUM_SHARDS
 from mavias.core.tagging.shards import missing_shards, shard_of, shard_paths
+from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path
 from mavias.utils.csvfile import write_csv
 from mavias.utils.progress import progress_bar
@@ -150,7 +151,7 @@ def _run_tagger(
 def _check_tagger(samples_path: Path, tagger_id: str) -> None:
     found = set(pd.read_parquet(samples_path, columns=["tagger_id"])["tagger_id"])
     if found - {tagger_id}:
-        raise ValueError(
+        raise UserError(
             f"{samples_path.parent} holds tags of another tagger ({sorted(found)}), not {tagger_id}: "
             "write each tagger's output to its own folder"
         )

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from mavias.errors import UserError
+
 
 def shard_of(sample_id: str, num_shards: int) -> int:
     """Deterministic shard of a sample: independent of row order, stable across runs and machines."""
@@ -23,9 +25,9 @@ def parse_shard(text: str) -> tuple[int, int]:
     try:
         index, num_shards = (int(part) for part in text.split("/"))
     except ValueError:
-        raise ValueError(f"shard must look like i/n (e.g. 0/4), got {text!r}") from None
+        raise UserError(f"--shard must look like i/n (e.g. 0/4), got {text!r}") from None
     if not 0 <= index < num_shards:
-        raise ValueError(f"shard {text!r}: need 0 <= i < n")
+        raise UserError(f"--shard {text!r}: the shard i of n needs 0 <= i < n (shards count from 0, e.g. 0/4 to 3/4)")
     return index, num_shards
 
 

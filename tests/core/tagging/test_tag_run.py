@@ -16,6 +16,7 @@ from mavias.core.tagging.run import (
     tag_partition,
 )
 from mavias.core.tagging.shards import shard_of, shard_paths
+from mavias.errors import UserError
 
 
 def _manifest(path):
@@ -73,7 +74,7 @@ def test_another_tagger_never_reuses_a_folder(clip, scenes_manifest, vocabulary,
     df = _manifest(scenes_manifest).head(2)
     tag_partition(df, scenes_manifest.parent, ManifestTagger(), tmp_path, num_shards=1, progress=False)
     other = OpenClipTagger(clip=clip, vocabulary=vocabulary, cache_dir=vocab_cache)
-    with pytest.raises(ValueError, match="another tagger"):
+    with pytest.raises(UserError, match="another tagger"):
         tag_partition(df, scenes_manifest.parent, other, tmp_path, num_shards=1, progress=False)
 
 
