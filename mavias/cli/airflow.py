@@ -21,14 +21,16 @@ def up(
     home: HomeOption = Path("airflow-home"),
     config: Annotated[Path | None, typer.Option("--config", "-c", envvar="MAVIAS_NIGHTLY_CONFIG", exists=True,
                                                 dir_okay=False, help="Nightly config YAML.")] = None,
-    port: Annotated[int, typer.Option(help="Port of the API server and UI on 127.0.0.1.")] = 8080,
+    port: Annotated[int, typer.Option(help="Port of the API server and UI on 127.0.0.1.", min=1, max=65535)] = 8080,
     smtp_host: Annotated[str | None, typer.Option(help="SMTP server for the report email (no TLS).")] = None,
-    smtp_port: Annotated[int, typer.Option(help="Its port.")] = 25,
+    smtp_port: Annotated[int, typer.Option(help="Its port.", min=1, max=65535)] = 25,
     executor: Annotated[local_airflow.Executor, typer.Option(
         help="local: LocalExecutor on SQLite; celery: CeleryExecutor, PostgreSQL, Redis, a default and a gpu worker."
     )] = "local",
-    db_port: Annotated[int | None, typer.Option(help="celery: port of its PostgreSQL (default: a free one).")] = None,
-    broker_port: Annotated[int | None, typer.Option(help="celery: port of its Redis (default: a free one).")] = None,
+    db_port: Annotated[int | None, typer.Option(help="celery: port of its PostgreSQL (default: a free one).", min=1,
+                                                    max=65535)] = None,
+    broker_port: Annotated[int | None, typer.Option(help="celery: port of its Redis (default: a free one).", min=1,
+                                                        max=65535)] = None,
     database_url: Annotated[str | None, typer.Option(
         envvar="MAVIAS_AIRFLOW_DATABASE_URL", help="celery: a running PostgreSQL (postgresql://user:pw@host:port/db) "
         "instead of starting one.")] = None,

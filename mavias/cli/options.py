@@ -156,11 +156,11 @@ def run_checkpoint(run: Path, criterion: str | None) -> Path:
     from mavias.core.train.config import load_config
 
     if not run.is_dir():
-        raise UserError(f"{run} is not a run folder", hint="pass the --out folder of `mavias train`, or --checkpoint PATH")
+        raise UserError(f"{run} is not a run folder", hint="pass the --out folder of `mavias train`")
     if criterion is None:
         if not (run / "config.yaml").is_file():
             raise UserError(f"{run} holds no config.yaml",
-                            hint=f"pass --criterion {'|'.join(CRITERIA)} or --checkpoint PATH")
+                            hint=f"pass --criterion {'|'.join(CRITERIA)}")
         criterion = load_config(run / "config.yaml").selection
     checkpoint = best_checkpoint(run, criterion)
     if not checkpoint.is_file():

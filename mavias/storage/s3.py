@@ -107,6 +107,13 @@ class S3Settings(BaseModel):
     step_deadline_s: float = Field(default=900.0, gt=0, description="the most one nightly step waits on the store in "
                                    "all, every request and retry together; then it stops with a clear message")
 
+    @field_validator("endpoint_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"https?://[^/\s]+", value):
+            raise ValueError("must be a URL with its scheme, e.g. http://127.0.0.1:9000")
+        return value
+
     @field_validator("incoming_prefix", "models_prefix", "state_prefix", "quarantine_prefix")
     @classmethod
     def _folder(cls, value: str) -> str:
@@ -130,7 +137,11 @@ def load_settings(config: str | Path | None = None, environ: Mapping[str, str] =
     values: dict[str, Any] = {}
     if config is not None:
         data = yaml.safe_load(Path(config).read_text()) or {}
-        values.update(data.get("s3", data))
+        section = data.get("s3", data) if isinstance(data, dict) else None
+        if not isinstance(section, dict):
+            raise UserError(f"{config} must be a mapping of S3 settings (at its top level or under s3:)",
+                            hint="write e.g. `s3: {bucket: models, endpoint_url: http://127.0.0.1:9000}`")
+        values.update(section)
     values.update(environment_settings(environ))
     try:
         return S3Settings.model_validate(values)

@@ -306,3 +306,30 @@ def test_a_manifest_with_a_missing_value_names_the_column(tmp_path, column):
     manifest.to_parquet(tmp_path / "manifest.parquet")
     fails_cleanly("train", "--manifest", tmp_path / "manifest.parquet", "--relevance", files_truth(tmp_path),
                   "--out", tmp_path / "run", expect=f"1 row(s) with an empty '{column}'")
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named_without_torchs_advice(files):
+    result = fails_cleanly("export", "--checkpoint", files / "notes.txt", "--out", files / "served" / "model.onnx",
+                           expect="notes.txt is not a checkpoint written by `mavias train`")
+    assert "weights_only" not in result.output
+
+
+def test_an_s3_endpoint_without_its_scheme_is_named(monkeypatch):
+    monkeypatch.setenv("MAVIAS_S3_BUCKET", "models")
+    monkeypatch.setenv("MAVIAS_S3_ENDPOINT_URL", "localhost:9000")
+    fails_cleanly("registry", "list", "--name", "m", expect="endpoint_url: Value error, must be a URL with its scheme")
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (["--group-attrs", "attr_bg"], "has no column(s) attr_bg for --group-attrs"),
+    (["--set", "selection=val_tag_wg"], "selection val_tag_wg needs the ERM reference"),
+])
+def test_training_settings_the_data_cannot_serve_are_named(photos, args, expect):
+    tmp_path, _ = photos
+    manifest = pd.read_parquet(tmp_path / "ds" / "manifest.parquet")
+    pd.DataFrame({"sample_id": manifest["sample_id"], "tag": "grass", "score": 1.0}).to_parquet(tmp_path / "tags.pq")
+    (tmp_path / "truth.csv").write_text("class,tag,relevant,source\n" + "".join(f"{c},grass,false,gt\n"
+                                                                              for c in ("cat", "dog", "owl")))
+    fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", tmp_path / "truth.csv",
+                  "--tags", tmp_path / "tags.pq", "--out", tmp_path / "run", "--set", "epochs=1", *args,
+                  expect=expect)

@@ -16,6 +16,7 @@ from mavias.core.protocol.reference import Reference
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.inference import predict
 from mavias.core.train.prepare import PreparedData
+from mavias.errors import UserError
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.utils.csvfile import write_csv
 
@@ -59,7 +60,8 @@ def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: R
     fewer than ``min_support`` samples are flagged ``small``."""
     model, classes, _ = load_main_model(checkpoint)
     if classes != data.classes:
-        raise ValueError(f"{checkpoint} was trained on classes {classes}, the data has {data.classes}")
+        raise UserError(f"{checkpoint} was trained on classes {classes}, the data has {data.classes}",
+                        hint="evaluate on a manifest of the classes the run was trained on")
     target = data[split]
     pred = predict(model, target)
     result: dict = {"split": split, "checkpoint": str(checkpoint), "n_samples": len(pred),

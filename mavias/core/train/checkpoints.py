@@ -42,8 +42,14 @@ def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[Mai
 
     from mavias.core.train.model import build_main_model
 
-    state = torch.load(checkpoint, map_location=device, weights_only=True)
-    cfg = TrainConfig.model_validate(state["config"])
+    try:
+        state = torch.load(checkpoint, map_location=device, weights_only=True)
+        cfg = TrainConfig.model_validate(state["config"])
+    except OSError:
+        raise  # a missing or unreadable file keeps its own message
+    except Exception:  # noqa: BLE001 - torch's unpickler fails in many ways on a file of another kind
+        raise UserError(f"{checkpoint} is not a checkpoint written by `mavias train`",
+                        hint="pass a run's best_*.pt or last.pt (or the run folder with --run)") from None
     weights = main_model_weights(state)
     in_channels = 3 if cfg.backbone.name != "mlp" else weights["backbone.0.weight"].shape[1]
     model = build_main_model(cfg.backbone, in_channels, len(state["classes"]))

@@ -186,6 +186,13 @@ class TrainConfig(_Strict):
     channels_last: bool = Field(True, description="channels_last memory format for image models")
     compile: bool = Field(False, description="torch.compile the backbone (pays on GPU for long runs; needs a compiler)")
 
+    @field_validator("num_workers", mode="before")
+    @classmethod
+    def _workers(cls, value: object) -> object:
+        if value == "auto" or (isinstance(value, int | str) and str(value).isdigit()):
+            return value
+        raise ValueError("num_workers takes auto or a whole number >= 0")
+
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
         if self.backbone.name == "mlp" and self.backbone.weights:

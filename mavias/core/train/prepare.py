@@ -31,7 +31,8 @@ class PreparedData:
 
     def __getitem__(self, split: str) -> SplitData:
         if split not in self.splits:
-            raise KeyError(f"the manifest has no {split!r} split (has: {sorted(self.splits)})")
+            raise UserError(f"the manifest has no {split!r} split (it has: {', '.join(sorted(self.splits))})",
+                            hint="name one of those splits")
         return self.splits[split]
 
 
@@ -117,6 +118,11 @@ def prepare_image_data(
 
 def attach_true_groups(splits: dict[str, SplitData], group_attrs: list[str]) -> None:
     """Groups = (label, *attributes), with one group vocabulary across splits (GroupDRO, closed-set metrics)."""
+    for name, split in splits.items():
+        if missing := [a for a in group_attrs if a not in split.frame.columns]:
+            attrs = sorted(c for c in split.frame.columns if c.startswith("attr_"))
+            raise UserError(f"the {name} split has no column(s) {', '.join(missing)} for --group-attrs",
+                            hint=f"name attr_* columns the manifest has ({', '.join(attrs) or 'it has none'})")
     names = {s: group_key(split.frame, ["label", *group_attrs]) for s, split in splits.items()}
     vocabulary = sorted(set().union(*(set(n) for n in names.values())))
     for s, split in splits.items():

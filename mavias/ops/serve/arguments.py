@@ -23,6 +23,12 @@ def _positive(kind: type) -> object:
     return parse
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give a number from 1 to 65535")
+    return int(text)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mavias serve", description=(
         "Serve an ONNX classifier over the open inference protocol: REST V1 + V2, gRPC V2, /metrics. "
@@ -40,8 +46,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cache-dir", type=Path, help="where downloaded versions are kept; default: a temp folder")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (HTTP and gRPC); 0.0.0.0 for every interface, as in a container")
-    parser.add_argument("--http-port", type=int, default=8080)
-    parser.add_argument("--grpc-port", type=int, default=8081)
+    parser.add_argument("--http-port", type=_port, default=8080)
+    parser.add_argument("--grpc-port", type=_port, default=8081)
     parser.add_argument("--auth-token-file", type=Path,
                         help="a file holding a bearer token that every request but liveness/readiness must send "
                              "(HTTP 'Authorization: Bearer TOKEN', gRPC metadata 'authorization')")

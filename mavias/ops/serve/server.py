@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -102,10 +103,28 @@ async def _run(args: argparse.Namespace, model: OnnxClassifier, token: str | Non
         model.close()
 
 
+def _require_free(host: str, port: int, option: str) -> None:
+    """A port another process holds, named before the model loads (the servers would only log it and exit)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as err:
+        raise UserError(f"--host {host!r} is not an address of this machine ({err.strerror})",
+                        hint="use 127.0.0.1 (the default), or 0.0.0.0 for every interface") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is free
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise UserError(f"cannot listen on {host}:{port} ({err.strerror})",
+                            hint=f"stop what listens there, or pass {option} with a free port") from None
+
+
 def serve(args: argparse.Namespace) -> None:
     if args.model_dir is not None and not Path(args.model_dir).is_dir():
         raise UserError(f"{args.model_dir} is not a folder", hint="check the path: --model-dir takes the folder "
                         "`mavias export` wrote (model.onnx and its model card)")
+    _require_free(args.host, args.http_port, "--http-port")
+    _require_free(args.host, args.grpc_port, "--grpc-port")
     configure_logging()
     token = read_token(args.auth_token_file) if args.auth_token_file else None
     model = OnnxClassifier(args.name or "model", max_batch=args.max_batch, workers=args.decode_workers,

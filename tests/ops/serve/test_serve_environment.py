@@ -61,3 +61,18 @@ def test_a_model_folder_that_does_not_exist_is_one_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "is not a folder" in done.stderr and "check the path" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_a_port_that_cannot_be_listened_on_is_named_before_the_model_loads(tmp_path, taken):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = str(holder.getsockname()[1]) if taken else "99999"
+        done = subprocess.run([sys.executable, "-m", "mavias.cli", "serve", "--model-dir", str(tmp_path),
+                               "--http-port", port], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    expect = "Address already in use); stop what listens there, or pass --http-port" if taken else "is not a port"
+    assert expect in done.stderr
