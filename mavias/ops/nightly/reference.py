@@ -16,9 +16,13 @@ from mavias.ops.nightly.config import NightlyConfig
 INTRO = """# Nightly config reference
 
 Every setting of the nightly pipeline's YAML file (`$MAVIAS_NIGHTLY_CONFIG`; start from
-`infra/nightly.example.yaml`). Any setting can be overridden by `MAVIAS_NIGHTLY__<SECTION>__<KEY>=<YAML value>`
-and the `s3` section by `MAVIAS_S3_<KEY>`; credentials never belong in the file. The training section's
-`overrides` take the dotted keys of a training config (`mavias train --help`). Generated from
+`infra/nightly.example.yaml`). Without `$MAVIAS_NIGHTLY_CONFIG` the package's `mavias/ops/nightly/nightly_default.yaml`
+is read (bucket `mavias`, workspace `~/.mavias/ops/nightly`): a deployment always sets it. Any setting can be
+overridden by `MAVIAS_NIGHTLY__<SECTION>__<KEY>=<YAML value>` and the `s3` section by `MAVIAS_S3_<KEY>`; credentials
+never belong in the file. Relative paths in `workspace`, `gates`, `train.config` and `discovery.review` are read
+from the YAML file's folder; give `discovery.weights_dir` as an absolute path. The training section's `overrides`
+take the dotted keys of a training config (the fields of `TrainConfig` in `mavias/core/train/config.py`, e.g.
+`epochs`, `optim.lr`, `mavias.bias_path`; a misspelt one is named with the closest that exists). Generated from
 `mavias/ops/nightly/config.py`: `python -m mavias.ops.nightly.reference > docs/nightly-config.md`.
 """
 

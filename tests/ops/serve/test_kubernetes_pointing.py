@@ -193,7 +193,7 @@ def test_a_failed_pointing_keeps_the_promotion_and_the_report_says_how_to_retry(
     assert email.subject.endswith("promoted, serving NOT updated")
     assert warning in email.text
     kube_api.control("clear-faults", {})
-    assert kube_api.serves().endswith("/2025-01-02-0123abcd/")  # unchanged
+    assert kube_api.serves().endswith("/20250102T020000-0123abcd/")  # unchanged
 
 
 # -- the command line ---------------------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ def test_cli_rollback_keeps_the_rollback_when_pointing_fails(kube_api, registry,
     assert "mavias registry point --name scenes --inference-service mavias/mavias-scenes --version v1" in rolled.output
     assert registry.production().version == "v1"
     kube_api.control("clear-faults", {})
-    assert kube_api.serves().endswith("/2025-01-02-0123abcd/")
+    assert kube_api.serves().endswith("/20250102T020000-0123abcd/")
 
 
 @pytest.mark.parametrize(("args", "setup", "message"), [
@@ -260,7 +260,7 @@ def test_cli_user_errors_are_one_line(kube_api, registry, cli, monkeypatch, tmp_
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     kube_api.control("clear-faults", {})
-    assert kube_api.serves().endswith("/2025-01-02-0123abcd/")  # nothing changed
+    assert kube_api.serves().endswith("/20250102T020000-0123abcd/")  # nothing changed
 
 
 def test_the_example_config_points_the_example_inference_service(tmp_path):
