@@ -32,6 +32,7 @@ from mavias.core.datasets.urbancars import import_urbancars
 from mavias.core.datasets.waterbirds import import_waterbirds
 from mavias.core.manifest import small_class_warnings
 from mavias.core.manifest.info import DatasetInfo, write_dataset_info
+from mavias.errors import UserError
 from mavias.utils.console import make_console
 
 app = typer.Typer(help="Built-in benchmarks (make) and importers of image folders and published datasets (import).",
@@ -53,7 +54,9 @@ def _make(name: str, out: Path, options: dict) -> None:
     try:
         cfg: BaseModel = benchmark.config(**{key: value for key, value in options.items() if value is not None})
     except ValidationError as err:
-        raise typer.BadParameter(str(err)) from None
+        problems = "; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']} (got {e['input']!r})"
+                             for e in err.errors(include_url=False))
+        raise UserError(f"invalid {name} settings: {problems}") from None
     chosen = None if benchmark.tagging is None and not any(given.values()) else discovery_sources(**given)
     path = make_benchmark(name, out, cfg, chosen)
     if benchmark.group_attrs:  # `mavias evaluate` reports the closed-set groups beside the label-free ones

@@ -41,6 +41,7 @@ from mavias.core.manifest import load_manifest
 from mavias.core.tagging.base import read_tags, tagging_warnings
 from mavias.core.tagging.defaults import DEFAULT_NUM_SHARDS, TAG_THRESHOLD, TAG_TOP_K
 from mavias.core.tagging.factory import TaggerSettings, make_tagger
+from mavias.errors import UserError
 
 app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)
 
@@ -80,6 +81,10 @@ def discover(
     from mavias.core.encode import make_encoder
 
     manifest_path = manifest_file(partition)
+    if partition.is_dir() and not manifest_path.exists():
+        raise UserError(f"{partition} has no {manifest_path.name}: discovery reads an imported partition",
+                        hint=f"import the images first (mavias data import imagefolder {partition} --out DIR), then "
+                        f"discover DIR; or audit the folder in one command (mavias audit {partition} --out DIR)")
     manifest = load_manifest(manifest_path, check_files=False)
     tagger_obj = make_tagger(TaggerSettings(kind=tagger, model=tagger_model, pretrained=pretrained,
                                             vocabulary=vocabulary, threshold=threshold, top_k=top_k, device=device,

@@ -333,3 +333,10 @@ def test_training_settings_the_data_cannot_serve_are_named(photos, args, expect)
     fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", tmp_path / "truth.csv",
                   "--tags", tmp_path / "tags.pq", "--out", tmp_path / "run", "--set", "epochs=1", *args,
                   expect=expect)
+
+
+def test_discovering_a_folder_of_images_says_to_import_it_first(tmp_path):
+    root = write_imagefolder(tmp_path / "photos", {"cat": 2, "dog": 2})
+    fails_cleanly("discover", "--partition", root, "--workspace", tmp_path / "ws",
+                  expect=f"{root} has no manifest.parquet: discovery reads an imported partition; import the images "
+                  f"first (mavias data import imagefolder {root} --out DIR)")

@@ -24,8 +24,10 @@ def test_make_two_moons_and_reject_invalid_options(tmp_path):
     result = runner.invoke(app, ["make", "two-moons-3d", "--out", str(tmp_path), "--n-test", "40"])
     assert result.exit_code == 0, result.output
     assert (pd.read_parquet(tmp_path / "features.parquet")["split"] == "test").sum() == 40
-    rejected = runner.invoke(app, ["make", "two-moons-3d", "--out", str(tmp_path), "--x3-align", "2"])
-    assert rejected.exit_code != 0
+    rejected = runner.invoke(root, ["data", "make", "two-moons-3d", "--out", str(tmp_path), "--x3-align", "2"])
+    assert rejected.exit_code == 2 and "Traceback" not in rejected.output
+    assert "invalid two-moons-3d settings: --x3-align: Input should be less than or equal to 1 (got 2.0)" in (
+        rejected.output)
 
 
 def test_registry_names_every_benchmark():

@@ -83,6 +83,7 @@ def begin(options: AuditOptions) -> Audit:
         raise UserError(RANDOM_TAGS_REFUSED)
     config = load_config(options.config, preset=options.preset, overrides=options.overrides)
     review = load_review(options.review) if options.review is not None else None  # unreadable: stops here
+    load_gate_config(options.gates or DEFAULT_GATES_PATH)  # likewise, not after the trainings
     paths = AuditPaths(options.out)
     state = AuditState(paths, options.inputs())
     state.follow_review(options.review_digest(), paths)

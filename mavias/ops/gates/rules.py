@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mavias.errors import UserError
+from mavias.errors import UserError, describe_validation_error
 
 DEFAULT_GATES_PATH = Path(__file__).with_name("gates_default.yaml")
 GAP_GATES = {"max_abs_bg_gap": "bg_gap", "max_abs_coobj_gap": "coobj_gap", "max_abs_both_gap": "both_gap"}
@@ -76,10 +76,17 @@ class GateConfig(BaseModel):
 
 
 def load_gate_config(path: str | Path = DEFAULT_GATES_PATH) -> GateConfig:
-    data = yaml.safe_load(Path(path).read_text())
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as error:
+        raise UserError(f"gate config {path} is not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"gate config {path} must be a mapping")
-    return GateConfig.model_validate(data)
+        raise UserError(f"gate config {path} must be a mapping of gate settings",
+                        hint=f"start from {DEFAULT_GATES_PATH}")
+    try:
+        return GateConfig.model_validate(data)
+    except ValidationError as error:
+        raise UserError(describe_validation_error(error, what=f"gate config {path}", model=GateConfig)) from None
 
 
 @dataclass(frozen=True)

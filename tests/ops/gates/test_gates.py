@@ -6,8 +6,8 @@ import json
 
 import pytest
 import yaml
-from pydantic import ValidationError
 
+from mavias.errors import UserError
 from mavias.ops.gates import DEFAULT_GATES_PATH, GateConfig, GateError, GateReport, evaluate_gates, load_gate_config
 
 CONFIG = GateConfig(
@@ -50,11 +50,21 @@ def test_shipped_yaml_is_valid_and_complete():
     assert all(value is not None for value in thresholds.values())
 
 
-@pytest.mark.parametrize("change", [{"version": 2}, {"min_worst_group_acc": 0.5}, {"min_worst_group_accuracy": 1.5}])
-def test_invalid_config_is_rejected(tmp_path, change):
+@pytest.mark.parametrize(("change", "named"), [({"version": 2}, "version"),
+                                               ({"min_worst_group_acc": 0.5}, "did you mean min_worst_group_accuracy"),
+                                               ({"min_worst_group_accuracy": 1.5}, "min_worst_group_accuracy")])
+def test_invalid_config_is_rejected_naming_the_file_and_the_setting(tmp_path, change, named):
     path = tmp_path / "gates.yaml"
     path.write_text(yaml.safe_dump(yaml.safe_load(DEFAULT_GATES_PATH.read_text()) | change))
-    with pytest.raises(ValidationError):
+    with pytest.raises(UserError, match=f"invalid gate config {path}: .*{named}"):
+        load_gate_config(path)
+
+
+@pytest.mark.parametrize(("text", "expect"), [("gates: [\n", "is not valid YAML"), ("- a\n", "must be a mapping")])
+def test_a_gate_file_that_is_not_a_mapping_is_named(tmp_path, text, expect):
+    path = tmp_path / "gates.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=f"gate config {path} {expect}"):
         load_gate_config(path)
 
 
