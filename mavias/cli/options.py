@@ -179,11 +179,15 @@ def prepare_data(manifest: Path, relevance: Path, tags: Path | None, workspace: 
     from mavias.core.train.prepare import prepare_image_data
 
     encoder = make_encoder(cfg.encoder)
-    return prepare_image_data(
+    data = prepare_image_data(
         manifest, relevance=load_relevance(relevance), tags_table=None if tags is None else read_tags(tags),
         encoder=encoder, store_dir=DiscoveryWorkspace(workspace).embeddings(encoder.encoder_id), config=cfg,
         group_attrs=[a for a in group_attrs.split(",") if a], quarantine_csv=out / "quarantine.csv",
     )
+    if len(data.quarantined):
+        warn([f"{len(data.quarantined)} image(s) left out, missing or unreadable: {out / 'quarantine.csv'} says why "
+              "for each"])
+    return data
 
 
 def warn(warnings: list[str]) -> None:

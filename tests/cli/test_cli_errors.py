@@ -340,3 +340,18 @@ def test_discovering_a_folder_of_images_says_to_import_it_first(tmp_path):
     fails_cleanly("discover", "--partition", root, "--workspace", tmp_path / "ws",
                   expect=f"{root} has no manifest.parquet: discovery reads an imported partition; import the images "
                   f"first (mavias data import imagefolder {root} --out DIR)")
+
+
+def test_an_image_left_out_of_training_is_said_with_where_the_reason_is(photos):
+    tmp_path, _ = photos
+    manifest = pd.read_parquet(tmp_path / "ds" / "manifest.parquet")
+    (tmp_path / "ds" / manifest["uri"].iloc[0]).unlink(missing_ok=True)
+    (tmp_path / "photos" / manifest["uri"].iloc[0]).unlink(missing_ok=True)
+    pd.DataFrame({"sample_id": manifest["sample_id"], "tag": "grass", "score": 1.0}).to_parquet(tmp_path / "tags.pq")
+    (tmp_path / "truth.csv").write_text("class,tag,relevant,source\n" + "".join(f"{c},grass,false,gt\n"
+                                                                              for c in ("cat", "dog", "owl")))
+    result = fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance",
+                           tmp_path / "truth.csv", "--tags", tmp_path / "tags.pq", "--out", tmp_path / "run",
+                           "--set", "selection=val_tag_wg", expect="selection val_tag_wg needs the ERM reference")
+    assert f"1 image(s) left out, missing or unreadable: {tmp_path / 'run' / 'quarantine.csv'}" in " ".join(
+        result.output.split())
