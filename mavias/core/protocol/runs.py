@@ -75,7 +75,7 @@ def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, refe
     """Train one run; with ``nproc`` > 1 data-parallel over that many processes (:mod:`mavias.core.train.distributed`)."""
     if cfg.selection == "val_tag_wg" and reference is None:
         raise UserError("selection val_tag_wg needs the ERM reference for its tag-derived groups",
-                        hint="pass --reference ERM_RUN (a run of `mavias train --set method=erm`), or another selection")
+                        hint="pass --reference ERM_RUN (a `mavias train --set method=erm` run), or another selection")
     if cfg.selection == "val_true_wg" and data["val"].groups is None:
         raise UserError("selection val_true_wg needs the true groups of the validation split",
                         hint="give the group attributes (--group-attrs), or another selection")

@@ -12,6 +12,6 @@ class ManifestTagger:
 
     def tag(self, batch: TagBatch) -> list[ScoredTags]:
         if "tags" not in batch.rows.columns:
-            raise UserError("the manifest has no 'tags' column", hint="use an image tagger (--tagger openclip), or import "
-                            "the data with its tags (mavias data import ... --tags tags.csv)")
+            raise UserError("the manifest has no 'tags' column", hint="use an image tagger (--tagger openclip), or "
+                            "import the data with its tags (mavias data import ... --tags tags.csv)")
         return [[(tag, 1.0) for tag in sorted(set(tags))] for tags in batch.rows["tags"]]
