@@ -9,24 +9,28 @@ import typer
 from rich.table import Table
 
 from mavias.cli.options import (
+    Device,
     LeakOption,
     RelevanceOption,
     TaggerQualityOption,
     TagsOption,
     discovery_sources,
+    writable,
 )
 from mavias.utils.console import make_console
 
 app = typer.Typer(help="Benchmarks (speed and quality), recorded in BENCHMARKS.md.", no_args_is_help=True)
 console = make_console()
+JsonOut = Annotated[Path | None, typer.Option("--json", help="write the full results as JSON", callback=writable)]
 
 
 @app.command("pipeline")
 def pipeline_command(
     work: Annotated[Path, typer.Option(help="work folder of the demo it runs")] = Path("runs/bench-pipeline"),
-    runs: Annotated[int, typer.Option(help="timed runs per batch size of the latency comparison")] = 50,
-    threads: Annotated[int | None, typer.Option(help="CPU threads of both runtimes (default: all cores)")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    runs: Annotated[int, typer.Option(help="timed runs per batch size of the latency comparison", min=1)] = 50,
+    threads: Annotated[int | None, typer.Option(help="CPU threads of both runtimes (default: all cores)",
+                                                min=1)] = None,
+    json_out: JsonOut = None,
 ) -> None:
     """The demo's two nights: wall time per task, night 2 vs night 1 work, ONNX vs PyTorch CPU latency."""
     from mavias.tools.bench.pipeline import run_pipeline_bench
@@ -67,7 +71,7 @@ def core(
                                                      "FLAC-B, DebiAN, MAVias, MAVias-PoE, MAVias-PoE-CF, GroupDRO); "
                                                      "default all but MAVias-PoE-CF")] = None,
     workers: Annotated[int, typer.Option(help="trainings run side by side (processes)", min=1)] = 2,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
+    json_out: JsonOut = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings); resumes")] = Path("runs/bench-core"),
     moons: Annotated[bool, typer.Option(help="also the 3-D two moons of the supplement")] = True,
     tags: TagsOption = None,
@@ -123,7 +127,7 @@ def print_moons_table(summary: list[dict]) -> None:
 def audit(
     seeds: Annotated[int, typer.Option(help="ERM references per benchmark (B' precision / recall per seed)", min=1)] = 3,
     benchmark: Benchmarks = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
+    json_out: JsonOut = None,
     work: Annotated[Path, typer.Option(help="working folder (data, runs, embeddings); resumes")] = Path("runs/bench-audit"),
     tags: TagsOption = None,
     relevance: RelevanceOption = None,
@@ -163,7 +167,7 @@ def folders(
                                                 "no shortcut planted)", min=0.0, max=1.0)] = 0.9,
     work: Annotated[Path, typer.Option(help="working folder (each folder is audited from scratch)")] = Path(
         "runs/bench-folders"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
+    json_out: JsonOut = None,
 ) -> None:
     """`mavias audit` of small generated folders, one planted colour per class: B' precision / recall against the
     planted shortcuts, the pairs it could not decide, and the wall time of each audit."""
@@ -197,7 +201,7 @@ def warm(
     replay: Annotated[float, typer.Option(help="share of the old images' steps a warm night replays (the nightly "
                                                "train.warm_replay)", min=0.0, max=1.0)] = 0.25,
     work: Annotated[Path, typer.Option(help="working folder (resumes)")] = Path("runs/bench-warm"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the full results as JSON")] = None,
+    json_out: JsonOut = None,
     tags: TagsOption = None,
     relevance: RelevanceOption = None,
 ) -> None:
@@ -233,7 +237,7 @@ def criteria(
     seed: Annotated[int, typer.Option(help="training seed of every run", min=0)] = 0,
     work: Annotated[Path, typer.Option(help="working folder; bench core's by default, so its data and reference are "
                                             "reused")] = Path("runs/bench-core"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results (every checkpoint) as JSON")] = None,
+    json_out: JsonOut = None,
 ) -> None:
     """How well each selection criterion ranks checkpoints by test worst-group accuracy (analysis, 8 runs)."""
     from mavias.tools.bench.criteria import run_criteria_bench
@@ -256,11 +260,11 @@ def criteria(
 def discovery(
     work: Annotated[Path, typer.Option(help="working folder")] = Path("runs/bench-discovery"),
     model: Annotated[str, typer.Option(help="OpenCLIP architecture of the tagger (random init unless weights are cached)")] = "ViT-L-14",
-    tag_images: Annotated[int, typer.Option(help="images to tag for the throughput figure")] = 16,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    tag_images: Annotated[int, typer.Option(help="images to tag for the throughput figure", min=1)] = 16,
+    device: Device = "auto",
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for the LLM judge; default offline")] = None,
     llm_model: Annotated[str, typer.Option(help="model name at --base-url")] = "gpt-4o",
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    json_out: JsonOut = None,
 ) -> None:
     """Tagger images/s, encodings/s with and without dedupe, LLM requests per class, judge precision/recall."""
     from mavias.tools.bench.discovery import run_discovery_bench
@@ -275,7 +279,7 @@ def scale(
         "runs/bench-scale"),
     scales: Annotated[str, typer.Option(help="comma-separated multiples of the base partition")] = "1,4,16",
     base: Annotated[int, typer.Option(min=40, help="training images of the 1x partition (validation: a quarter)")] = 240,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    json_out: JsonOut = None,
     plot: Annotated[Path | None, typer.Option(help="write the time and memory plot (PNG)")] = None,
 ) -> None:
     """One night per data size (1x, 4x, 16x a partition): seconds and peak memory per step, the work done and the
@@ -310,12 +314,12 @@ def _multiples(text: str) -> list[int]:
 @app.command("data")
 def data(
     work: Annotated[Path, typer.Option(help="working folder (generated trees, runs)")] = Path("runs/bench-data"),
-    n_files: Annotated[int, typer.Option(help="generated images per layout for the import speed")] = 10_000,
-    batches: Annotated[int, typer.Option(help="training batches per method")] = 16,
-    batch_size: Annotated[int, typer.Option(help="training batch size")] = 32,
-    image_size: Annotated[int, typer.Option(help="training image size")] = 224,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    n_files: Annotated[int, typer.Option(help="generated images per layout for the import speed", min=1)] = 10_000,
+    batches: Annotated[int, typer.Option(help="training batches per method", min=1)] = 16,
+    batch_size: Annotated[int, typer.Option(help="training batch size", min=1)] = 32,
+    image_size: Annotated[int, typer.Option(help="training image size", min=8)] = 224,
+    device: Device = "auto",
+    json_out: JsonOut = None,
 ) -> None:
     """Import speed (imagefolder, Waterbirds) and ResNet-18 training throughput, ERM vs MAVias."""
     from mavias.tools.bench.data import run_data_bench
@@ -332,7 +336,7 @@ def serve(
     seconds: Annotated[float, typer.Option(help="time budget per measurement")] = 5.0,
     max_requests: Annotated[int, typer.Option(help="request budget per measurement")] = 2000,
     work: Annotated[Path, typer.Option(help="working folder (server log)")] = Path("runs/bench-serve"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    json_out: JsonOut = None,
 ) -> None:
     """The model server's requests/s and p50/p99 latency at batch 1 and 32 (CPU; tritonclient, a lean gRPC
     client and a lean REST client) vs a bare ONNX Runtime call; liveness latency under 8 maximum-size clients; peak

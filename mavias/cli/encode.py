@@ -33,14 +33,15 @@ def encode(
     from mavias.core.encode import EmbeddingStore, bias_embeddings, make_encoder
     from mavias.core.manifest import load_manifest
     from mavias.core.relevance import load_relevance
-    from mavias.core.tagging.base import read_tags, tag_lists
+    from mavias.core.tagging.base import read_tags
+    from mavias.core.train.prepare import sample_tags
 
     df = load_manifest(manifest, check_files=False)
-    sample_tags = tag_lists(read_tags(tags), df["sample_id"]).set_axis(df.index) if tags else df["tags"]
+    tag_lists = sample_tags(df, None if tags is None else read_tags(tags))
     text_encoder = make_encoder(encoder, mode=mode, device=device, weights_dir=weights_dir,
                                 allow_download=allow_download)
     store = Workspace(workspace).embeddings(text_encoder.encoder_id)
-    embedded = bias_embeddings(df["label"], sample_tags, load_relevance(relevance), text_encoder,
+    embedded = bias_embeddings(df["label"], tag_lists, load_relevance(relevance), text_encoder,
                                EmbeddingStore(store))
     counts = {"samples": len(df), "distinct prompts": embedded.distinct_prompts, "prompts encoded": embedded.encoded}
     token_limit = getattr(text_encoder, "token_limit", None)  # OpenCLIP encoders count context-window overflows

@@ -43,6 +43,7 @@ from mavias.core.judging.review import apply_review, export_review, load_review
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import load_relevance, save_relevance
 from mavias.core.tagging.base import read_tags
+from mavias.errors import UserError
 
 REALWORLD = ("realworld-dev", "realworld-heldout", "realworld-unseen", "realworld-blind")
 IMAGE_BENCHMARKS = ("synthetic-scenes", "three-cue-scenes", "shape-colours", "shape-textures", "digit-backgrounds")
@@ -159,8 +160,14 @@ def run(
 
         words = set(load_vocabulary(vocabulary))
         wanted = {name.strip(): words for name in classes.split(",") if name.strip()}
+        if not wanted:
+            raise UserError(f"--classes {classes!r} names no class", hint="e.g. --classes cat,dog")
     else:
         wanted = tags_by_class(manifest, tags)
+        if not wanted:
+            raise UserError(f"no tag to judge: no image of {manifest} carries a tag" + (
+                f" in {tags} (their sample_ids differ?)" if tags else ""), hint="pass the tags of this manifest's "
+                "images (--tags from `mavias tag` or `mavias discover` of it)")
     settings = JudgeSettings(kind=judge, base_url=base_url, model=llm_model, timeout=timeout, max_retries=max_retries,
                              system_prompt_in_user=system_in_user, reasoning=reasoning, samples=samples)
     options = JudgeOptions(settings=settings, cache=cache, no_cache=no_cache, review=review, batch_size=batch_size)

@@ -12,6 +12,7 @@ import typer
 import yaml
 from rich.table import Table
 
+from mavias.core.encode.defaults import ENCODE_MODES
 from mavias.core.encode.factory import SPEC_FORMS
 from mavias.core.train.config import preset_names
 from mavias.errors import UserError
@@ -106,7 +107,14 @@ ReviewPath = Annotated[Path | None, typer.Option("--review", help="reviewed deci
 
 # --- the text encoder ------------------------------------------------------------------------------------------
 EncoderSpec = Annotated[str, typer.Option("--encoder", help=f"text encoder of the bias embeddings: {SPEC_FORMS}")]
-EncodeMode = Annotated[str, typer.Option(help="openclip: collective (one prompt) or separate (mean per tag)")]
+def encode_mode(mode: str) -> str:
+    if mode not in ENCODE_MODES:
+        raise typer.BadParameter(f"{mode!r} is not a mode; use {' or '.join(ENCODE_MODES)}")
+    return mode
+
+
+EncodeMode = Annotated[str, typer.Option(help="openclip: collective (one prompt) or separate (mean per tag)",
+                                         callback=encode_mode)]
 
 
 # --- a built-in benchmark's tags and relevance (`mavias data make`, `mavias bench`) --------------------------------
@@ -134,6 +142,10 @@ def discovery_sources(*, tags: str | None = None, relevance: str | None = None, 
     if relevance not in (None, "judge", "oracle") and not Path(relevance).is_file():
         raise UserError(f"--relevance {relevance} is neither judge, oracle nor a file",
                         hint="use judge, oracle or the path of a relevance table")
+    if tagger_quality is not None:
+        from mavias.core.synthetic.tagger import check_quality
+
+        check_quality(tagger_quality)
     chosen = relevance if relevance in (None, "judge", "oracle") else Path(relevance)
     return Sources(tags=tags or "tagger", relevance=chosen or "judge", leak=leak or 0,
                    tagger_quality=tagger_quality or "default", tagger_checkpoint=tagger_checkpoint)

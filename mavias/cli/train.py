@@ -50,12 +50,20 @@ def train(
 ) -> None:
     """Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes checkpoints,
     metrics.csv and TensorBoard logs."""
-    from mavias.core.protocol import BIASED_TAGS_FILE, empty_reason, load_reference, reference_checkpoint, train_method
+    from mavias.core.protocol import (
+        BIASED_TAGS_FILE,
+        empty_reason,
+        load_reference,
+        reference_checkpoint,
+        require_reference_for_selection,
+        train_method,
+    )
     from mavias.core.train.distributed import check_supported
     from mavias.core.train.model import weights_file
 
     cfg = load_config(config, preset=preset, overrides=parse_overrides(set_))
     check_supported(cfg, nproc)
+    require_reference_for_selection(cfg, reference)
     weights_file(cfg.backbone)  # a missing pretrained file fails now, not after the data is prepared
     if reference is not None:
         reference_checkpoint(reference)

@@ -36,7 +36,8 @@ def tune_command(
         "--reference", help="ERM reference run folder: its biased tags B' form the validation groups of the criterion "
         "(without it the criterion is the balanced validation accuracy)", exists=True)] = None,
     trials: Annotated[int, typer.Option("--trials", min=1, help="trials to finish in all (resumed ones count)")] = 12,
-    timeout: Annotated[float | None, typer.Option("--timeout", help="stop starting trials after this many seconds")] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", min=1,
+                                                  help="stop starting trials after this many seconds")] = None,
     config: ConfigFile = None,
     preset: Preset = None,
     set_: Overrides = [],
@@ -52,10 +53,12 @@ def tune_command(
     criterion only."""
     from mavias.core.manifest import load_manifest
     from mavias.core.manifest.checks import require_trainable
-    from mavias.core.protocol import load_reference, reference_checkpoint
-    from mavias.core.tune.search import load_warm_start, tune
+    from mavias.core.protocol import load_reference, reference_checkpoint, require_reference_for_selection
+    from mavias.core.tune.search import check_trials, load_warm_start, tune
 
+    check_trials(trials)
     base = load_config(config, preset=preset, overrides=parse_overrides(set_))
+    require_reference_for_selection(base, reference)
     if warm_start is not None:  # what can be checked before any data is prepared
         load_warm_start(warm_start, base)
     if reference is not None:

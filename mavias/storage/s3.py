@@ -136,7 +136,10 @@ def load_settings(config: str | Path | None = None, environ: Mapping[str, str] =
     """Settings from an optional YAML file (top level or an ``s3:`` section), overridden by ``MAVIAS_S3_<FIELD>``."""
     values: dict[str, Any] = {}
     if config is not None:
-        data = yaml.safe_load(Path(config).read_text()) or {}
+        try:
+            data = yaml.safe_load(Path(config).read_text()) or {}
+        except yaml.YAMLError as error:
+            raise UserError(f"S3 settings file {config} is not valid YAML: {' '.join(str(error).split())}") from None
         section = data.get("s3", data) if isinstance(data, dict) else None
         if not isinstance(section, dict):
             raise UserError(f"{config} must be a mapping of S3 settings (at its top level or under s3:)",

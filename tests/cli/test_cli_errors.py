@@ -355,3 +355,31 @@ def test_an_image_left_out_of_training_is_said_with_where_the_reason_is(photos):
                            "--set", "selection=val_tag_wg", expect="selection val_tag_wg needs the ERM reference")
     assert f"1 image(s) left out, missing or unreadable: {tmp_path / 'run' / 'quarantine.csv'}" in " ".join(
         result.output.split())
+
+
+def test_judging_no_class_is_refused(tmp_path):
+    fails_cleanly("judge", "run", "--classes", ",,,", "--no-cache", "--out", tmp_path / "r.parquet",
+                  expect="--classes ',,,' names no class")
+    assert not (tmp_path / "r.parquet").exists()
+
+
+def test_a_tags_table_of_other_images_is_named_not_taken_as_no_tags(photos):
+    tmp_path, _ = photos
+    pd.DataFrame({"sample_id": ["elsewhere"], "tag": ["grass"], "score": [1.0]}).to_parquet(tmp_path / "tags.pq")
+    fails_cleanly("encode", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),
+                  "--tags", tmp_path / "tags.pq", "--workspace", tmp_path / "ws",
+                  expect="no image of the manifest is in the tags table")
+
+
+def test_an_unknown_openclip_architecture_names_the_closest(photos):
+    tmp_path, _ = photos
+    fails_cleanly("tag", "--manifest", tmp_path / "ds" / "manifest.parquet", "--out", tmp_path / "tags",
+                  "--tagger", "openclip", "--tagger-model", "ViT-L/14", "--pretrained", "none", "--device", "cpu",
+                  expect="'ViT-L/14' is not an OpenCLIP architecture (closest: ViT-L-14")
+
+
+def test_an_unknown_encoding_mode(photos):
+    tmp_path, _ = photos
+    result = runner.invoke(app, ["encode", "--manifest", str(tmp_path / "ds" / "manifest.parquet"), "--relevance",
+                                 str(files_truth(tmp_path)), "--mode", "bogus"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "'bogus' is not a mode; use collective or separate" in result.output

@@ -3,3 +3,4 @@ option defaults)."""
 
 OPENCLIP_MODEL = "ViT-L-14"  # the paper's CLIP ViT-L/14
 OPENCLIP_PRETRAINED = "openai"
+ENCODE_MODES = ("collective", "separate")  # one prompt of all tags, or the mean of one prompt per tag

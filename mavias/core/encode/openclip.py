@@ -7,6 +7,7 @@ from a fixed seed (tests, benchmarks), so its id and therefore every cache key s
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 from dataclasses import dataclass
@@ -20,11 +21,10 @@ from open_clip.tokenizer import SimpleTokenizer
 
 from mavias.core.devices import choose_device
 from mavias.core.encode.base import bias_prompt
-from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
+from mavias.core.encode.defaults import ENCODE_MODES, OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.errors import UserError
 from mavias.utils.progress import progress_bar
 
-ENCODE_MODES = ("collective", "separate")
 _EMPTY_PROMPT = bias_prompt([])
 _PROMPT_PREFIX = "a photo of "
 
@@ -76,9 +76,11 @@ def _other_ways(model: str, cfg: dict) -> str:
     where = [f"Hugging Face repo {_hub_candidates(cfg['hf_hub'])[0]}"] if cfg.get("hf_hub") else []
     where += [f"URL {cfg['url']}"] if cfg.get("url") else []
     # a bare checkpoint file carries no activation setting: OpenAI weights need the QuickGELU variant of the model
-    architecture = f" --tagger-model {model}-quickgelu" if cfg.get("quick_gelu") else ""
+    variant = f"{model}-quickgelu" if cfg.get("quick_gelu") else model
+    architecture = f" --tagger-model {variant}" if variant != model else ""
     return (f"fetch the checkpoint yourself (from {' or '.join(where) or 'its publisher'}) and pass the file:"
-            f"{architecture} --pretrained /path/to/checkpoint, or bring your own tags (mavias data import imagefolder "
+            f"{architecture} --pretrained /path/to/checkpoint for the tagger, --encoder openclip:{variant}//path/to/"
+            "checkpoint for the text encoder; or bring your own tags (mavias data import imagefolder "
             "ROOT --tags tags.csv; `mavias audit --tags`); --pretrained none (with --allow-random-tags in `mavias "
             "audit`) runs a randomly initialised model, whose tags are noise")
 
@@ -120,6 +122,10 @@ class _Weights:
 def _locate_weights(
     model: str, pretrained: str | None, weights_dir: str | None, allow_download: bool, seed: int
 ) -> _Weights:
+    if model not in open_clip.list_models():
+        close = difflib.get_close_matches(model.replace("/", "-"), open_clip.list_models(), n=3, cutoff=0.6)
+        raise WeightsNotFoundError(f"{model!r} is not an OpenCLIP architecture" + (
+            f" (closest: {', '.join(close)})" if close else "") + "; open_clip.list_models() lists them all")
     if pretrained is None or pretrained.lower() in ("", "none", "random"):
         return _Weights(None, f"random-init-seed{seed}", {})
     if os.path.isfile(pretrained):

@@ -18,7 +18,7 @@ _HOMES = {
     "reference": ("RULES", "Reference", "compute_biased_tags", "empty_reason", "load_reference", "reference_checkpoint",
                   "tag_groups"),
     "reference_files": ("BIASED_TAGS_FILE", "DISCOVERY_FILE", "EVIDENCE_FILE", "PAPER_TAGS_FILE", "rule_version"),
-    "runs": ("resolve_run", "train_method", "train_reference"),
+    "runs": ("require_reference_for_selection", "resolve_run", "train_method", "train_reference"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = sorted(_HOME_OF)

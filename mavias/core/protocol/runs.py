@@ -70,12 +70,16 @@ def _keep_proxy(proxy: Path, early: Path) -> None:
             shutil.copyfile(proxy, tmp)
 
 
-def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference | None,
-                 *, progress: bool = True, stop_after: int | None = None, nproc: int = 1) -> TrainResult:
-    """Train one run; with ``nproc`` > 1 data-parallel over that many processes (:mod:`mavias.core.train.distributed`)."""
+def require_reference_for_selection(cfg: TrainConfig, reference: object | None) -> None:
     if cfg.selection == "val_tag_wg" and reference is None:
         raise UserError("selection val_tag_wg needs the ERM reference for its tag-derived groups",
                         hint="pass --reference ERM_RUN (a `mavias train --set method=erm` run), or another selection")
+
+
+def train_method(data: PreparedData, cfg: TrainConfig, out_dir: str | Path, reference: Reference | None,
+                 *, progress: bool = True, stop_after: int | None = None, nproc: int = 1) -> TrainResult:
+    """Train one run; with ``nproc`` > 1 data-parallel over that many processes (:mod:`mavias.core.train.distributed`)."""
+    require_reference_for_selection(cfg, reference)
     if cfg.selection == "val_true_wg" and data["val"].groups is None:
         raise UserError("selection val_true_wg needs the true groups of the validation split",
                         hint="give the group attributes (--group-attrs), or another selection")

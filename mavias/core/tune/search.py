@@ -135,6 +135,10 @@ def _sampler(seed: int, n_startup: int) -> optuna.samplers.TPESampler:
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
 
 
+def _storage(out_dir: Path) -> str:
+    return f"sqlite:///{out_dir / STORAGE_FILE}"
+
+
 def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_startup: int = 10,
                prune_after: int = 2) -> optuna.Study:
     """Create or reopen the study in ``out_dir``; with ``requeue_stale`` (one search process at a time) trials left
@@ -144,7 +148,7 @@ def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_st
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is the caller's to show, not Optuna's
     study = optuna.create_study(
         study_name=STUDY_NAME,
-        storage=f"sqlite:///{out_dir / STORAGE_FILE}",
+        storage=_storage(out_dir),
         direction="maximize",
         sampler=_sampler(seed, n_startup),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
@@ -165,21 +169,28 @@ def finished_trials(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=done))
 
 
+def check_trials(trials: int) -> None:
+    if trials < MIN_TRIALS:
+        raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
+                        f"--trials {MIN_TRIALS} or more (8-20 to learn something; pruning keeps them cheap)")
+
+
 def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out_dir: str | Path, *, trials: int,
          timeout: float | None = None, warm_start: dict | Path | None = None, seed: int = 0,
          progress: bool = False) -> TuneResult:
     """Run (or resume) the search until ``trials`` trials have finished, then write ``best/`` and ``trials.csv``.
     ``warm_start``: the settings to try first (a dict, or a JSON file checked against the search space)."""
-    if trials < MIN_TRIALS:
-        raise UserError(f"--trials {trials} cannot search: the first trial trains the starting settings; give "
-                        f"--trials {MIN_TRIALS} or more (8-20 to learn something; pruning keeps them cheap)")
+    check_trials(trials)
     out_dir = Path(out_dir)
+    request = _request_key(data, base)
+    _same_request(out_dir, request)  # before the recipe is resolved into a folder another search may own
     # the recipe's choices, kept for a resumed search
     base = protocol.resolve_run(data, base, out_dir / BASE_DIR).config
     space = search_space(base)
     if isinstance(warm_start, Path):
         warm_start = load_warm_start(warm_start, base, space)
     study = open_study(out_dir, seed, n_startup=startup_trials(trials), prune_after=pruning_warmup(base.epochs))
+    study.set_user_attr("request", request)
     # The starting settings go first, so the search never ends worse than them on its own criterion.
     study.enqueue_trial(warm_start or current_values(base, space), skip_if_exists=True)
     remaining = trials - finished_trials(study)
@@ -187,6 +198,26 @@ def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out
         study.optimize(lambda t: run_trial(t, data, reference, base, space, out_dir, progress), n_trials=remaining,
                        timeout=timeout, catch=(), show_progress_bar=progress)
     return write_outcome(study, out_dir, base, timeout)
+
+
+def _request_key(data: PreparedData, base: TrainConfig) -> str:
+    """What a search folder searches: the settings asked for and the training images (a resume must ask the same)."""
+    ids = sorted(data["train"].frame["sample_id"].astype(str))
+    payload = json.dumps({"config": base.model_dump(mode="json"), "classes": list(data.classes), "train": ids})
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _same_request(out_dir: Path, request: str) -> None:
+    if not (out_dir / STORAGE_FILE).is_file():
+        return
+    try:
+        found = optuna.load_study(study_name=STUDY_NAME, storage=_storage(out_dir)).user_attrs.get("request")
+    except KeyError:  # a search killed before it created its study
+        return
+    if found is not None and found != request:
+        raise UserError(f"{out_dir} holds a search of other settings or other training data; its best would be "
+                        "reported as this one's", hint="pass a new --out, or the settings and data of that search "
+                        "to resume it")
 
 
 def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout: float | None = None) -> TuneResult:

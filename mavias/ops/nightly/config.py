@@ -245,7 +245,10 @@ def load_nightly_config(path: str | Path | None = None, environ: Mapping[str, st
     source = config_path(path, environ)
     if not source.is_file():
         raise NightlyConfigError(f"nightly config {source} does not exist (set ${CONFIG_ENV} or pass a path)")
-    data = yaml.safe_load(source.read_text()) or {}
+    try:
+        data = yaml.safe_load(source.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise NightlyConfigError(f"nightly config {source} is not valid YAML: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict):
         raise NightlyConfigError(f"nightly config {source} must be a mapping, got {type(data).__name__}")
     if found := [f"s3.{key}" for key in CREDENTIAL_FIELDS if key in (data.get("s3") or {})]:
