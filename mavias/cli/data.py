@@ -218,8 +218,17 @@ def s3(
     tags: Tags = None,
 ) -> None:
     """The ImageFolder layout under an S3 prefix; uris stay s3:// URIs."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from mavias.storage.s3 import storage_user_error
+
     settings = settings_for(uri, config=None if config is None else str(config), endpoint_url=endpoint_url)
-    _run(out, None, lambda: import_s3(uri, settings, SplitOptions(split_from, seed, val, test)), tags, uri)
+    try:
+        _run(out, None, lambda: import_s3(uri, settings, SplitOptions(split_from, seed, val, test)), tags, uri)
+    except (BotoCoreError, ClientError) as err:
+        if isinstance(err, ClientError) and err.response.get("Error", {}).get("Code") == "NoSuchBucket":
+            raise UserError(f"the bucket of {uri} does not exist", hint="check the URI, or --endpoint-url") from None
+        raise storage_user_error(err) or err from None
 
 
 @import_app.command("waterbirds")

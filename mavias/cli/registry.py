@@ -25,7 +25,7 @@ from mavias.ops.registry.kubernetes import (
     InferenceServiceRef,
     point_inference_service,
 )
-from mavias.storage.s3 import load_settings, make_s3_client, storage_user_error
+from mavias.storage.s3 import load_settings, make_s3_client, s3_uri, storage_user_error
 
 app = typer.Typer(help="Model registry: immutable versions, atomic production pointer, history, rollback.")
 
@@ -54,6 +54,8 @@ def _exit_on_registry_error() -> Iterator[None]:
     try:
         yield
     except RegistryError as err:
+        if isinstance(err, UserError):
+            raise  # one line and exit status 2, as every user mistake
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
     except (BotoCoreError, ClientError) as err:
@@ -75,6 +77,9 @@ def list_versions(name: NameOption, config: ConfigOption = None) -> None:
         registry = _registry(name, config)
         current = registry.production()
         versions = registry.versions()
+    if not versions:
+        typer.echo(f"no published version of {name!r} under {s3_uri(registry.settings, registry.prefix)}: check "
+                   "--name (the model_name the nightly publishes under)", err=True)
     for version in versions:
         typer.echo(f"{'*' if current and current.version == version else ' '} {version}")
 

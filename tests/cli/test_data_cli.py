@@ -80,3 +80,15 @@ def test_a_wrong_source_is_one_line(tmp_path, args, message):
     result = CliRunner().invoke(root, ["data", "make", *args, "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert message in " ".join(result.output.split())
+
+
+def test_a_folder_of_loose_images_says_where_they_belong(tmp_path):
+    from mavias.core.datasets.generate import write_imagefolder
+
+    folder = write_imagefolder(tmp_path / "photos", {"cat": 2})
+    for image in list((folder / "cat").iterdir()):
+        image.rename(folder / image.name)
+    result = CliRunner().invoke(root, ["data", "import", "imagefolder", str(folder), "--out", str(tmp_path / "ds")])
+    assert result.exit_code == 2
+    assert ("every image was quarantined (most often: not inside a <class>/ folder: put each class's images in "
+            "ROOT/<class>/, 2 of them)") in " ".join(result.output.split())

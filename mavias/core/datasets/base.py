@@ -136,7 +136,9 @@ def write_import(result: ImportResult, out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     write_csv(result.quarantined, out / QUARANTINE_NAME)
     if result.manifest.empty:
-        raise UserError(f"every image was quarantined; see the reasons in {out / QUARANTINE_NAME}")
+        reasons = result.quarantined["reason"].value_counts() if len(result.quarantined) else None
+        common = "" if reasons is None else f" (most often: {reasons.index[0]}, {reasons.iloc[0]} of them)"
+        raise UserError(f"every image was quarantined{common}; see each one's reason in {out / QUARANTINE_NAME}")
     manifest_path = save_manifest(result.manifest, out / MANIFEST_NAME, eval_splits=result.info.eval_splits)
     write_dataset_info(result.info, manifest_path)
     return manifest_path

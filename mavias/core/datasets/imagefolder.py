@@ -41,7 +41,7 @@ def layout_rows(names: Iterable[str], options: SplitOptions) -> pd.DataFrame:
         parts = PurePosixPath(name).parts
         if len(parts) < depth:
             where = "<split>/<class>/" if options.split_from else "<class>/"
-            rows.append((name, "", "", f"not inside a {where} folder"))
+            rows.append((name, "", "", f"not inside a {where} folder: put each class's images in ROOT/{where}"))
         elif options.split_from and parts[0] not in SPLITS:
             rows.append((name, "", "", f"split folder {parts[0]!r} is not one of {', '.join(SPLITS)}"))
         elif options.split_from:

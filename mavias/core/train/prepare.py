@@ -52,7 +52,7 @@ def sample_tags(manifest: pd.DataFrame, tags_table: pd.DataFrame | None) -> pd.S
             raise NoTagsError()
         return manifest["tags"]
     grouped = tags_table.groupby("sample_id")["tag"].agg(lambda t: sorted(set(t)))
-    if len(manifest) and not manifest["sample_id"].isin(grouped.index).any():
+    if len(grouped) and len(manifest) and not manifest["sample_id"].isin(grouped.index).any():
         raise UserError("no image of the manifest is in the tags table (their sample_ids differ)",
                         hint="pass the tags table written for this manifest's images (`mavias tag` or `mavias "
                         "discover` of this manifest)")

@@ -63,8 +63,12 @@ class VersionExists(RegistryError):
     pass
 
 
-class VersionNotFound(RegistryError):
-    pass
+class VersionNotFound(RegistryError, UserError):
+    hint = "`mavias registry list --name NAME` lists the published versions"
+
+
+class NothingToChange(RegistryError, UserError):
+    """A promotion of the production version, or a rollback with no earlier version."""
 
 
 class PromotionConflict(RegistryError):
@@ -326,7 +330,7 @@ class ModelRegistry:
         if etag != expected_current:
             return False
         if history and history[-1].version == version:
-            raise RegistryError(f"{version} is already in production")
+            raise NothingToChange(f"{version} is already in production")
         return self._append(history, etag, version, "promote") is not None
 
     def rollback(self) -> PointerRecord:
@@ -334,7 +338,7 @@ class ModelRegistry:
         history, etag = self._read_pointer()
         stack = production_stack(history)
         if len(stack) < 2:
-            raise RegistryError(f"model {self.name}: no earlier production version to roll back to")
+            raise NothingToChange(f"model {self.name}: no earlier production version to roll back to")
         record = self._append(history, etag, stack[-2], "rollback")
         if record is None:
             raise PromotionConflict(f"model {self.name}: production changed during the rollback; nothing written")

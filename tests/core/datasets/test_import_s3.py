@@ -42,3 +42,13 @@ def test_s3_cli_with_endpoint_option(s3_client, s3_settings, tmp_path, monkeypat
     assert result.exit_code == 0, result.output
     manifest = read_manifest_table(tmp_path / "out" / "manifest.parquet")
     assert manifest.groupby("split").size().to_dict() == {"test": 2, "train": 4, "val": 2}
+
+
+def test_a_bucket_that_does_not_exist_is_named_by_its_uri(s3_settings, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    uri = f"s3://{s3_settings.bucket}-missing/flat/"
+    result = CliRunner().invoke(app, ["data", "import", "s3", uri, "--out", str(tmp_path / "out"),
+                                      "--endpoint-url", s3_settings.endpoint_url])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"the bucket of {uri} does not exist; check the URI, or --endpoint-url" in result.output

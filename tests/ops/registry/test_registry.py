@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from typer.testing import CliRunner
 
+from mavias.cli import app as root
 from mavias.cli.registry import app
 from mavias.ops.registry import ModelRegistry, RegistryError, VersionExists, VersionNotFound
 from mavias.storage.s3 import make_s3_client
@@ -169,5 +170,9 @@ def test_cli(s3_settings, registry, model_dir, monkeypatch):
     shown = invoke("show")
     assert "production: v1" in shown.output and "rollback" in shown.output
     assert [r["version"] for r in json.loads(invoke("show", "--json").output)] == ["v1", "v2", "v1"]
-    failed = invoke("promote", "v7")
-    assert failed.exit_code == 1 and "not a published version" in failed.output
+    failed = runner.invoke(root, ["registry", "promote", "v7"], env=env)
+    assert failed.exit_code == 2 and "not a published version" in failed.output and "registry list" in failed.output
+    again = runner.invoke(root, ["registry", "promote", "v1"], env=env)
+    assert again.exit_code == 2 and "v1 is already in production" in again.output
+    misspelt = runner.invoke(root, ["registry", "list", "--name", "resnt"], env=env)
+    assert misspelt.exit_code == 0 and "no published version of 'resnt' under" in misspelt.output
