@@ -383,3 +383,9 @@ def test_an_unknown_encoding_mode(photos):
     result = runner.invoke(app, ["encode", "--manifest", str(tmp_path / "ds" / "manifest.parquet"), "--relevance",
                                  str(files_truth(tmp_path)), "--mode", "bogus"], env={"COLUMNS": "300"})
     assert result.exit_code == 2 and "'bogus' is not a mode; use collective or separate" in result.output
+
+
+def test_a_damaged_stack_record_is_named_not_parsed(tmp_path):
+    (tmp_path / "mavias-stack.json").write_text("{")
+    fails_cleanly("airflow", "down", "--home", tmp_path,
+                  expect="mavias-stack.json is not a record of `mavias airflow up`")

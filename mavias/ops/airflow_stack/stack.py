@@ -161,7 +161,16 @@ def _airflow(args: list[str], env: dict[str, str], log: Path) -> None:
 
 def read_state(home: Path) -> dict | None:
     path = home / STATE_NAME
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        state = None
+    if not isinstance(state, dict) or not {"components", "services"} <= state.keys():
+        raise UserError(f"{path} is not a record of `mavias airflow up` (damaged, or of another version)",
+                        hint="stop what it started by hand (its processes run under --home), then delete it")
+    return state
 
 
 def up(home: Path, config: Path | None = None, *, port: int = 8080, smtp: tuple[str, int] | None = None,
