@@ -117,8 +117,9 @@ def as_user_error(error: BaseException) -> UserError | None:
                          hint="fix the setting named above where it is set (config file, option or environment)")
     if isinstance(error, yaml.YAMLError):
         return UserError(f"not valid YAML: {error}".replace("\n", " "))
-    if isinstance(error, tuple(PATH_MISTAKES)) and error.filename:
-        what, hint = PATH_MISTAKES[type(error)]
+    kind = next((kind for kind in PATH_MISTAKES if isinstance(error, kind)), None)
+    if kind is not None and error.filename:
+        what, hint = PATH_MISTAKES[kind]
         return UserError(f"{error.filename} {what}", hint=hint)
     return None
 

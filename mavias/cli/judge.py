@@ -42,8 +42,8 @@ from mavias.core.judging.quality import (
 from mavias.core.judging.review import apply_review, export_review, load_review
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import load_relevance, save_relevance
-from mavias.core.tagging.base import read_tags
 from mavias.errors import UserError
+from mavias.utils.tables import parquet_columns, read_parquet
 
 REALWORLD = ("realworld-dev", "realworld-heldout", "realworld-unseen", "realworld-blind")
 IMAGE_BENCHMARKS = ("synthetic-scenes", "three-cue-scenes", "shape-colours", "shape-textures", "digit-backgrounds")
@@ -98,9 +98,16 @@ def tags_by_class(manifest: Path, tags: Path | None = None) -> dict[str, set[str
     """Every tag seen on each class's images: the manifest's ``tags`` column, or a tags table joined on sample_id."""
     samples = load_manifest(manifest, check_files=False)
     if tags is not None:
-        pairs = read_tags(tags)[["sample_id", "tag"]].merge(
-            samples[["sample_id", "label"]], on="sample_id"
-        )
+        if missing := {"sample_id", "tag"} - set(parquet_columns(tags, what="tags table")):
+            raise UserError(f"{tags} is not a tags table: it lacks {', '.join(sorted(missing))}",
+                            hint="pass the tags.parquet that `mavias tag` or `mavias discover` wrote")
+        table = read_parquet(tags, what="tags table", columns=["sample_id", "tag"])
+        if table.empty:
+            raise UserError(f"the tags table {tags} holds no tag: nothing to judge")
+        pairs = table.merge(samples[["sample_id", "label"]], on="sample_id")
+        if pairs.empty:
+            raise UserError(f"no image of {manifest} is in {tags} (their sample_ids differ)",
+                            hint="pass the tags of this manifest's images (`mavias tag` or `mavias discover` of it)")
     elif "tags" in samples.columns:
         pairs = samples[["label", "tags"]].explode("tags").dropna().rename(columns={"tags": "tag"})
     else:
@@ -165,9 +172,7 @@ def run(
     else:
         wanted = tags_by_class(manifest, tags)
         if not wanted:
-            raise UserError(f"no tag to judge: no image of {manifest} carries a tag" + (
-                f" in {tags} (their sample_ids differ?)" if tags else ""), hint="pass the tags of this manifest's "
-                "images (--tags from `mavias tag` or `mavias discover` of it)")
+            raise UserError(f"no image of {manifest} carries a tag: nothing to judge")
     settings = JudgeSettings(kind=judge, base_url=base_url, model=llm_model, timeout=timeout, max_retries=max_retries,
                              system_prompt_in_user=system_in_user, reasoning=reasoning, samples=samples)
     options = JudgeOptions(settings=settings, cache=cache, no_cache=no_cache, review=review, batch_size=batch_size)

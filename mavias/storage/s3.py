@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import boto3
-import yaml
 from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.exceptions import (
@@ -52,6 +51,7 @@ from tenacity import (
 from mavias.errors import UserError
 from mavias.storage.deadline import StorageDeadline, register_deadline
 from mavias.utils.atomic import atomic_path
+from mavias.utils.mappings import read_yaml_mapping
 from mavias.utils.progress import progress_bar
 
 log = logging.getLogger(__name__)
@@ -136,11 +136,8 @@ def load_settings(config: str | Path | None = None, environ: Mapping[str, str] =
     """Settings from an optional YAML file (top level or an ``s3:`` section), overridden by ``MAVIAS_S3_<FIELD>``."""
     values: dict[str, Any] = {}
     if config is not None:
-        try:
-            data = yaml.safe_load(Path(config).read_text()) or {}
-        except yaml.YAMLError as error:
-            raise UserError(f"S3 settings file {config} is not valid YAML: {' '.join(str(error).split())}") from None
-        section = data.get("s3", data) if isinstance(data, dict) else None
+        data = read_yaml_mapping(config, what="S3 settings file")
+        section = data.get("s3", data)
         if not isinstance(section, dict):
             raise UserError(f"{config} must be a mapping of S3 settings (at its top level or under s3:)",
                             hint="write e.g. `s3: {bucket: models, endpoint_url: http://127.0.0.1:9000}`")

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from mavias.errors import UserError
 
 
 def set_nested(data: Mapping[str, Any], keys: Sequence[str], value: Any) -> dict[str, Any]:
@@ -13,3 +18,15 @@ def set_nested(data: Mapping[str, Any], keys: Sequence[str], value: Any) -> dict
         return {**data, head: value}
     child = data.get(head)
     return {**data, head: set_nested(child if isinstance(child, Mapping) else {}, rest, value)}
+
+
+def read_yaml_mapping(path: str | Path, *, what: str, error: type[UserError] = UserError) -> dict[str, Any]:
+    """The mapping of settings in the YAML file at ``path`` (empty for an empty file); ``error``, naming the file as
+    ``what``, when it is not valid YAML or not a mapping."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as problem:
+        raise error(f"{what} {path} is not valid YAML: {' '.join(str(problem).split())}") from None
+    if not isinstance(data, dict):
+        raise error(f"{what} {path} must be a mapping of settings, got {type(data).__name__}")
+    return data

@@ -24,6 +24,18 @@ main(sys.argv[1:])
 """  # python -c SERVE_MOTO -H HOST -p PORT
 
 
+def bind_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on now (the system's reason), or None when it can."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: a closed port in TIME_WAIT is free
+        try:
+            probe.bind(address)
+        except OSError as err:
+            return err.strerror or str(err)
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -52,6 +52,10 @@ def training_proportions(data: PreparedData, attrs: list[str]) -> dict[str, floa
     return (names.value_counts() / len(names)).to_dict()
 
 
+class ClassMismatch(UserError, ValueError):
+    """A model and data of different class sets: not comparable."""
+
+
 def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: Reference | None, *, split: str = "test",
                         closed_set_attrs: list[str] | None = None, n_boot: int = 1000, seed: int = 0,
                         dataset: DatasetInfo | None = None, min_support: int = MIN_SUPPORT) -> dict:
@@ -60,8 +64,8 @@ def evaluate_checkpoint(data: PreparedData, checkpoint: str | Path, reference: R
     fewer than ``min_support`` samples are flagged ``small``."""
     model, classes, _ = load_main_model(checkpoint)
     if classes != data.classes:
-        raise UserError(f"{checkpoint} was trained on classes {classes}, the data has {data.classes}",
-                        hint="evaluate on a manifest of the classes the run was trained on")
+        raise ClassMismatch(f"{checkpoint} was trained on classes {classes}, the data has {data.classes}",
+                            hint="evaluate on a manifest of the classes the run was trained on")
     target = data[split]
     pred = predict(model, target)
     result: dict = {"split": split, "checkpoint": str(checkpoint), "n_samples": len(pred),

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import ValidationError
+
 from mavias.core.train.config import TrainConfig
-from mavias.errors import UserError
+from mavias.errors import UserError, describe_validation_error
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +38,10 @@ def epoch_path(run: Path, epoch: int) -> Path:
     return Path(run) / "epochs" / f"epoch_{epoch:03d}.pt"
 
 
+class CheckpointError(UserError, ValueError):
+    """A file that is not a checkpoint this version of mavias can rebuild a model from."""
+
+
 def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[MainModel, list[str], TrainConfig]:
     """Rebuild the main model (backbone + head, no projection) from a best_*.pt or last.pt checkpoint."""
     import torch  # here, not above: the night's light tasks read this module's file names without torch
@@ -44,12 +50,20 @@ def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[Mai
 
     try:
         state = torch.load(checkpoint, map_location=device, weights_only=True)
-        cfg = TrainConfig.model_validate(state["config"])
     except OSError:
         raise  # a missing or unreadable file keeps its own message
-    except Exception:  # noqa: BLE001 - torch's unpickler fails in many ways on a file of another kind
-        raise UserError(f"{checkpoint} is not a checkpoint written by `mavias train`",
-                        hint="pass a run's best_*.pt or last.pt (or the run folder with --run)") from None
+    except Exception as err:  # noqa: BLE001 - torch's unpicklers fail on a file of another kind in many ways
+        raise CheckpointError(f"{checkpoint} is not a checkpoint written by `mavias train` ({type(err).__name__})",
+                              hint="pass a run's best_*.pt or last.pt (or the run folder with --run)") from err
+    if not isinstance(state, dict) or "config" not in state or "classes" not in state:
+        raise CheckpointError(f"{checkpoint} is not a checkpoint written by `mavias train` (no config or classes)",
+                              hint="pass a run's best_*.pt or last.pt (or the run folder with --run)")
+    try:
+        cfg = TrainConfig.model_validate(state["config"])
+    except ValidationError as err:
+        raise CheckpointError(describe_validation_error(err, what=f"settings in {checkpoint}", show_input=False),
+                              hint="it was written by another version of mavias: train it again with this one"
+                              ) from err
     weights = main_model_weights(state)
     in_channels = 3 if cfg.backbone.name != "mlp" else weights["backbone.0.weight"].shape[1]
     model = build_main_model(cfg.backbone, in_channels, len(state["classes"]))

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mavias.core.encode.factory import MINILM, SPEC_FORMS, parse_encoder_spec
 from mavias.errors import UserError, describe_validation_error
 from mavias.utils.atomic import atomic_path
-from mavias.utils.mappings import set_nested
+from mavias.utils.mappings import read_yaml_mapping, set_nested
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -223,7 +223,7 @@ def load_config(path: str | Path | None = None, *, preset: str | None = None, ov
     if path:
         data = _deep_merge(data, _read_yaml(Path(path)))
     for key, value in (overrides or {}).items():
-        data = set_nested(data, key.split("."), value)
+        data = _deep_merge(data, set_nested({}, key.split("."), value))  # a mapping value merges, as in a file
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as error:
@@ -255,13 +255,7 @@ def save_config(config: TrainConfig, path: str | Path, *, comments: list[str] = 
 def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config {path} does not exist (or is not a file)")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"config {path} is not valid YAML: {' '.join(str(error).split())}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config {path} must be a mapping of settings, got {type(data).__name__}")
-    return data
+    return read_yaml_mapping(path, what="config", error=ConfigError)
 
 
 def _deep_merge(base: dict, extra: dict) -> dict:

@@ -177,20 +177,22 @@ def check_trials(trials: int) -> None:
 
 def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out_dir: str | Path, *, trials: int,
          timeout: float | None = None, warm_start: dict | Path | None = None, seed: int = 0,
-         progress: bool = False) -> TuneResult:
+         progress: bool = False, request: str | None = None) -> TuneResult:
     """Run (or resume) the search until ``trials`` trials have finished, then write ``best/`` and ``trials.csv``.
-    ``warm_start``: the settings to try first (a dict, or a JSON file checked against the search space)."""
+    ``warm_start``: the settings to try first (a dict, or a JSON file checked against the search space);
+    ``request``: :func:`search_request` of what is searched, refused when the folder holds a search of another."""
     check_trials(trials)
     out_dir = Path(out_dir)
-    request = _request_key(data, base)
-    _same_request(out_dir, request)  # before the recipe is resolved into a folder another search may own
+    if request is not None:
+        check_same_search(out_dir, request)  # before the recipe is resolved into a folder another search may own
     # the recipe's choices, kept for a resumed search
     base = protocol.resolve_run(data, base, out_dir / BASE_DIR).config
     space = search_space(base)
     if isinstance(warm_start, Path):
         warm_start = load_warm_start(warm_start, base, space)
     study = open_study(out_dir, seed, n_startup=startup_trials(trials), prune_after=pruning_warmup(base.epochs))
-    study.set_user_attr("request", request)
+    if request is not None:
+        study.set_user_attr("request", request)
     # The starting settings go first, so the search never ends worse than them on its own criterion.
     study.enqueue_trial(warm_start or current_values(base, space), skip_if_exists=True)
     remaining = trials - finished_trials(study)
@@ -200,14 +202,15 @@ def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out
     return write_outcome(study, out_dir, base, timeout)
 
 
-def _request_key(data: PreparedData, base: TrainConfig) -> str:
-    """What a search folder searches: the settings asked for and the training images (a resume must ask the same)."""
-    ids = sorted(data["train"].frame["sample_id"].astype(str))
-    payload = json.dumps({"config": base.model_dump(mode="json"), "classes": list(data.classes), "train": ids})
+def search_request(base: TrainConfig, manifest: pd.DataFrame) -> str:
+    """What a search folder searches: the settings asked for and the manifest's images (a resume asks the same)."""
+    rows = manifest[["sample_id", "label", "split"]].astype(str).sort_values(["split", "sample_id"])
+    payload = json.dumps({"config": base.model_dump(mode="json"), "rows": rows.to_numpy().tolist()})
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _same_request(out_dir: Path, request: str) -> None:
+def check_same_search(out_dir: Path, request: str) -> None:
+    """Refuse ``out_dir`` when it holds a search of another :func:`search_request`."""
     if not (out_dir / STORAGE_FILE).is_file():
         return
     try:

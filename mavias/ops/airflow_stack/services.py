@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from mavias.errors import UserError
-from mavias.utils.servers import ProcessExited, stop_process, wait_for
+from mavias.utils.servers import ProcessExited, bind_problem, stop_process, wait_for
 
 if TYPE_CHECKING:
     import psutil
@@ -67,13 +67,9 @@ def worker_hostname() -> str:
 
 
 def require_free_port(port: int, component: str, option: str) -> None:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: a closed port in TIME_WAIT is free
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            raise UserError(f"port {port} on 127.0.0.1 is in use and the {component} needs it: stop what listens "
-                            f"there, or pass {option} with a free port") from None
+    if bind_problem("127.0.0.1", port) is not None:
+        raise UserError(f"port {port} on 127.0.0.1 is in use and the {component} needs it: stop what listens "
+                        f"there, or pass {option} with a free port")
 
 
 def _wait(check: Callable[[], None], process: subprocess.Popen | None, what: str, fix: str,

@@ -165,7 +165,7 @@ def read_state(home: Path) -> dict | None:
         return None
     try:
         state = json.loads(path.read_text())
-    except json.JSONDecodeError:
+    except ValueError:  # not JSON, or not UTF-8 text
         state = None
     if not isinstance(state, dict) or not {"components", "services"} <= state.keys():
         raise UserError(f"{path} is not a record of `mavias airflow up` (damaged, or of another version)",

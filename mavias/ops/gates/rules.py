@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mavias.errors import UserError, describe_validation_error
+from mavias.utils.mappings import read_yaml_mapping
 
 DEFAULT_GATES_PATH = Path(__file__).with_name("gates_default.yaml")
 GAP_GATES = {"max_abs_bg_gap": "bg_gap", "max_abs_coobj_gap": "coobj_gap", "max_abs_both_gap": "both_gap"}
@@ -76,13 +76,7 @@ class GateConfig(BaseModel):
 
 
 def load_gate_config(path: str | Path = DEFAULT_GATES_PATH) -> GateConfig:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as error:
-        raise UserError(f"gate config {path} is not valid YAML: {' '.join(str(error).split())}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"gate config {path} must be a mapping of gate settings",
-                        hint=f"start from {DEFAULT_GATES_PATH}")
+    data = read_yaml_mapping(path, what="gate config")
     try:
         return GateConfig.model_validate(data)
     except ValidationError as error:

@@ -35,7 +35,7 @@ from mavias.ops.registry.kubernetes import InferenceServiceRef
 from mavias.ops.validation import ValidationSettings
 from mavias.storage.s3 import ENV_PREFIX as S3_ENV_PREFIX
 from mavias.storage.s3 import S3Settings, check_name, environment_settings, folder_prefix
-from mavias.utils.mappings import set_nested
+from mavias.utils.mappings import read_yaml_mapping, set_nested
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")
 CONFIG_ENV = "MAVIAS_NIGHTLY_CONFIG"
@@ -245,12 +245,7 @@ def load_nightly_config(path: str | Path | None = None, environ: Mapping[str, st
     source = config_path(path, environ)
     if not source.is_file():
         raise NightlyConfigError(f"nightly config {source} does not exist (set ${CONFIG_ENV} or pass a path)")
-    try:
-        data = yaml.safe_load(source.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise NightlyConfigError(f"nightly config {source} is not valid YAML: {' '.join(str(error).split())}") from None
-    if not isinstance(data, dict):
-        raise NightlyConfigError(f"nightly config {source} must be a mapping, got {type(data).__name__}")
+    data = read_yaml_mapping(source, what="nightly config", error=NightlyConfigError)
     if found := [f"s3.{key}" for key in CREDENTIAL_FIELDS if key in (data.get("s3") or {})]:
         raise NightlyConfigError(
             f"nightly config {source} holds credentials ({', '.join(found)}): remove them from the file; set "

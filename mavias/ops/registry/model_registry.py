@@ -64,10 +64,10 @@ class VersionExists(RegistryError):
 
 
 class VersionNotFound(RegistryError, UserError):
-    hint = "`mavias registry list --name NAME` lists the published versions"
+    pass
 
 
-class NothingToChange(RegistryError, UserError):
+class NothingToChange(UserError, RegistryError):
     """A promotion of the production version, or a rollback with no earlier version."""
 
 
@@ -284,7 +284,8 @@ class ModelRegistry:
         target = version or (None if history else next(
             (v for v in reversed(sorted(published)) if self._published_gates_passed(v)), None))
         if target is not None and target not in published:
-            raise VersionNotFound(f"{self.version_uri(target)} is not a published version")
+            raise VersionNotFound(f"{self.version_uri(target)} is not a published version "
+                                  f"(see `mavias registry list --name {self.name}`)")
         if target is None and not history and published:
             raise CorruptPointer(f"model {self.name}: no published version passed its gates, so none is chosen as "
                                  f"production; choose one: mavias registry repair --name {self.name} --version VERSION")
@@ -330,7 +331,8 @@ class ModelRegistry:
         if etag != expected_current:
             return False
         if history and history[-1].version == version:
-            raise NothingToChange(f"{version} is already in production")
+            raise NothingToChange(f"{version} is already in production: nothing to promote",
+                                  hint=f"`mavias registry show --name {self.name}` shows the history")
         return self._append(history, etag, version, "promote") is not None
 
     def rollback(self) -> PointerRecord:
@@ -338,7 +340,9 @@ class ModelRegistry:
         history, etag = self._read_pointer()
         stack = production_stack(history)
         if len(stack) < 2:
-            raise NothingToChange(f"model {self.name}: no earlier production version to roll back to")
+            raise NothingToChange(f"model {self.name}: no earlier production version to roll back to",
+                                  hint=f"promote a published version instead (`mavias registry list --name "
+                                  f"{self.name}`, then `mavias registry promote VERSION`)")
         record = self._append(history, etag, stack[-2], "rollback")
         if record is None:
             raise PromotionConflict(f"model {self.name}: production changed during the rollback; nothing written")

@@ -31,6 +31,7 @@ from mavias.ops.serve.model import OnnxClassifier
 from mavias.ops.serve.rest import create_app
 from mavias.ops.serve.versions import RegistryFollower, registry_location
 from mavias.storage.s3 import load_settings, make_s3_client
+from mavias.utils.servers import bind_problem
 
 log = logging.getLogger("mavias.ops.serve")
 
@@ -106,17 +107,13 @@ async def _run(args: argparse.Namespace, model: OnnxClassifier, token: str | Non
 def _require_free(host: str, port: int, option: str) -> None:
     """A port another process holds, named before the model loads (the servers would only log it and exit)."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        problem = bind_problem(host, port)
     except socket.gaierror as err:
         raise UserError(f"--host {host!r} is not an address of this machine ({err.strerror})",
                         hint="use 127.0.0.1 (the default), or 0.0.0.0 for every interface") from None
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is free
-        try:
-            probe.bind(address)
-        except OSError as err:
-            raise UserError(f"cannot listen on {host}:{port} ({err.strerror})",
-                            hint=f"stop what listens there, or pass {option} with a free port") from None
+    if problem is not None:
+        raise UserError(f"cannot listen on {host}:{port} ({problem})",
+                        hint=f"stop what listens there, or pass {option} with a free port")
 
 
 def serve(args: argparse.Namespace) -> None:

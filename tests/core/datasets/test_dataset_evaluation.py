@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from mavias.core.datasets import import_celeba, import_imagenet9, write_import
+from mavias.core.datasets import SplitOptions, import_celeba, import_imagefolder, import_imagenet9, write_import
 from mavias.core.datasets.generate import write_imagefolder
 from mavias.core.datasets.imagenet9 import VARIANTS
 from mavias.core.evaluate import accuracy
@@ -56,3 +56,19 @@ def test_celeba_protocol_reports_cell_metrics(tmp_path):
     cells = result["celeba"]["cell_accuracy"]
     assert len(cells) == 4
     assert result["celeba"]["unbiased_accuracy"] == pytest.approx(sum(cells.values()) / 4)
+
+
+def test_a_model_of_other_classes_is_not_comparable_and_says_so(tmp_path):
+    """The nightly leaves production out of the comparison on this error (a ValueError) when a class arrives."""
+    first = write_import(imagefolder_import(tmp_path / "two", {"cat": 4, "dog": 4}), tmp_path / "ds2")
+    _, checkpoint = _train(first, tmp_path / "run")
+    grown = write_import(imagefolder_import(tmp_path / "three", {"cat": 4, "dog": 4, "owl": 4}), tmp_path / "ds3")
+    data = prepare_image_data(grown, relevance=NO_RELEVANCE, encoder=None, store_dir=None, config=CFG,
+                              tags_table=NO_TAGS, progress=False)
+    with pytest.raises(ValueError, match=r"trained on classes \['cat', 'dog'\], the data has \['cat', 'dog', 'owl'\]"):
+        evaluate_checkpoint(data, checkpoint, None, n_boot=10)
+
+
+def imagefolder_import(root, counts):
+    folder = write_imagefolder(root, counts, splits=("train", "val", "test"))
+    return import_imagefolder(folder, SplitOptions(split_from=True), progress=False)

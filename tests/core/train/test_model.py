@@ -27,6 +27,12 @@ def test_waterbirds_preset_matches_the_paper():
     assert (cfg.backbone.name, cfg.optim.name, cfg.optim.schedule) == ("resnet50", "sgd", "none")
 
 
+def test_a_mapping_override_merges_into_the_preset_as_a_dotted_one_does():
+    merged = load_config(preset="waterbirds", overrides={"mavias": {"alpha": 0.5}})
+    dotted = load_config(preset="waterbirds", overrides={"mavias.alpha": 0.5})
+    assert merged == dotted and (merged.mavias.alpha, merged.mavias.lam) == (0.5, 0.6)
+
+
 def test_unknown_config_keys_and_presets_are_rejected(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("mavias: {lamda: 0.5}\n")

@@ -16,9 +16,14 @@ def test_no_incoming_partition_can_share_the_evaluation_sets_discovery_folders(t
 
 
 @pytest.mark.parametrize(("prefix", "folder"), [("", "v1/"), ("/", "v1/"), ("/sets/eval", "sets/eval/v1/")])
-def test_an_evaluation_set_at_the_buckets_root_is_looked_up_without_a_leading_slash(tmp_path, prefix, folder):
+def test_an_evaluation_set_at_the_buckets_root_is_looked_up_without_a_leading_slash(tmp_path, monkeypatch, prefix,
+                                                                                     folder):
+    from mavias.ops.nightly import layout
     from mavias.ops.nightly.incoming import partition_prefix
 
+    asked = []
+    monkeypatch.setattr(layout, "pull_partition", lambda client, settings, name, local: asked.append(
+        partition_prefix(settings, name)) or local)
     cfg = NightlyConfig(model_name="m", s3=S3Settings(bucket="b"), workspace=tmp_path, evaluation={"prefix": prefix})
-    settings = cfg.s3.model_copy(update={"incoming_prefix": cfg.evaluation.prefix})
-    assert partition_prefix(settings, cfg.evaluation.version) == folder
+    layout.pull_evaluation_set(cfg, client=None)
+    assert asked == [folder]
