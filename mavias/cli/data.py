@@ -170,7 +170,8 @@ def two_moons_3d(
 
 # -- mavias data import ------------------------------------------------------------------------------------------------
 
-Root = Annotated[Path, typer.Argument(help="the dataset's root folder (only read, never written)")]
+Root = Annotated[Path, typer.Argument(help="the dataset's root folder (only read, never written)", exists=True,
+                                       file_okay=False)]
 Out = Annotated[Path, typer.Option("--out", help="output folder for manifest.parquet, dataset.json, quarantine.csv",
                                    callback=writable)]
 SplitFrom = Annotated[bool, typer.Option("--split-from", help="take splits from train/ val/ test/ sub-folders")]

@@ -17,9 +17,11 @@ def demo_command(
     workdir: Annotated[Path, typer.Option("--workdir", help="work folder (data, S3 and SMTP logs, Airflow home)")] = Path(
         "runs/demo"
     ),
-    n_train: Annotated[int, typer.Option(help="synthetic-scenes training images, split over the two nights")] = 4000,
-    n_val: Annotated[int, typer.Option(help="validation images, split over the two nights")] = 1200,
-    n_test_per_cell: Annotated[int, typer.Option(help="evaluation images per (class, background, co-object)")] = 20,
+    n_train: Annotated[int, typer.Option(help="synthetic-scenes training images, split over the two nights",
+                                         min=2)] = 4000,
+    n_val: Annotated[int, typer.Option(help="validation images, split over the two nights", min=2)] = 1200,
+    n_test_per_cell: Annotated[int, typer.Option(help="evaluation images per (class, background, co-object)",
+                                                 min=1)] = 20,
     epochs: Annotated[int | None, typer.Option(help="training epochs of both models, each night; default: the "
                                                     "training recipe's, as a user gets them", min=1)] = None,
 ) -> None:

@@ -391,3 +391,16 @@ def test_a_damaged_stack_record_is_named_not_parsed(tmp_path):
     (tmp_path / "mavias-stack.json").write_text("{")
     fails_cleanly("airflow", "down", "--home", tmp_path,
                   expect="mavias-stack.json is not a record of `mavias airflow up`")
+
+
+def test_a_prediction_of_other_classes_says_which_classes_it_lacks(files):
+    (files / "predicted.csv").write_text("class,tag,relevant,source\ndog,grass,false,judge\n")
+    fails_cleanly("judge", "eval", "--truth", files / "truth.csv", "--predicted", files / "predicted.csv",
+                  expect="2 ground-truth pair(s) have no prediction, e.g. [['car', 'wheel'], ['car', 'road']]; the "
+                  "predicted table has no class car")
+
+
+def test_a_dataset_root_that_does_not_exist_is_named(tmp_path):
+    result = runner.invoke(app, ["data", "import", "waterbirds", str(tmp_path / "nowhere"), "--out",
+                                 str(tmp_path / "ds")], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "nowhere' does not exist" in result.output

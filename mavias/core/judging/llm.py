@@ -222,7 +222,8 @@ def _config_error(error: openai.APIStatusError, base_url: str, model: str) -> Ju
             f"set {' or '.join(API_KEY_ENV)} to a valid key"
         )
     if error.status_code == 404:
-        return JudgeConfigError(f"model {model!r} not found at {base_url} (HTTP 404); check --llm-model and --base-url")
+        return JudgeConfigError(f"model {model!r} not found at {base_url} (HTTP 404); check --llm-model and --base-url "
+                                "($MAVIAS_LLM_MODEL and $MAVIAS_LLM_BASE_URL when they come from the environment)")
     return None
 
 
@@ -368,8 +369,8 @@ class LLMJudge:
             attempts = self._max_retries + 1
             raise JudgeUnavailableError(
                 f"{self.base_url} failed {attempts} time(s) in a row; last: {type(error).__name__}: {error}",
-                hint="check that the endpoint is up and --base-url is right (lower --timeout / --max-retries to "
-                     "fail sooner), or use --judge offline",
+                hint="check that the endpoint is up and --base-url (or $MAVIAS_LLM_BASE_URL) is right (lower "
+                     "--timeout / --max-retries to fail sooner), or use --judge offline",
             ) from error
 
     def _wait(self, state: RetryCallState) -> float:

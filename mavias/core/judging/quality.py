@@ -67,7 +67,10 @@ def _joined(predicted: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
     undecided = joined["relevant_pred"].isna()
     if undecided.any():
         examples = joined.loc[undecided, ["class", "tag"]].head(5).values.tolist()
-        raise RelevanceError(f"{int(undecided.sum())} ground-truth pair(s) have no prediction, e.g. {examples}")
+        unjudged = sorted(set(truth["class"]) - set(predicted["class"]))
+        why = f"; the predicted table has no class {', '.join(unjudged)}" if unjudged else ""
+        raise RelevanceError(f"{int(undecided.sum())} ground-truth pair(s) have no prediction, e.g. {examples}{why}",
+                             hint="score a table judged on the ground truth's classes and tags")
     joined["relevant_pred"] = joined["relevant_pred"].astype(bool)
     return joined
 
