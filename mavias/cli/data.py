@@ -221,7 +221,7 @@ def s3(
     """The ImageFolder layout under an S3 prefix; uris stay s3:// URIs."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from mavias.storage.s3 import storage_user_error
+    from mavias.storage.mistakes import storage_user_error
 
     settings = settings_for(uri, config=None if config is None else str(config), endpoint_url=endpoint_url)
     try:

@@ -25,7 +25,8 @@ from mavias.ops.registry.kubernetes import (
     InferenceServiceRef,
     point_inference_service,
 )
-from mavias.storage.s3 import load_settings, make_s3_client, s3_uri, storage_user_error
+from mavias.storage.mistakes import storage_user_error
+from mavias.storage.s3 import load_settings, make_s3_client, s3_uri
 
 app = typer.Typer(help="Model registry: immutable versions, atomic production pointer, history, rollback.")
 

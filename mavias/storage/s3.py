@@ -30,10 +30,8 @@ from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.exceptions import (
     ClientError,
-    EndpointConnectionError,
     HTTPClientError,
     IncompleteReadError,
-    NoCredentialsError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -151,30 +149,6 @@ def load_settings(config: str | Path | None = None, environ: Mapping[str, str] =
         raise UserError(f"invalid S3 settings: {problems}",
                         hint=f"set them in {where} or as {ENV_PREFIX}<SETTING> variables (e.g. {ENV_PREFIX}BUCKET)"
                         ) from None
-
-
-CREDENTIAL_CODES = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-                              "InvalidToken", "403"})
-
-
-def storage_user_error(error: BaseException) -> UserError | None:
-    """The user mistake behind an object-store error (no or refused credentials, no such bucket, no endpoint
-    there), or None."""
-    if isinstance(error, NoCredentialsError):
-        return UserError("no credentials for the object store",
-                         hint=f"set {ENV_PREFIX}ACCESS_KEY_ID and {ENV_PREFIX}SECRET_ACCESS_KEY, or the standard AWS "
-                              "variables or profile")
-    if isinstance(error, EndpointConnectionError):
-        return UserError(f"cannot reach the object store at {error.kwargs.get('endpoint_url')}",
-                         hint=f"check s3.endpoint_url ({ENV_PREFIX}ENDPOINT_URL) and that the store is running")
-    if isinstance(error, ClientError):
-        code = str(error.response.get("Error", {}).get("Code", ""))
-        if code in CREDENTIAL_CODES:
-            return UserError(f"the object store refused the credentials ({code})",
-                             hint="check the access key, the secret and the key's permissions on the bucket")
-        if code == "NoSuchBucket":
-            return UserError("the bucket does not exist", hint=f"create it, or fix s3.bucket ({ENV_PREFIX}BUCKET)")
-    return None
 
 
 def _reveal(secret: SecretStr | None) -> str | None:

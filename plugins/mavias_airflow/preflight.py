@@ -22,7 +22,8 @@ from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import s3_client
 from mavias.ops.nightly.weights import missing_model_weights
 from mavias.storage.conditional import conditional_write_problem
-from mavias.storage.s3 import retry_transient, storage_user_error
+from mavias.storage.mistakes import storage_user_error
+from mavias.storage.s3 import retry_transient
 
 log = logging.getLogger(__name__)
 
