@@ -42,8 +42,8 @@ from mavias.core.judging.quality import (
 from mavias.core.judging.review import apply_review, export_review, load_review
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import load_relevance, save_relevance
+from mavias.core.tagging.base import read_tags
 from mavias.errors import UserError
-from mavias.utils.tables import parquet_columns, read_parquet
 
 REALWORLD = ("realworld-dev", "realworld-heldout", "realworld-unseen", "realworld-blind")
 IMAGE_BENCHMARKS = ("synthetic-scenes", "three-cue-scenes", "shape-colours", "shape-textures", "digit-backgrounds")
@@ -98,10 +98,7 @@ def tags_by_class(manifest: Path, tags: Path | None = None) -> dict[str, set[str
     """Every tag seen on each class's images: the manifest's ``tags`` column, or a tags table joined on sample_id."""
     samples = load_manifest(manifest, check_files=False)
     if tags is not None:
-        if missing := {"sample_id", "tag"} - set(parquet_columns(tags, what="tags table")):
-            raise UserError(f"{tags} is not a tags table: it lacks {', '.join(sorted(missing))}",
-                            hint="pass the tags.parquet that `mavias tag` or `mavias discover` wrote")
-        table = read_parquet(tags, what="tags table", columns=["sample_id", "tag"])
+        table = read_tags(tags, columns=("sample_id", "tag"))  # the judge needs no score
         if table.empty:
             raise UserError(f"the tags table {tags} holds no tag: nothing to judge")
         pairs = table.merge(samples[["sample_id", "label"]], on="sample_id")

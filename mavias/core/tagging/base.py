@@ -68,14 +68,15 @@ def write_tags(df: pd.DataFrame, path: str | Path) -> Path:
     return Path(path)
 
 
-def read_tags(path: str | Path) -> pd.DataFrame:
-    """A tags table (``mavias tag`` / ``mavias discover`` output); a file of another kind is a readable error."""
+def read_tags(path: str | Path, columns: Sequence[str] = TAGS_COLUMNS) -> pd.DataFrame:
+    """A tags table (``mavias tag`` / ``mavias discover`` output), only ``columns`` of it; a file of another kind
+    (or one lacking a column asked for) is a readable error."""
     names = parquet_columns(Path(path), what="tags table")
-    if missing := [column for column in TAGS_COLUMNS if column not in names]:
+    if missing := [column for column in columns if column not in names]:
         raise UserError(f"{path} is not a tags table: it lacks the column(s) {', '.join(missing)} (it has: "
                         f"{', '.join(names)})", hint="pass the tags.parquet that `mavias tag` or `mavias discover` "
                                                      "wrote")
-    return read_parquet(Path(path), what="tags table", columns=TAGS_COLUMNS)
+    return read_parquet(Path(path), what="tags table", columns=list(columns))
 
 
 def tag_lists(tags: pd.DataFrame, sample_ids: Sequence[str]) -> pd.Series:
