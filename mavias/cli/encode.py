@@ -44,7 +44,7 @@ def encode(
     embedded = bias_embeddings(df["label"], tag_lists, load_relevance(relevance), text_encoder,
                                EmbeddingStore(store))
     counts = {"samples": len(df), "distinct prompts": embedded.distinct_prompts, "prompts encoded": embedded.encoded}
-    token_limit = getattr(text_encoder, "token_limit", None)  # OpenCLIP encoders count context-window overflows
+    token_limit = getattr(text_encoder, "token_limit", None)  # OpenCLIP and MiniLM count context-window overflows
     if token_limit is not None:
         counts |= {f"token limit: {k}": v for k, v in asdict(token_limit).items()}
     console.print(counts_table(f"encoding with {text_encoder.encoder_id}", counts))

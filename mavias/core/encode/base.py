@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+
+@dataclass
+class TokenLimitCounts:
+    """How often prompts hit the text encoder's context window (77 tokens for CLIP, 256 word pieces for MiniLM)."""
+
+    prompts: int = 0  # prompts encoded
+    over_limit: int = 0  # prompts longer than the window: encoded as chunks of tags, averaged
+    chunks: int = 0  # chunk prompts made for them
+    truncated: int = 0  # texts the tokenizer cuts: CLIP's still too long (one very long tag, free text), MiniLM's all
 
 
 @runtime_checkable

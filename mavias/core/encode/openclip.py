@@ -20,7 +20,7 @@ from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
 from open_clip.tokenizer import SimpleTokenizer
 
 from mavias.core.devices import choose_device
-from mavias.core.encode.base import bias_prompt
+from mavias.core.encode.base import TokenLimitCounts, bias_prompt
 from mavias.core.encode.defaults import ENCODE_MODES, OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.errors import UserError
 from mavias.utils.progress import progress_bar
@@ -212,16 +212,6 @@ class OpenClip:
         """L2-normalised float32 image embeddings of a preprocessed batch, on the model's device."""
         with self._autocast():
             return self.model.encode_image(images.to(self.device), normalize=True).float()
-
-
-@dataclass
-class TokenLimitCounts:
-    """How often prompts hit the text encoder's context window (77 tokens for CLIP)."""
-
-    prompts: int = 0  # prompts encoded
-    over_limit: int = 0  # prompts longer than the window: encoded as chunks of tags, averaged
-    chunks: int = 0  # chunk prompts made for them
-    truncated: int = 0  # texts still longer than the window (one very long tag, or free text): cut by the tokenizer
 
 
 def _prompt_tags(prompt: str) -> list[str] | None:

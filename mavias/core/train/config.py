@@ -176,8 +176,9 @@ class TrainConfig(_Strict):
                       "natively: CUDA, or a CPU with AVX512-BF16 or AMX")
     selection: Selection = Field(
         "val_robust",
-        description="model selection: val_acc (paper), val_tag_wg (worst tag-derived validation group) or val_robust "
-        "(balanced accuracy + shrunk tag-group accuracies, mavias.core.train.selection), all three always saved; or "
+        description="model selection: val_acc (the paper's, and its presets': overall accuracy, no bias information), "
+        "val_tag_wg (worst tag-derived validation group) or val_robust (default: balanced accuracy + shrunk tag-group "
+        "accuracies from the label-free B', mavias.core.train.selection), all three always saved; or "
         "val_true_wg, the worst true group, for the oracle alone (it needs group attributes; GroupDRO's paper)",
     )
     num_workers: int | Literal["auto"] = Field(

@@ -256,7 +256,8 @@ class LfF(Method):
 
 
 class SD(Method):
-    """Spectral decoupling (Pezeshki et al. 2021): CE + lambda/2 ||z||^2 with lambda 0.1 (the paper's setting)."""
+    """Spectral decoupling (Pezeshki et al. 2021) as the reference implementation writes it: CE + lambda z_y^2, the true
+    class's logit squared, lambda 0.1 (:func:`~mavias.core.train.losses.spectral_decoupling`)."""
 
     name = "sd"
 

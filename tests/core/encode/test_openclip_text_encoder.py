@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from mavias.core.encode import TextEncoder, bias_prompt
-from mavias.core.encode.openclip import OpenClipTextEncoder, TokenLimitCounts
+from mavias.core.encode.base import TokenLimitCounts
+from mavias.core.encode.openclip import OpenClipTextEncoder
 
 LONG_TAGS = [f"weathered cobblestone alleyway number {i}" for i in range(60)]
 

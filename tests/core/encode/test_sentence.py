@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mavias.core.encode.base import TokenLimitCounts, bias_prompt
 from mavias.core.encode.sentence import SentenceTransformerEncoder
 
 
@@ -22,3 +23,10 @@ def test_bfloat16_encoding_stays_within_1e_4_cosine_of_float32(minilm_encoder, m
     fast = minilm_encoder.encode(prompts)
     assert not np.array_equal(fast, exact)  # it did compute in bfloat16
     assert (fast * exact).sum(axis=1).min() > 1 - 1e-4
+
+
+def test_a_prompt_longer_than_minilms_window_is_counted_as_cut():
+    encoder = SentenceTransformerEncoder(batch_size=2)  # its own counts, the shared weights
+    long = bias_prompt(f"object{i}" for i in range(200))
+    encoder.encode(["a photo of road", long])
+    assert encoder.token_limit == TokenLimitCounts(prompts=2, truncated=1)

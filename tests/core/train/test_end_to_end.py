@@ -3,6 +3,7 @@
 import json
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from mavias.cli import app
@@ -43,6 +44,10 @@ def test_make_train_evaluate_end_to_end(tmp_path):
     assert metrics["open_set"]["n_groups"] <= 9  # per class: aligned, conflicting and decoys
     opened = pd.read_csv(tmp_path / "eval" / "groups_open_set.csv")
     assert {g.split("|")[1] for g in opened["group"]} <= {"aligned", "conflicting", "decoys"}
+    paper = metrics["open_set"]["paper_groups"]  # the paper's 2·p groups: the same rows without the decoys
+    own = opened[~opened["group"].str.endswith("|decoys")]
+    assert paper["n_groups"] == len(own) and paper["worst_group_accuracy"] == own["accuracy"].min()
+    assert paper["average_accuracy"] == pytest.approx(own["accuracy"].mean())
 
     label_free = _invoke("evaluate", "--run", str(tmp_path / "erm"), *common, "--out", str(tmp_path / "eval-erm"))
     assert "label-free groups from the run itself" in label_free
