@@ -119,10 +119,13 @@ def _history_entry(results: NightResults, context: ReportContext) -> HistoryEntr
 
 
 def _split(dataset: Mapping[str, Any], split: str) -> tuple[pd.DataFrame, pd.Series, Path]:
-    """The night's dataset rows of ``split`` (sample_id, uri, label), their tags and the dataset's folder."""
+    """The night's dataset rows of ``split`` (sample_id, uri, label) that trained or were evaluated (the quarantined
+    held back), their tags and the dataset's folder."""
     folder = Path(dataset["dir"]) / "dataset"
     manifest = pd.read_parquet(folder / "manifest.parquet", columns=["sample_id", "uri", "label", "split"])
-    rows = manifest[manifest["split"] == split].reset_index(drop=True)
+    held_back = _read_csv(folder / "quarantine.csv")
+    kept = ~manifest["sample_id"].astype(str).isin([] if held_back is None else held_back["sample_id"].astype(str))
+    rows = manifest[(manifest["split"] == split) & kept].reset_index(drop=True)
     return rows, tag_lists(pd.read_parquet(folder / "tags.parquet"), rows["sample_id"]), folder
 
 

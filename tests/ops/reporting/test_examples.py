@@ -9,11 +9,13 @@ from pathlib import Path
 import pandas as pd
 from PIL import Image
 
-from mavias.ops.nightly.report_context import validation_examples
+from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.report_context import _trust, validation_examples
 from mavias.ops.reporting.examples import GAP, PER_SIDE, SIDE_GAP, THUMBNAIL, example_images, shortcut_examples
 from mavias.ops.reporting.history import TOP_K
 from mavias.ops.reporting.plots import render_plots
 from mavias.ops.reporting.render import render_email, render_report
+from mavias.storage.s3 import S3Settings
 from tests.ops.reporting.test_report import fake_context, parse
 
 COLOURS = {"red": (200, 30, 30), "blue": (30, 30, 200), "green": (30, 200, 30)}
@@ -120,3 +122,28 @@ def test_a_night_takes_its_examples_from_the_validation_split_of_its_dataset(tmp
     example = validation_examples({"dataset": {"dir": str(tmp_path)}}, biased(("cat", "red")))["cat"]["red"]
     assert (example.in_class, example.others) == (1, 1)  # v1 and v2: t1 trained
     assert validation_examples({}, biased(("cat", "red"))) == {}  # no dataset tonight
+
+
+def test_a_night_counts_and_shows_only_the_images_that_were_not_quarantined(tmp_path):
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    rows = [("v1", "cat", "val", "red"), ("v2", "dog", "val", "red"), ("t1", "cat", "train", "red"),
+            ("t2", "dog", "train", "blue")]
+    manifest = pd.DataFrame([{"sample_id": sid, "label": label, "split": split,
+                              "uri": str(image(folder / f"{sid}.png", colour))} for sid, label, split, colour in rows])
+    manifest = pd.concat([manifest, pd.DataFrame([{"sample_id": sid, "label": "cat", "split": split, "uri": "gone.png"}
+                                                  for sid, split in (("q1", "val"), ("q2", "train"), ("q3", "train"))])])
+    manifest.to_parquet(folder / "manifest.parquet")
+    pd.DataFrame({"sample_id": ["v1", "v2", "t1", "t2"], "tag": ["red", "red", "red", "blue"]}).to_parquet(
+        folder / "tags.parquet")
+    pd.DataFrame({"class": ["cat", "dog"], "tag": ["red", "blue"], "relevant": [False, True],
+                  "source": ["judge", "judge"]}).to_parquet(folder / "relevance.parquet")
+    pd.DataFrame({"sample_id": ["q1", "q2", "q3"], "uri": ["gone.png"] * 3, "reason": ["missing"] * 3}).to_csv(
+        folder / "quarantine.csv", index=False)
+    night = {"dataset": {"dir": str(tmp_path)}, "reference": {"dir": str(tmp_path / "reference")}}
+
+    example = validation_examples(night, biased(("cat", "red")))["cat"]["red"]
+    assert (example.in_class, example.others) == (1, 1)  # v1 and v2; q1 held back
+    cfg = NightlyConfig(model_name="m", s3=S3Settings(bucket="b"), workspace=tmp_path / "ws")
+    shares = [line.split(" of the training images")[0] for line in _trust(cfg, night) if "no irrelevant tag" in line]
+    assert shares == ["50%"]  # t2 of t1 and t2: q2 and q3, held back, have no tags and did not train
