@@ -128,13 +128,16 @@ class AuditState:
 
     def __init__(self, paths: AuditPaths, inputs: dict[str, Any]):
         self.path = paths.state
-        document = json.loads(self.path.read_text()) if self.path.is_file() else {"inputs": inputs}
+        document = _read_state(paths) if self.path.is_file() else {"inputs": inputs}
         if document["inputs"] != inputs:
             if set(document.get("done", {})) - {"import"}:
                 raise UserError(f"{paths.root} holds an audit of other data or settings ({self.path}); pass another "
                                 "--out, or delete that folder to start again")
             document = {"inputs": inputs}
-            shutil.rmtree(paths.workspace / "tags", ignore_errors=True)  # shards an interrupted tagger left
+            # shards an interrupted tagger left, and runs of the other data (a run kept across a review change)
+            for derived in (paths.workspace / "tags", paths.reference, paths.mavias, paths.root / "eval",
+                            paths.model.parent):
+                shutil.rmtree(derived, ignore_errors=True)
         self.document = {"done": {}, **document}
 
     def follow_review(self, digest: str | None, paths: AuditPaths) -> None:
@@ -159,3 +162,16 @@ class AuditState:
     def record(self, **values: Any) -> None:
         self.document.update(_jsonable(values))
         write_json(self.path, self.document)
+
+
+def _read_state(paths: AuditPaths) -> dict[str, Any]:
+    """``audit.json`` as written (a mapping with the ``inputs`` and the ``done`` steps), or one line saying what to do."""
+    try:
+        document = json.loads(paths.state.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        document = error
+    if not (isinstance(document, dict) and isinstance(document.get("inputs"), dict)
+            and isinstance(document.get("done", {}), dict)):
+        raise UserError(f"{paths.state} is not an audit's record (damaged or written by something else); delete "
+                        f"{paths.root} to start again, or pass another --out")
+    return document

@@ -1,5 +1,8 @@
 """The audit folder's state: what a second run keeps and what it does again."""
 
+import pytest
+
+from mavias.errors import UserError
 from mavias.ops.audit.options import AuditPaths, AuditState
 
 
@@ -19,3 +22,25 @@ def test_a_changed_review_undoes_the_judging_and_mavias_only(tmp_path):
     assert reread.done("discover") is None and reread.done("import") is not None
     assert not paths.mavias.exists() and (paths.reference / "last.pt").is_file()
     assert reread.document["review"] is None
+
+
+def test_other_data_in_a_folder_only_imported_starts_again_without_the_runs_of_the_first(tmp_path):
+    """A run killed after a review change keeps its reference; other data given to that folder must not reuse it."""
+    paths = AuditPaths(tmp_path / "audit")
+    state = AuditState(paths, {"path": "/photos"})
+    state.finish("import", {"warnings": []})
+    for run in (paths.reference, paths.mavias, paths.model.parent):
+        run.mkdir(parents=True)
+        (run / "last.pt").write_bytes(b"a run of /photos")
+    other = AuditState(paths, {"path": "/other-photos"})
+    assert other.done("import") is None
+    assert not any(run.exists() for run in (paths.reference, paths.mavias, paths.model.parent))
+
+
+@pytest.mark.parametrize("record", [b"", b"[]", b'{"done": {}}', b'{"inputs": {}, "done": []}', b"\xff"])
+def test_a_damaged_audit_record_is_one_line_saying_what_to_do(tmp_path, record):
+    paths = AuditPaths(tmp_path / "audit")
+    paths.root.mkdir()
+    paths.state.write_bytes(record)
+    with pytest.raises(UserError, match="is not an audit's record .* delete .* or pass another --out"):
+        AuditState(paths, {"path": "/photos"})
