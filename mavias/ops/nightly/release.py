@@ -55,7 +55,11 @@ def promote(cfg: NightlyConfig, published: Published, evaluated: Evaluated) -> P
     except CorruptPointer as err:
         return {"version": version, "promoted": False, "reason": f"not promoted: {err}", "uri": published["uri"]}
     if current is not None and current.version == version:
-        return {"version": version, "promoted": False, "reason": f"{version} was already in production (rerun)",
+        # a retry whose first try moved the pointer and was killed: the promotion over what tonight evaluated against
+        # is tonight's (versions are a night's own); a rerun of the whole night evaluated against this version itself
+        earlier_try = current.previous_version == evaluated["production_version"]
+        return {"version": version, "promoted": earlier_try, "previous": current.previous_version,
+                "reason": "" if earlier_try else f"{version} was already in production (rerun)",
                 "uri": published["uri"], "serving": point_serving(cfg, reg, version), "in_production": True}
     if reg.promote(version, evaluated["production_etag"]):
         log.info("model %s: %s is production", cfg.model_name, version)

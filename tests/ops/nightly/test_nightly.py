@@ -234,3 +234,24 @@ def test_the_digest_changes_with_the_bytes_of_the_files_that_train_and_only_thei
     digest = dataset_digest(cfg, rows, tags, decisions, etags)
     assert dataset_digest(cfg, rows, tags, decisions, etags | {"/ws/partitions/copy/a.png": '"e1"'}) == digest
     assert dataset_digest(cfg, rows, tags, decisions, etags | {"/ws/partitions/p1/a.png": '"e9"'}) != digest
+
+
+def test_a_promote_retried_after_its_first_try_moved_the_pointer_is_the_nights_promotion(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    registry = ModelRegistry(s3_client, s3_settings, "m")
+    for version in ("night-a", "night-b"):
+        write_local_partition(tmp_path / version, ["car"])
+        registry.publish_version(tmp_path / version, version)
+    cfg = _config(s3_settings, tmp_path)
+    release.promote(cfg, {"version": "night-a", "uri": registry.version_uri("night-a")},
+                    {"production_etag": None, "production_version": None})
+    evaluated = {"production_etag": registry.pointer_etag(), "production_version": "night-a"}
+    published = {"version": "night-b", "uri": registry.version_uri("night-b")}
+    first = release.promote(cfg, published, evaluated)  # its task killed after this: Airflow retries it
+    retry = release.promote(cfg, published, evaluated)
+    assert first["promoted"] and retry["promoted"] and retry["previous"] == "night-a" and not retry["reason"]
+    rerun = release.promote(cfg, published, {"production_etag": registry.pointer_etag(),
+                                             "production_version": "night-b"})  # the whole night again
+    assert not rerun["promoted"] and "already in production (rerun)" in rerun["reason"] and rerun["in_production"]
+    assert [r.version for r in registry.history()] == ["night-a", "night-b"]
