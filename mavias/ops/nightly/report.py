@@ -149,9 +149,8 @@ def notify(cfg: NightlyConfig, smtp: SmtpSettings | None) -> Notified:
     return {"sent": delivery.sent, "dead_letters": sorted(delivery.dead)}
 
 
-def _dead_letter_notes(cfg: NightlyConfig) -> list[str]:
+def _dead_letter_notes(cfg: NightlyConfig, dead: Mapping[str, str]) -> list[str]:
     outbox = layout(cfg).outbox
-    dead = outbox.unreported_dead()
     if not dead:
         return []
     reasons = "; ".join(f"{name}: {reason}" for name, reason in dead.items())
@@ -177,7 +176,8 @@ def report(
     ``failure`` is set when the night failed (``finish`` then fails the run)."""
     client = s3_client(cfg, "report", cfg.report.storage_deadline_s)
     night = results["sensed"]["night"]
-    notes: list[str] = _dead_letter_notes(cfg)
+    dead = layout(cfg).outbox.unreported_dead()  # marked as named once this report is written and queued
+    notes: list[str] = _dead_letter_notes(cfg, dead)
     attempt = _next_attempt(cfg, client, night, notes)
     production, pointer_problem = _production_version(cfg, client, notes)
     context, entry = build_report_context(cfg, results, trained=trained, decision=decision,
@@ -211,6 +211,7 @@ def report(
         queued = name
     elif cfg.report.recipients:
         log.warning("report not emailed: no SMTP settings (configure the Airflow SMTP connection)")
+    layout(cfg).outbox.mark_reported(list(dead))
     status = ("promoted" if context.promoted else "not promoted") + (
         "" if context.serving_updated else ", serving not updated")
     key = f"{reports_prefix(cfg)}{night}/{folder.name}/{html.name}"

@@ -187,8 +187,9 @@ class Outbox:
 
     def _count_try(self, name: str) -> int:
         counter = self.folder / f"{name}.tries"
-        tries = (int(counter.read_text()) if counter.exists() else 0) + 1
-        counter.write_text(str(tries))
+        text = counter.read_text(errors="replace").strip() if counter.exists() else ""
+        tries = (int(text) if text.isdigit() else 0) + 1  # a counter a kill left unreadable counts from its start
+        write_bytes(counter, str(tries).encode(), sync=False)
         return tries
 
     def _bury(self, name: str, reason: str) -> None:
@@ -199,12 +200,15 @@ class Outbox:
         log.error("email %s cannot be delivered (%s): moved to %s", name, reason, self.dead_folder)
 
     def unreported_dead(self) -> dict[str, str]:
-        """Dead letters no report has named yet (name -> reason); each is marked as named."""
+        """Dead letters no report has named yet (name -> reason), until :meth:`mark_reported` says one did."""
         found = {}
         for reason in sorted(self.dead_folder.glob("*.reason.txt")):
             name = reason.name.removesuffix(".reason.txt")
-            marker = self.dead_folder / f"{name}.reported"
-            if not marker.exists():
+            if not (self.dead_folder / f"{name}.reported").exists():
                 found[name] = reason.read_text().strip()
-                marker.touch()
         return found
+
+    def mark_reported(self, names: Sequence[str]) -> None:
+        """These dead letters are named in a report that was written (and queued): no later report names them."""
+        for name in names:
+            (self.dead_folder / f"{name}.reported").touch()

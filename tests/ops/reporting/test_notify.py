@@ -155,7 +155,19 @@ def test_an_email_refused_for_good_becomes_a_dead_letter_and_blocks_nothing(emai
     assert delivery.sent == ["20250102-report"] and list(delivery.dead) == ["20250101-report"]
     assert "554" in delivery.dead["20250101-report"] and not delivery.failed and outbox.pending() == []
     assert (outbox.dead_folder / "20250101-report.eml").is_file()
-    assert list(outbox.unreported_dead()) == ["20250101-report"] and outbox.unreported_dead() == {}  # said once
+    assert list(outbox.unreported_dead()) == ["20250101-report"] == list(outbox.unreported_dead())  # until named
+    outbox.mark_reported(["20250101-report"])  # a report that names it was written
+    assert outbox.unreported_dead() == {}  # said once
+
+
+def test_a_try_counter_a_kill_left_unreadable_counts_again_from_its_start(email, tmp_path):
+    outbox = Outbox(tmp_path / "outbox")
+    outbox.put("20250101-report", email_message(email, RECIPIENTS, "mavias@example.org"))
+    (outbox.folder / "20250101-report.tries").write_bytes(b"")  # cut while written
+    with smtp_server(Inbox(*["451 4.3.0 try again later"] * 2)) as server:
+        delivery = outbox.deliver(settings(server.port, max_attempts=2, retry_wait_s=0.01))
+    assert list(delivery.failed) == ["20250101-report"] and outbox.pending() == ["20250101-report"]
+    assert (outbox.folder / "20250101-report.tries").read_text() == "1"
 
 
 def test_an_email_that_keeps_failing_becomes_a_dead_letter_after_its_tries(email, tmp_path):
