@@ -25,18 +25,21 @@ BATCH_ATTR = "batch"
 
 def plan_batch(study_dir: Path, base: TrainConfig, n_trials: int, *, batch: str,
                warm_start: dict | None = None) -> list[dict]:
-    """Ask ``n_trials`` trials (the warm start first); a second call for the same ``batch`` returns the same jobs."""
+    """Ask ``n_trials`` trials (the warm start first); a second call for the same ``batch`` returns the same jobs, and
+    one after a call killed part-way asks only the trials it left."""
     study = open_study(study_dir, requeue_stale=False)
-    planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(BATCH_ATTR) == batch]
-    if not planned:
-        if warm_start:
-            study.enqueue_trial(warm_start, skip_if_exists=True)
-        for _ in range(n_trials):
-            trial = study.ask()
-            trial.set_user_attr(BATCH_ATTR, batch)
-            trial.set_user_attr("run_dir", str(trial_dir(study_dir, suggest_config(trial, base, search_space(base)))))
-        planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(BATCH_ATTR) == batch]
-    return [{"number": t.number, "params": t.params} for t in planned]
+    planned = _planned(study, batch)
+    if not planned and warm_start:
+        study.enqueue_trial(warm_start, skip_if_exists=True)
+    for _ in range(n_trials - len(planned)):
+        trial = study.ask()
+        trial.set_user_attr("run_dir", str(trial_dir(study_dir, suggest_config(trial, base, search_space(base)))))
+        trial.set_user_attr(BATCH_ATTR, batch)  # last: a trial of the batch is one whose plan is complete
+    return [{"number": t.number, "params": t.params} for t in _planned(study, batch)]
+
+
+def _planned(study: optuna.Study, batch: str) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(BATCH_ATTR) == batch]
 
 
 def run_planned_trial(data: PreparedData, reference: Reference, base: TrainConfig, study_dir: Path,

@@ -43,3 +43,12 @@ def test_plan_run_select(tmp_path, prepared):
     assert finish_batch(tmp_path, results, BASE).best_params == tuned.best_params  # idempotent
     next_dataset = plan_batch(tmp_path / "next", BASE, 1, batch="night-2", warm_start=tuned.best_params)
     assert [j["params"] for j in next_dataset] == [tuned.best_params]
+
+
+def test_a_planner_killed_part_way_asks_only_the_trials_it_left(tmp_path):
+    warm = current_values(BASE, search_space(BASE)) | {"mavias.lam": 0.6}
+    killed = plan_batch(tmp_path, BASE, 1, batch="night-1", warm_start=warm)  # as if killed after its first trial
+    jobs = plan_batch(tmp_path, BASE, 3, batch="night-1", warm_start=warm)  # the retry
+    assert len(jobs) == 3 and jobs[0] == killed[0] and jobs[0]["params"] == warm
+    assert len({job["number"] for job in jobs}) == 3
+    assert plan_batch(tmp_path, BASE, 3, batch="night-1", warm_start=warm) == jobs
