@@ -85,6 +85,8 @@ def audit_command(
     table, _ = summary_table(result.evaluation)
     console.print(table)
     warn(result.caveats)
+    console.print("how far to trust the tags and the relevance decisions:\n" + "\n".join(
+        f"  - {line}" for line in result.trust), soft_wrap=True, markup=False)
     console.print(f"every (class, tag) pair tested, with why it is or is not in B': {result.evidence}\n"
                   f"biased tags (B'): {_biased_by_class(result.biased_tags)}\n"
                   f"{_how_to_review(result.relevance, review)}", soft_wrap=True)

@@ -16,10 +16,12 @@ import pandas as pd
 
 from mavias.core.evaluate.shortcuts import (
     CROSS_FITTED,
+    MIN_CROSS_SUPPORT,
     MIN_ODDS_RATIO,
     MIN_SIDE,
     as_flag,
     is_associated,
+    is_undecided,
     tag_presence,
 )
 
@@ -92,23 +94,44 @@ def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, jud
     measured), the share of training images with no irrelevant tag, the shortcuts that rest on few images, and those
     named by a word the tagger often gives wrongly (``tag_precision``: per tag, its measured precision, where known)."""
     lines = [f"Tags: {tags_from}; " + (tags_quality or "their quality on these images is unknown (no ground truth): "
-                                        "a tagger's misses hide shortcuts and its confusions can add false ones"),
+                                        "a tagger's misses hide shortcuts and its confusions can add false ones; "
+                                        "look at the example images under each shortcut"),
              f"Relevance: {judged_by}; " + (judge_quality or "its quality on these classes is unknown: review its "
                                             "decisions (mavias judge export-review)")]
     empty = float((train_irrelevant.map(len) == 0).mean()) if len(train_irrelevant) else 0.0
     lines.append(f"{empty:.0%} of the training images have no irrelevant tag: the bias path sees nothing of them "
-                 "(their prompt is the empty 'a photo')")
-    counts = ["support", "within_n_with", "within_n_without"]
-    biased = [] if evidence is None or evidence.empty else evidence[as_flag(evidence["biased"])].assign(
-        **{column: lambda frame, c=column: pd.to_numeric(frame[c], errors="coerce").fillna(0) for column in counts}
-    ).to_dict("records")  # read back from CSV, the numbers may be text
+                 "(their prompt is the empty 'a photo')" + (EMPTY_ACTION if empty >= MANY_EMPTY else ""))
+    counts = ["support", "within_n_with", "within_n_without", "cross_n_with"]
+    rows = pd.DataFrame() if evidence is None or evidence.empty else evidence[as_flag(evidence["biased"])]
+    biased = rows.assign(**{column: pd.to_numeric(rows[column], errors="coerce").fillna(0) if column in rows else 0
+                            for column in counts}).to_dict("records")  # from CSV the numbers may be text
     for row in biased:
-        if row["support"] < 2 * min_support or min(row["within_n_with"], row["within_n_without"]) < MIN_SIDE:
+        decided_on_few = min(row["within_n_with"], row["within_n_without"]) < MIN_SIDE and \
+            row["cross_n_with"] < MIN_CROSS_SUPPORT  # as B' itself tells a decidable pair
+        if row["support"] < 2 * min_support or decided_on_few:
             lines.append(f"{row['class']}: the shortcut '{row['tag']}' rests on few images ({int(row['support'])} "
                          f"training images carry it; its reliance was measured on {int(row['within_n_with'])} "
-                         f"{_measured_on(row)} of the class with it and {int(row['within_n_without'])} without): "
-                         "treat it as a lead, not a finding")
-    return lines + _doubtful_words(biased, tag_precision or {})
+                         f"{_measured_on(row)} of the class with it and {int(row['within_n_without'])} without, and "
+                         f"{int(row['cross_n_with'])} of other classes with it): treat it as a lead, not a finding")
+    return lines + _undecided(evidence) + _doubtful_words(biased, tag_precision or {})
+
+
+MANY_EMPTY = 0.2  # a fifth of the images without an irrelevant tag: worth saying what to do
+EMPTY_ACTION = ("; tag more of what surrounds the objects (a larger vocabulary, a lower tagger threshold) or check "
+                "the judge's decisions (mavias judge export-review)")
+
+
+def _undecided(evidence: pd.DataFrame | None) -> list[str]:
+    """One line naming the pairs that go with their class but that too few images could test."""
+    needed = {"association_q", "log_odds_ci_low", "biased", "decidable", "class", "tag"}
+    if evidence is None or evidence.empty or not needed <= set(evidence.columns):
+        return []
+    undecided = evidence[is_undecided(evidence)]
+    if undecided.empty:
+        return []
+    named = ", ".join(f"{name} '{tag}'" for name, tag in zip(undecided["class"], undecided["tag"]))
+    return [f"Cannot decide (too few images, with and without the tag, to measure the reference's reliance): {named}. "
+            "Treat them as leads: collect more images of these classes with and without them"]
 
 
 def _doubtful_words(biased: list[dict], tag_precision: Mapping[str, float]) -> list[str]:

@@ -73,26 +73,38 @@ def _benchmark_discovery(audit: Audit) -> dict:
 
 def trust(audit: Audit) -> list[str]:
     """How far the tags and relevance decisions behind B' can be trusted (:func:`trust_lines`)."""
-    known = _benchmark_discovery(audit)
     has_tags = "tags" in load_manifest(audit.paths.manifest, check_files=False).columns
     tagger = audit.options.tagger
     tags_from = "the data's own tags" if has_tags else f"OpenCLIP {tagger.model}/{tagger.pretrained}"
-    tags_quality, tag_precision = None, {}
-    if known.get("tags", {}).get("source") == "tagger" and "mean_f1" in known["tags"]:
-        tags_quality = f"measured mean per-tag F1 {known['tags']['mean_f1']:.2f} on held-out images"
-        tag_precision = measured_precision(known["tags"].get("per_tag", []))
     judged_by, judge_quality = describe_judge(audit.options.judge)
     relevance = load_relevance(audit.workspace.relevance(PARTITION))
     if reviewed := int((relevance["source"] == REVIEW_SOURCE).sum()):
         judged_by += f", {reviewed} decision(s) of them overridden by the review {audit.options.review}"
-    if "precision" in known.get("relevance", {}):
-        judge_quality = (f"measured precision {known['relevance']['precision']:.0%} / recall "
-                         f"{known['relevance']['recall']:.0%} on these classes")
+    tags_quality, tag_precision, measured_judge = benchmark_quality(
+        _benchmark_discovery(audit), tags_replaced=audit.options.tags is not None,
+        offline_judge=audit.options.judge.kind == "offline", reviewed=reviewed > 0)
     train = prepare(audit)["train"].frame
     return trust_lines(tags_from=tags_from, tags_quality=tags_quality, judged_by=judged_by,
-                       judge_quality=judge_quality, train_irrelevant=train["irrelevant_tags"],
+                       judge_quality=measured_judge or judge_quality, train_irrelevant=train["irrelevant_tags"],
                        evidence=audit.reference.evidence, min_support=audit.options.min_support,
                        tag_precision=tag_precision)
+
+
+def benchmark_quality(known: dict, *, tags_replaced: bool, offline_judge: bool,
+                      reviewed: bool) -> tuple[str | None, dict[str, float], str | None]:
+    """What a built-in benchmark's folder measured (``benchmark.json``'s ``discovery``) of the tags and the decisions
+    the audit used: its tagger's mean F1 and per-word precision unless ``--tags`` replaced its tags; its offline
+    judge's precision and recall when the audit judged offline too, nothing leaked and no review overrode any."""
+    tags, relevance = known.get("tags", {}), known.get("relevance", {})
+    tags_quality, tag_precision, judge_quality = None, {}, None
+    if not tags_replaced and tags.get("source") == "tagger" and "mean_f1" in tags:
+        tags_quality = f"measured mean per-tag F1 {tags['mean_f1']:.2f} on held-out images"
+        tag_precision = measured_precision(tags.get("per_tag", []))
+    if offline_judge and not reviewed and relevance.get("source") == "judge" and not relevance.get("leak") \
+            and "precision" in relevance:
+        judge_quality = (f"measured precision {relevance['precision']:.0%} / recall {relevance['recall']:.0%} on "
+                         "these classes")
+    return tags_quality, tag_precision, judge_quality
 
 
 def measured_precision(per_tag: list[dict]) -> dict[str, float]:
@@ -111,7 +123,7 @@ def examples(audit: Audit) -> dict[str, dict[str, Example]]:
                              val.frame["sample_tags"].tolist(), val.inputs.paths)
 
 
-def report_context(audit: Audit, name: str, version: str, notes: list[str]) -> ReportContext:
+def report_context(audit: Audit, name: str, version: str, notes: list[str], trusted: list[str]) -> ReportContext:
     source = "open_set"
     metrics = {role: json.loads((audit.paths.evaluation(role) / "metrics.json").read_text()) for role in
                ("mavias", "reference")}
@@ -129,20 +141,20 @@ def report_context(audit: Audit, name: str, version: str, notes: list[str]) -> R
         discovery=DiscoveryCounts(images_tagged=counts.images_tagged, llm_requests=counts.llm_requests,
                                   encodings=counts.prompts_encoded),
         verification=VerificationResult.from_dict(audit.card["verification"]), onnx_sha256=audit.card["onnx"]["sha256"],
-        min_support=audit.options.min_support, trust=trust(audit), shortcut_examples=examples(audit),
+        min_support=audit.options.min_support, trust=trusted, shortcut_examples=examples(audit),
         candidate_method=method_name(audit.config.model_copy(update={"method": "mavias"})), audit=True)
 
 
 def write_outputs(audit: Audit, name: str, version: str) -> Path:
     """``report.html`` (with its plots), ``biased_tags.csv`` (a ``caveat`` column when the tags are noise) and the
-    summary in ``audit.json``; returns the report's path."""
-    notes = caveats(audit)
-    html = write_report(audit.paths.root, report_context(audit, name, version, notes))
+    summary in ``audit.json`` (the caveats and the trust lines included); returns the report's path."""
+    notes, trusted = caveats(audit), trust(audit)
+    html = write_report(audit.paths.root, report_context(audit, name, version, notes, trusted))
     biased = audit.reference.biased_tags
     if audit.tags_are_noise:
         biased = biased.assign(caveat=NOISE_CAVEAT)
     write_csv(biased, audit.paths.biased_tags)
     audit.state.record(report=str(html), model=str(audit.paths.model), biased_tags=str(audit.paths.biased_tags),
-                       min_support=audit.options.min_support, caveats=notes,
+                       min_support=audit.options.min_support, caveats=notes, trust=trusted,
                        gates_passed=audit.gates.passed)
     return html

@@ -21,6 +21,7 @@ class AuditResult:
     evidence: Path  # every (class, tag) pair tested, with why it is or is not in B'
     relevance: Path  # the relevance decisions B' and MAVias used (the input of `mavias judge export-review`)
     caveats: list[str]
+    trust: list[str]  # how far the tags and relevance decisions behind B' can be trusted (trust_lines)
     evaluation: dict  # MAVias's evaluate_checkpoint result
     gates_passed: bool
 
@@ -57,5 +58,5 @@ def run_audit(options: AuditOptions) -> AuditResult:
         progress.close()
     return AuditResult(audit.paths.report, audit.paths.model, audit.paths.biased_tags,
                        audit.paths.reference / "shortcut_evidence.csv", audit.workspace.relevance(PARTITION),
-                       audit.state.document["caveats"],
+                       audit.state.document["caveats"], audit.state.document["trust"],
                        audit.evaluations["mavias"], audit.gates.passed)

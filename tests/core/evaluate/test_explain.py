@@ -73,6 +73,10 @@ def test_trust_lines_say_who_tagged_and_judged_how_much_is_empty_and_what_rests_
         {"class": "ship", "tag": "port", "biased": True, "support": 30, "within_n_with": 28, "within_n_without": 2,
          "model": "cross-fitted"},
         {"class": "bird", "tag": "sky", "biased": False, "support": 5, "within_n_with": 2, "within_n_without": 0},
+        {"class": "car", "tag": "road", "biased": True, "support": 300, "within_n_with": 296, "within_n_without": 4,
+         "cross_n_with": 150},  # decided on the other classes' images: not few
+        {"class": "bird", "tag": "nest", "biased": False, "support": 40, "within_n_with": 39, "within_n_without": 1,
+         "cross_n_with": 2, "decidable": False, "association_q": 0.001, "log_odds_ci_low": 2.0},
     ])
     irrelevant = pd.Series([["street"], [], ["sea"], []])
     lines = trust_lines(tags_from="the data's own tags", tags_quality=None, judged_by="the offline judge",
@@ -80,11 +84,16 @@ def test_trust_lines_say_who_tagged_and_judged_how_much_is_empty_and_what_rests_
                         evidence=evidence, min_support=20)
     assert lines[0].startswith("Tags: the data's own tags; their quality on these images is unknown")
     assert lines[1] == "Relevance: the offline judge; measured precision 98% / recall 76%"
-    assert lines[2].startswith("50% of the training images have no irrelevant tag")
-    thin, folds = lines[3:]  # the well-supported car/street and the untested bird/sky get no line
+    assert lines[2].startswith("50% of the training images have no irrelevant tag") and "tag more of" in lines[2]
+    thin, folds, undecided = lines[3:]  # car/street, car/road (by other classes) and untested bird/sky: no line
     assert thin.startswith("boat: the shortcut 'sea' rests on few images (25 training images") and "1 without" in thin
-    assert "measured on 19 validation images of the class" in thin
+    assert "measured on 19 validation images of the class" in thin and "0 of other classes" in thin
     assert "measured on 28 training images (cross-fitted) of the class with it and 2 without" in folds
+    assert undecided.startswith("Cannot decide") and "bird 'nest'" in undecided and "sky" not in undecided
+    assert "collect more images" in undecided
+    few_empty = trust_lines(tags_from="t", tags_quality="q", judged_by="j", judge_quality="q",
+                            train_irrelevant=pd.Series([["street"]] * 9 + [[]]), evidence=None, min_support=20)
+    assert few_empty[2].startswith("10% of the training images") and "tag more of" not in few_empty[2]
 
 
 def test_a_shortcut_named_by_a_word_the_tagger_often_gives_wrongly_gets_a_line():

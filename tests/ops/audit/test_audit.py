@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from markupsafe import escape
 
 from mavias.core.datasets.generate import SHORTCUT_CLASSES, write_shortcut_imagefolder
 
@@ -53,6 +54,10 @@ def test_an_audit_names_the_planted_shortcut_and_resumes(tmp_path):
     assert "MAVias bias audit" in report and "Audit of shapes" in report
     card = json.loads((out / "model" / "model_card.json").read_text())
     assert card["gates"]["gates"] and card["metrics"]["open_set"]["min_support"] == 20
+    trust = json.loads((out / "audit.json").read_text())["trust"]  # said on the console and in the report alike
+    assert trust[0].startswith("Tags: the data's own tags") and "of the training images have no irrelevant" in trust[2]
+    assert "how far to trust the tags" in output and all(f"  - {line}" in output for line in trust)
+    assert all(str(escape(line)) in report for line in trust)
 
     # a log gets plain lines: one per epoch with its metrics, one per finished step with its output path
     assert "\r" not in output
