@@ -393,3 +393,12 @@ def test_relevance_section_says_why_it_has_nothing_to_list(context, changes, lin
     night = context.model_copy(update={"relevance_changes": changes})
     assert line in visible_text(render_report(night, {}))
     assert "Relevance decisions changed since" not in render_text(night)
+
+
+def test_an_audit_without_shortcuts_says_where_the_reason_is_not_that_nothing_was_looked_for():
+    night = fake_context(nights=1)
+    context = night.model_copy(update={"audit": True, "biased_tags": night.biased_tags.iloc[:0], "shortcut_status": None,
+                                       "history": night.history[-1:], "trust": ["Tags: the data's own tags; unknown"]})
+    text = " ".join(" ".join(parse(render_report(context, {})).text).split())
+    assert "No class has a shortcut (B' is empty): the notes at the top" in text
+    assert "No candidate tonight" not in text and "Tags: the data's own tags; unknown" in text
