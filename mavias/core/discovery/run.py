@@ -36,6 +36,7 @@ from mavias.core.tagging.run import (
     shard_samples,
     tag_partition,
 )
+from mavias.core.tagging.shards import samples_digest
 from mavias.utils.atomic import write_json
 
 MANIFEST_NAME = "manifest.parquet"
@@ -171,5 +172,6 @@ def discover_partition(
         decisions_per_class=tally.by_class(),
         judge_failure=getattr(judge, "failure", None),
     )
-    write_json(out / "discovery.json", {"partition": str(manifest_path), "counts": asdict(counts)})
+    write_json(out / "discovery.json", {"partition": str(manifest_path), "samples": samples_digest(df["sample_id"]),
+                                        "counts": asdict(counts)})
     return counts

@@ -209,7 +209,8 @@ def tag_partition(
     if shard is not None:
         num_shards = shard[1]
     wanted = [shard[0]] if shard is not None else list(range(num_shards))
-    committed = [i for i in wanted if shard_paths(out_dir, i, num_shards)[1].exists()]
+    to_tag = missing_shards(out_dir, num_shards, manifest_df["sample_id"])  # also those of other samples
+    committed = [i for i in wanted if i not in to_tag]
     for index in committed:
         _check_tagger(shard_paths(out_dir, index, num_shards)[0], tagger.tagger_id)
     pending = [i for i in wanted if i not in committed]

@@ -4,7 +4,10 @@ night plans its tagging jobs from them)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
+
+import pandas as pd
 
 from mavias.errors import UserError
 
@@ -31,5 +34,24 @@ def parse_shard(text: str) -> tuple[int, int]:
     return index, num_shards
 
 
-def missing_shards(out_dir: str | Path, num_shards: int) -> list[int]:
-    return [i for i in range(num_shards) if not shard_paths(Path(out_dir), i, num_shards)[1].exists()]
+def missing_shards(out_dir: str | Path, num_shards: int, sample_ids: Iterable[str] | None = None) -> list[int]:
+    """The shards not committed, and with ``sample_ids`` (the partition's manifest) those committed for other samples
+    (a partition delivered again with other images under its name): all of them are to tag."""
+    out_dir = Path(out_dir)
+    committed = [i for i in range(num_shards) if shard_paths(out_dir, i, num_shards)[1].exists()]
+    if sample_ids is not None:
+        wanted: dict[int, set[str]] = {i: set() for i in range(num_shards)}
+        for sample_id in sample_ids:
+            wanted[shard_of(sample_id, num_shards)].add(sample_id)
+        committed = [i for i in committed if _shard_sample_ids(out_dir, i, num_shards) == wanted[i]]
+    return [i for i in range(num_shards) if i not in committed]
+
+
+def _shard_sample_ids(out_dir: Path, index: int, num_shards: int) -> set[str]:
+    samples = shard_paths(out_dir, index, num_shards)[0]
+    return set(pd.read_parquet(samples, columns=["sample_id"])["sample_id"]) if samples.exists() else set()
+
+
+def samples_digest(sample_ids: Iterable[str]) -> str:
+    """Which samples a partition held when it was discovered (its ``discovery.json`` keeps it)."""
+    return hashlib.sha256("\n".join(sorted(sample_ids)).encode()).hexdigest()[:16]

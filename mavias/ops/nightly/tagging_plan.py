@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
-from mavias.core.tagging.shards import missing_shards
+from mavias.core.manifest import load_manifest
+from mavias.core.tagging.shards import missing_shards, samples_digest
 from mavias.ops.nightly.artifacts import TagJob, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_client
@@ -14,26 +16,32 @@ from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_cli
 log = logging.getLogger(__name__)
 
 
-def is_discovered(cfg: NightlyConfig, partition: str) -> bool:
-    """Discovered, and (with an LLM judge) without decisions the offline judge made in the LLM's place."""
+def is_discovered(cfg: NightlyConfig, partition: str, manifest: Path) -> bool:
+    """Discovered with the samples its manifest holds now (not an earlier delivery under its name), and (with an LLM
+    judge) without decisions the offline judge made in the LLM's place."""
     record = layout(cfg).discovery.partition(partition) / "discovery.json"
     if not record.exists():
         return False
+    document = json.loads(record.read_text())
+    if document.get("samples") != samples_digest(_sample_ids(manifest)):
+        return False
     if cfg.discovery.judge != "llm":
         return True
-    decisions = json.loads(record.read_text())["counts"].get("decisions_per_class", {})
+    decisions = document["counts"].get("decisions_per_class", {})
     return not any(counts.get("fallback") for counts in decisions.values())
 
 
+def _sample_ids(manifest: Path) -> list[str]:
+    return load_manifest(manifest, check_files=False)["sample_id"].tolist()
+
+
 def partitions_to_discover(cfg: NightlyConfig, validated: Validated) -> dict[str, str]:
-    """Partition -> local manifest, for those not discovered yet: tonight's new ones, once the evaluation set, and
-    any processed partition a fresh workspace has not seen."""
+    """Partition -> local manifest, for those not discovered yet: tonight's new ones, once the evaluation set, any
+    processed partition a fresh workspace has not seen, and one delivered again with other images."""
     client = s3_client(cfg, "discover")
-    todo = {} if is_discovered(cfg, evaluation_partition(cfg)) else {evaluation_partition(cfg): validated["evaluation"]}
-    for partition in validated["partitions"]:
-        if not is_discovered(cfg, partition):
-            todo[partition] = str(pull(cfg, client, partition))
-    return todo
+    manifests = {evaluation_partition(cfg): Path(validated["evaluation"])}
+    manifests |= {partition: pull(cfg, client, partition) for partition in validated["partitions"]}
+    return {name: str(path) for name, path in manifests.items() if not is_discovered(cfg, name, path)}
 
 
 def plan_tagging(cfg: NightlyConfig, validated: Validated) -> list[TagJob]:
@@ -42,7 +50,7 @@ def plan_tagging(cfg: NightlyConfig, validated: Validated) -> list[TagJob]:
     jobs = [
         {"partition": name, "manifest": path, "shard": index, "num_shards": n}
         for name, path in partitions_to_discover(cfg, validated).items()
-        for index in missing_shards(layout(cfg).discovery.tags / name, n)
+        for index in missing_shards(layout(cfg).discovery.tags / name, n, _sample_ids(Path(path)))
     ]
     log.info("tagging: %d shard(s) to tag", len(jobs))
     return jobs

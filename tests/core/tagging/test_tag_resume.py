@@ -7,8 +7,8 @@ from pathlib import Path
 import mavias
 from mavias.core.manifest import load_manifest
 from mavias.core.tagging.openclip import OpenClipTagger
-from mavias.core.tagging.run import collect_partition, tag_partition
-from mavias.core.tagging.shards import shard_of
+from mavias.core.tagging.run import TagsStore, collect_partition, tag_partition
+from mavias.core.tagging.shards import missing_shards, shard_of
 
 NUM_SHARDS = 6
 REPO_ROOT = Path(mavias.__file__).resolve().parents[1]
@@ -55,5 +55,22 @@ def test_a_killed_run_resumes_without_redoing_committed_shards(
     assert (counts.shards_skipped, counts.shards_done) == (len(committed), NUM_SHARDS - len(committed))
     assert counts.images_tagged == sum(shard_of(s, NUM_SHARDS) not in done_before for s in df["sample_id"])
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("tags-shard-*.parquet") if p.name in committed} == committed
+    tags = collect_partition(df, out, NUM_SHARDS)
+    assert tags.groupby("sample_id").size().to_dict() == {s: 3 for s in df["sample_id"]}
+
+
+def test_a_partition_delivered_again_with_more_images_gets_them_tagged(
+    clip, scenes_manifest, vocabulary, vocab_cache, tmp_path
+):
+    df = load_manifest(scenes_manifest, check_files=False)
+    first = df.iloc[: len(df) // 2]
+    tagger = OpenClipTagger(clip=clip, vocabulary=vocabulary, threshold=0.0, top_k=3, cache_dir=vocab_cache)
+    out, store = tmp_path / "tags" / "p1", TagsStore(tmp_path / "tags")
+    tag_partition(first, scenes_manifest.parent, tagger, out, num_shards=NUM_SHARDS, store=store, progress=False)
+    assert missing_shards(out, NUM_SHARDS) == [] and missing_shards(out, NUM_SHARDS, df["sample_id"]) != []
+
+    again = tag_partition(df, scenes_manifest.parent, tagger, out, num_shards=NUM_SHARDS, store=store, progress=False)
+    assert again.images_tagged == len(df) - len(first) and 0 < again.images_reused <= len(first)  # only the new
+    assert missing_shards(out, NUM_SHARDS, df["sample_id"]) == []
     tags = collect_partition(df, out, NUM_SHARDS)
     assert tags.groupby("sample_id").size().to_dict() == {s: 3 for s in df["sample_id"]}

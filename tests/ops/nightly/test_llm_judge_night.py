@@ -8,6 +8,7 @@ import pytest
 
 from mavias.core.judging.factory import JudgeSettings
 from mavias.core.judging.names import CLASS_NAME_SOURCE
+from mavias.core.tagging.shards import samples_digest
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import layout
 from mavias.ops.nightly.report_context import decision_sources
@@ -22,10 +23,19 @@ def config(tmp_path, judge: str) -> NightlyConfig:
                          discovery={"judge": judge})
 
 
-def record(cfg: NightlyConfig, partition: str, decisions: dict) -> None:
+def manifest(tmp_path, *sample_ids: str):
+    path = tmp_path / "-".join(sample_ids) / "manifest.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"sample_id": list(sample_ids), "uri": [f"{s}.png" for s in sample_ids], "label": "bird",
+                  "split": "train"}).to_parquet(path)
+    return path
+
+
+def record(cfg: NightlyConfig, partition: str, decisions: dict, sample_ids=("a", "b")) -> None:
     folder = layout(cfg).discovery.partition(partition)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "discovery.json").write_text(json.dumps({"counts": {"decisions_per_class": decisions}}))
+    (folder / "discovery.json").write_text(json.dumps({"samples": samples_digest(sample_ids),
+                                                       "counts": {"decisions_per_class": decisions}}))
 
 
 @pytest.mark.parametrize(("judge", "stood_in", "discovered"), [
@@ -34,9 +44,18 @@ def record(cfg: NightlyConfig, partition: str, decisions: dict) -> None:
 ])  # fmt: skip
 def test_a_partition_the_offline_judge_stood_in_for_is_discovered_again(tmp_path, judge, stood_in, discovered):
     cfg = config(tmp_path, judge)
-    assert not is_discovered(cfg, "night-1")
+    assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b"))
     record(cfg, "night-1", stood_in)
-    assert is_discovered(cfg, "night-1") is discovered
+    assert is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b")) is discovered
+
+
+def test_a_partition_delivered_again_with_other_images_is_discovered_again(tmp_path):
+    cfg = config(tmp_path, "offline")
+    record(cfg, "night-1", {"bird": {"judge": 3}}, sample_ids=("a", "b"))
+    assert is_discovered(cfg, "night-1", manifest(tmp_path, "b", "a"))  # the same images, in any order
+    assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b", "c"))
+    (layout(cfg).discovery.partition("night-1") / "discovery.json").write_text('{"counts": {}}')  # recorded before
+    assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b"))  # which images: unknown, so again
 
 
 def test_the_llm_endpoint_comes_from_the_environment_or_the_connection_never_the_file(tmp_path, monkeypatch):
