@@ -4,6 +4,7 @@ metrics, gates, model card), named by :func:`~mavias.ops.nightly.release.model_v
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -38,9 +39,15 @@ def _held_out_images(data: PreparedData, limit: int = VERIFY_IMAGES) -> torch.Te
 
 
 def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluated: Evaluated, gates: Gates) -> Packaged:
-    """The version folder: ONNX of backbone + head (verified against PyTorch), checkpoint, metrics, gates, card."""
+    """The version folder: ONNX of backbone + head (verified against PyTorch), checkpoint, metrics, gates, card. A
+    folder packaged before from the same checkpoint is kept as it is: its files may be half-published already, and a
+    new latency measurement or card time would make the version differ from its own upload."""
     version = model_version(dataset)
     out = layout(cfg).night(dataset["night"]) / "package" / version
+    record = out.parent / f"{version}.packaged.json"
+    if (packaged := packaged_before(record, candidate["checkpoint"])) is not None:
+        log.info("%s was packaged before from the same checkpoint: kept", version)
+        return packaged
     model, classes, train_cfg = load_main_model(candidate["checkpoint"])
     onnx_path = export_onnx(model, out / "model.onnx", image_size=train_cfg.image_size)
     verification = verify_onnx(onnx_path, model, _held_out_images(load_prepared(dataset)))
@@ -63,5 +70,27 @@ def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluate
     )
     write_model_card(out / CARD_NAME, card)
     log.info("packaged %s: ONNX max |diff| %.2e, latency %s", version, verification.max_abs_diff, latency["results"])
-    return {"version": version, "dir": str(out), "onnx": str(onnx_path), "onnx_sha256": card["onnx"]["sha256"],
-            "verification": verification.to_dict(), "latency": latency}
+    packaged: Packaged = {"version": version, "dir": str(out), "onnx": str(onnx_path),
+                          "onnx_sha256": card["onnx"]["sha256"], "verification": verification.to_dict(),
+                          "latency": latency}
+    write_record(record, candidate["checkpoint"], packaged)  # last: the folder is complete
+    return packaged
+
+
+def write_record(record: Path, checkpoint: str | Path, packaged: Packaged) -> None:
+    write_json(record, {"checkpoint_sha256": _sha256(checkpoint), "packaged": packaged})
+
+
+def packaged_before(record: Path, checkpoint: str | Path) -> Packaged | None:
+    """What an earlier run packaged from this very checkpoint (``record``, written once its folder was complete)."""
+    try:
+        document = json.loads(record.read_text())
+        same = document["checkpoint_sha256"] == _sha256(checkpoint) and Path(document["packaged"]["dir"]).is_dir()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return document["packaged"] if same else None
+
+
+def _sha256(path: str | Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
