@@ -108,18 +108,19 @@ def names_class(tag: str, class_name: str) -> bool:
     return bool(class_naming_tags([tag], [class_name]))
 
 
-def irrelevant_tags(labels: pd.Series, tags: pd.Series, relevance: pd.DataFrame) -> pd.Series:
+def irrelevant_tags(labels: pd.Series, tags: pd.Series, relevance: pd.DataFrame, *,
+                    keep_class_names: bool = False) -> pd.Series:
     """Per sample, the sorted tags that are not relevant to its class (B_i = T_i minus relevant(y_i)) and name no
     other class of the task (the labels' and the relevance table's).
 
-    A tag naming another class is left out whatever the judge says (the paper keeps it): on a single-label image a
-    tagger names another class mostly when it confuses the object, so the word is a proxy of the label and the bias
-    path would explain the label away. Every (class, tag) pair must have a decision: an undecided tag is an error,
-    never silently a bias or not.
+    A tag naming another class is left out whatever the judge says (the paper keeps it, and so does
+    ``keep_class_names``, the paper presets' setting): on a single-label image a tagger names another class mostly
+    when it confuses the object, so the word is a proxy of the label and the bias path would explain the label away.
+    Every (class, tag) pair must have a decision: an undecided tag is an error, never silently a bias or not.
     """
     relevance = validate_relevance(relevance)
     decided = {(c, t): r for c, t, r in relevance[["class", "tag", "relevant"]].itertuples(index=False)}
-    classes = {*relevance["class"], *labels}
+    classes = set() if keep_class_names else {*relevance["class"], *labels}
     naming = class_naming_tags(set(relevance["tag"]).union(*map(set, tags)), classes)
     named = {tag: {name for name in classes if names_class(tag, name)} for tag in naming}
     undecided: set[tuple[str, str]] = set()

@@ -16,6 +16,8 @@ def test_a_tag_naming_another_class_of_the_task_stays_out_of_the_bias_path_whate
     labels = pd.Series(["bird", "boat"])  # "car" is a class of the task only through the relevance table
     tags = pd.Series([["wing", "sky", "Boats", "car"], ["sea", "birdhouse"]])
     assert irrelevant_tags(labels, tags, relevance).tolist() == [["sky"], ["birdhouse", "sea"]]
+    paper = irrelevant_tags(labels, tags, relevance, keep_class_names=True)  # the paper's B_i: the judge decides
+    assert paper.tolist() == [["Boats", "car", "sky"], ["birdhouse", "sea"]]
 
 
 def test_an_undecided_tag_is_an_error_even_when_it_names_a_class():

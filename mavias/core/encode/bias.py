@@ -28,9 +28,10 @@ class BiasEmbeddings:
 
 
 def bias_embeddings(labels: pd.Series, sample_tags: pd.Series, relevance: pd.DataFrame, encoder: TextEncoder,
-                    store: EmbeddingStore) -> BiasEmbeddings:
-    """Every sample's bias embedding, in order; prompts not stored yet are encoded and stored first."""
-    irrelevant = irrelevant_tags(labels, sample_tags, relevance)
+                    store: EmbeddingStore, *, keep_class_names: bool = False) -> BiasEmbeddings:
+    """Every sample's bias embedding, in order; prompts not stored yet are encoded and stored first
+    (``keep_class_names``: :func:`~mavias.core.relevance.irrelevant_tags`)."""
+    irrelevant = irrelevant_tags(labels, sample_tags, relevance, keep_class_names=keep_class_names)
     prompts = [bias_prompt(tags) for tags in irrelevant]
     encoded = store.ensure(encoder, prompts)
     return BiasEmbeddings(irrelevant, prompts, store.lookup(encoder.encoder_id, prompts), encoded)

@@ -79,6 +79,10 @@ class MaviasConfig(_Strict):
                     "through CE(z_main + z_tag) only",
     )
 
+    keep_class_name_tags: bool = Field(
+        False, description="keep a tag that names another class of the task in an image's irrelevant tags when the "
+                           "judge calls it irrelevant (the paper's B_i, the paper presets'); off: left out, as a word "
+                           "a tagger gives a single-label image mostly when it confuses the object")
     bias_folds: int = Field(
         1, ge=1, le=20,
         description="experts path only: K > 1 cross-fits the bias expert: K copies of g, copy k never learns from "

@@ -94,11 +94,13 @@ def prepare_image_data(
     transforms = split_transforms(config)
     manifest["sample_tags"] = sample_tags(manifest, tags_table)
     embedded = None
+    keep = config.mavias.keep_class_name_tags
     if encoder is None:
-        manifest["irrelevant_tags"] = irrelevant_tags(manifest["label"], manifest["sample_tags"], relevance)
+        manifest["irrelevant_tags"] = irrelevant_tags(manifest["label"], manifest["sample_tags"], relevance,
+                                                      keep_class_names=keep)
     else:
         embedded = bias_embeddings(manifest["label"], manifest["sample_tags"], relevance, encoder,
-                                   EmbeddingStore(store_dir))
+                                   EmbeddingStore(store_dir), keep_class_names=keep)
         manifest["irrelevant_tags"] = embedded.irrelevant_tags
     classes = sorted(manifest.loc[manifest["split"] == "train", "label"].unique())
     if not classes:

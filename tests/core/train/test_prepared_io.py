@@ -67,3 +67,21 @@ def test_a_file_holding_code_is_refused_and_never_run(tmp_path: Path) -> None:
     torch.save({"format": "another"}, tmp_path / "other.pt")
     with pytest.raises(UnreadablePrepared, match="not prepared data of format"):
         load_prepared(tmp_path / "other.pt")
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_another_class_s_name_reaches_the_bias_path_only_as_the_paper_presets_ask(tmp_path: Path, keep: bool) -> None:
+    folder = tmp_path / "p1"
+    manifest = write_local_partition(folder, CLASSES * 4)
+    manifest["split"] = ["train"] * 9 + ["val"] * 3
+    manifest["tags"] = [["sky", "car"]] * len(manifest)
+    manifest.to_parquet(folder / "manifest.parquet")
+    relevance = pd.DataFrame([(c, t, c == t, "offline") for c in CLASSES for t in ("sky", "car")],
+                             columns=RELEVANCE_COLUMNS)
+    config = TrainConfig(image_size=8, preprocessing={"augment": False, "resize": 8},
+                         mavias={"keep_class_name_tags": keep})
+    data = prepare_image_data(folder / "manifest.parquet", relevance=relevance, encoder=CountingEncoder(),
+                              store_dir=EmbeddingStore(tmp_path / "store").root, config=config, progress=False)
+    frame = data["train"].frame
+    birds = frame.loc[frame["label"] == "bird", "irrelevant_tags"].map(list)
+    assert birds.tolist() == [["car", "sky"] if keep else ["sky"]] * len(birds)
