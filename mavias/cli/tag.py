@@ -77,7 +77,7 @@ def tag(
         num_workers=workers,
     )
     console.print(counts_table(f"tagging {manifest}", asdict(counts)))
-    missing = missing_shards(out, n)
+    missing = missing_shards(out, n, df["sample_id"])
     if missing:
         console.print(f"{len(missing)} of {n} shard(s) still to tag: {missing}")
     else:

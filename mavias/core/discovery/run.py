@@ -108,7 +108,7 @@ def _tag(
     """Tag what is new; return the counts, the decodable samples and their tag lists."""
     counts = tag_partition(df, manifest_dir, tagger, tag_dir, num_shards=num_shards, store=store, **loader)
     tags = collect_partition(df, tag_dir, num_shards)
-    samples = shard_samples(tag_dir, num_shards)
+    samples = shard_samples(tag_dir, num_shards, df["sample_id"])
     usable = df[~df["sample_id"].isin(samples.loc[samples["status"] == QUARANTINED, "sample_id"])]
     return counts, usable, tag_lists(tags, usable["sample_id"]).set_axis(usable.index)
 

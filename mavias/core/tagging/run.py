@@ -13,7 +13,7 @@ already seen (same content id, same tagger) instead of tagging them again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
@@ -180,6 +180,7 @@ def _tag_shard(
         columns=SAMPLES_COLUMNS,
     )
     samples_path, tags_path = paths
+    tags_path.unlink(missing_ok=True)  # a shard tagged again (other samples): uncommitted until its new tags land
     with atomic_path(samples_path) as tmp:
         samples.to_parquet(tmp, index=False)
     write_tags(pd.concat([reused, new_tags], ignore_index=True), tags_path)  # the commit
@@ -227,28 +228,29 @@ def tag_partition(
     return counts
 
 
-def _committed_paths(out_dir: Path, num_shards: int) -> list[tuple[Path, Path]]:
-    missing = missing_shards(out_dir, num_shards)
+def _committed_paths(out_dir: Path, num_shards: int, sample_ids: Iterable[str]) -> list[tuple[Path, Path]]:
+    missing = missing_shards(out_dir, num_shards, sample_ids)
     if missing:
-        raise RuntimeError(f"{out_dir}: shard(s) {missing} of {num_shards} are not tagged yet")
+        raise RuntimeError(f"{out_dir}: shard(s) {missing} of {num_shards} are not tagged yet for these samples")
     return [shard_paths(out_dir, i, num_shards) for i in range(num_shards)]
 
 
-def shard_samples(out_dir: str | Path, num_shards: int) -> pd.DataFrame:
-    """Every sample of a fully tagged partition with its status (tagged, reused, quarantined) and reason."""
-    paths = _committed_paths(Path(out_dir), num_shards)
+def shard_samples(out_dir: str | Path, num_shards: int, sample_ids: Iterable[str]) -> pd.DataFrame:
+    """Every sample of a fully tagged partition (of ``sample_ids``, its manifest's) with its status (tagged, reused,
+    quarantined) and reason."""
+    paths = _committed_paths(Path(out_dir), num_shards, sample_ids)
     return pd.concat([pd.read_parquet(samples_path) for samples_path, _ in paths], ignore_index=True)
 
 
 def collect_partition(manifest_df: pd.DataFrame, out_dir: str | Path, num_shards: int) -> pd.DataFrame:
     """Merge the committed shards into the partition's tags table, class tag counts and quarantine list."""
     out_dir = Path(out_dir)
-    paths = _committed_paths(out_dir, num_shards)
+    paths = _committed_paths(out_dir, num_shards, manifest_df["sample_id"])
     tags = pd.concat([read_tags(tags_path) for _, tags_path in paths], ignore_index=True)
     write_tags(tags, out_dir / TAGS_NAME)
     with atomic_path(out_dir / CLASS_TAG_COUNTS_NAME) as tmp:
         class_tag_counts(tags, manifest_df).to_parquet(tmp, index=False)
-    samples = shard_samples(out_dir, num_shards)
+    samples = shard_samples(out_dir, num_shards, manifest_df["sample_id"])
     quarantined = samples[samples["status"] == QUARANTINED].merge(manifest_df[["sample_id", "uri"]], on="sample_id")
     if not quarantined.empty:
         write_csv(quarantined[QUARANTINE_COLUMNS], out_dir / QUARANTINE_NAME)

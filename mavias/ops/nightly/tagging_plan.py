@@ -11,6 +11,7 @@ from mavias.core.manifest import load_manifest
 from mavias.core.tagging.shards import missing_shards, samples_digest
 from mavias.ops.nightly.artifacts import TagJob, Validated
 from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.incoming import MANIFEST_NAMES
 from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_client
 
 log = logging.getLogger(__name__)
@@ -18,30 +19,49 @@ log = logging.getLogger(__name__)
 
 def is_discovered(cfg: NightlyConfig, partition: str, manifest: Path) -> bool:
     """Discovered with the samples its manifest holds now (not an earlier delivery under its name), and (with an LLM
-    judge) without decisions the offline judge made in the LLM's place."""
+    judge) without decisions the offline judge made in the LLM's place. A record that cannot be read is discovered
+    again; one from before records kept their samples is checked against the partition's tag shards."""
     record = layout(cfg).discovery.partition(partition) / "discovery.json"
     if not record.exists():
         return False
-    document = json.loads(record.read_text())
-    if document.get("samples") != samples_digest(_sample_ids(manifest)):
+    try:
+        document = json.loads(record.read_text())
+        decisions = document["counts"].get("decisions_per_class", {})
+        fallback = any(counts.get("fallback") for counts in decisions.values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    if cfg.discovery.judge != "llm":
-        return True
-    decisions = document["counts"].get("decisions_per_class", {})
-    return not any(counts.get("fallback") for counts in decisions.values())
+    ids = _sample_ids(manifest)
+    if "samples" in document:
+        same = document["samples"] == samples_digest(ids)
+    else:
+        same = not missing_shards(layout(cfg).discovery.tags / partition, cfg.discovery.num_shards, ids)
+    return same and not (cfg.discovery.judge == "llm" and fallback)
 
 
 def _sample_ids(manifest: Path) -> list[str]:
     return load_manifest(manifest, check_files=False)["sample_id"].tolist()
 
 
+def _local_manifest(cfg: NightlyConfig, partition: str) -> Path | None:
+    """The partition's manifest as an earlier night (or tonight's validation) pulled it, if the workspace holds it."""
+    folder = layout(cfg).partition(partition)
+    return next((folder / name for name in MANIFEST_NAMES if (folder / name).is_file()), None)
+
+
 def partitions_to_discover(cfg: NightlyConfig, validated: Validated) -> dict[str, str]:
     """Partition -> local manifest, for those not discovered yet: tonight's new ones, once the evaluation set, any
-    processed partition a fresh workspace has not seen, and one delivered again with other images."""
-    client = s3_client(cfg, "discover")
-    manifests = {evaluation_partition(cfg): Path(validated["evaluation"])}
-    manifests |= {partition: pull(cfg, client, partition) for partition in validated["partitions"]}
-    return {name: str(path) for name, path in manifests.items() if not is_discovered(cfg, name, path)}
+    processed partition a fresh workspace has not seen, and one delivered again with other images. Only those are
+    pulled."""
+    evaluation, todo = Path(validated["evaluation"]), {}
+    if not is_discovered(cfg, evaluation_partition(cfg), evaluation):
+        todo[evaluation_partition(cfg)] = str(evaluation)
+    client = None
+    for partition in validated["partitions"]:
+        local = _local_manifest(cfg, partition)
+        if local is None or not is_discovered(cfg, partition, local):
+            client = client or s3_client(cfg, "discover")
+            todo[partition] = str(pull(cfg, client, partition))
+    return todo
 
 
 def plan_tagging(cfg: NightlyConfig, validated: Validated) -> list[TagJob]:

@@ -4,6 +4,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import mavias
 from mavias.core.manifest import load_manifest
 from mavias.core.tagging.openclip import OpenClipTagger
@@ -68,6 +70,8 @@ def test_a_partition_delivered_again_with_more_images_gets_them_tagged(
     out, store = tmp_path / "tags" / "p1", TagsStore(tmp_path / "tags")
     tag_partition(first, scenes_manifest.parent, tagger, out, num_shards=NUM_SHARDS, store=store, progress=False)
     assert missing_shards(out, NUM_SHARDS) == [] and missing_shards(out, NUM_SHARDS, df["sample_id"]) != []
+    with pytest.raises(RuntimeError, match="not tagged yet for these samples"):  # never the first delivery's tags
+        collect_partition(df, out, NUM_SHARDS)
 
     again = tag_partition(df, scenes_manifest.parent, tagger, out, num_shards=NUM_SHARDS, store=store, progress=False)
     assert again.images_tagged == len(df) - len(first) and 0 < again.images_reused <= len(first)  # only the new

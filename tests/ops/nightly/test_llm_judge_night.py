@@ -55,7 +55,9 @@ def test_a_partition_delivered_again_with_other_images_is_discovered_again(tmp_p
     assert is_discovered(cfg, "night-1", manifest(tmp_path, "b", "a"))  # the same images, in any order
     assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b", "c"))
     (layout(cfg).discovery.partition("night-1") / "discovery.json").write_text('{"counts": {}}')  # recorded before
-    assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b"))  # which images: unknown, so again
+    assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b"))  # and no tag shards of them: again
+    (layout(cfg).discovery.partition("night-1") / "discovery.json").write_text('{"counts": ')  # cut by a kill
+    assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b"))
 
 
 def test_the_llm_endpoint_comes_from_the_environment_or_the_connection_never_the_file(tmp_path, monkeypatch):
