@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import optuna
+from optuna.trial import TrialState
 
 from mavias.core import protocol  # its names load on first use: planning a batch imports no torch
 from mavias.core.train.config import TrainConfig
@@ -28,9 +29,12 @@ def plan_batch(study_dir: Path, base: TrainConfig, n_trials: int, *, batch: str,
     """Ask ``n_trials`` trials (the warm start first); a second call for the same ``batch`` returns the same jobs, and
     one after a call killed part-way asks only the trials it left."""
     study = open_study(study_dir, requeue_stale=False)
+    for orphan in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if BATCH_ATTR not in orphan.user_attrs:  # asked by a planner killed before it marked it: never trained
+            study.tell(orphan.number, state=TrialState.FAIL)
     planned = _planned(study, batch)
-    if not planned and warm_start:
-        study.enqueue_trial(warm_start, skip_if_exists=True)
+    if not planned and warm_start and not _queued(study, warm_start):
+        study.enqueue_trial(warm_start)
     for _ in range(n_trials - len(planned)):
         trial = study.ask()
         trial.set_user_attr("run_dir", str(trial_dir(study_dir, suggest_config(trial, base, search_space(base)))))
@@ -40,6 +44,11 @@ def plan_batch(study_dir: Path, base: TrainConfig, n_trials: int, *, batch: str,
 
 def _planned(study: optuna.Study, batch: str) -> list[optuna.trial.FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(BATCH_ATTR) == batch]
+
+
+def _queued(study: optuna.Study, params: dict) -> bool:
+    return any(t.system_attrs.get("fixed_params") == params
+               for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def run_planned_trial(data: PreparedData, reference: Reference, base: TrainConfig, study_dir: Path,

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from optuna.trial import TrialState
 
 from mavias.core.encode import SentenceTransformerEncoder
 from mavias.core.protocol import train_reference
@@ -11,6 +12,7 @@ from mavias.core.synthetic.shapes import ShapesConfig, make_shapes
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.prepare import prepare_image_data
 from mavias.core.tune.batch import finish_batch, plan_batch, run_planned_trial
+from mavias.core.tune.search import open_study
 from mavias.core.tune.space import current_values, search_space
 
 BASE = TrainConfig.model_validate({"method": "mavias", "epochs": 2, "image_size": 16, "batch_size": 64,
@@ -52,3 +54,13 @@ def test_a_planner_killed_part_way_asks_only_the_trials_it_left(tmp_path):
     assert len(jobs) == 3 and jobs[0] == killed[0] and jobs[0]["params"] == warm
     assert len({job["number"] for job in jobs}) == 3
     assert plan_batch(tmp_path, BASE, 3, batch="night-1", warm_start=warm) == jobs
+
+
+def test_a_warm_start_asked_by_a_planner_killed_before_marking_it_is_planned_again(tmp_path):
+    warm = current_values(BASE, search_space(BASE)) | {"mavias.lam": 0.6}
+    study = open_study(tmp_path, requeue_stale=False)
+    study.enqueue_trial(warm)
+    orphan = study.ask()  # killed here: asked, not yet marked as the batch's
+    jobs = plan_batch(tmp_path, BASE, 2, batch="night-1", warm_start=warm)
+    assert len(jobs) == 2 and jobs[0]["params"] == warm and orphan.number not in {job["number"] for job in jobs}
+    assert open_study(tmp_path, requeue_stale=False).trials[orphan.number].state == TrialState.FAIL
