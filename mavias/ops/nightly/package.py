@@ -4,7 +4,6 @@ metrics, gates, model card), named by :func:`~mavias.ops.nightly.release.model_v
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -24,7 +23,7 @@ from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.dataset import VERSION_DATASET, load_prepared
 from mavias.ops.nightly.layout import CHECKPOINT_NAME, layout
 from mavias.ops.nightly.release import model_version
-from mavias.ops.registry.model_card import CARD_NAME, lineage_from_files, write_model_card
+from mavias.ops.registry.model_card import CARD_NAME, lineage_from_files, sha256_file, write_model_card
 from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)
@@ -44,9 +43,9 @@ def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluate
     new latency measurement or card time would make the version differ from its own upload."""
     version = model_version(dataset)
     out = layout(cfg).night(dataset["night"]) / "package" / version
-    record = out.parent / f"{version}.packaged.json"
-    if (packaged := packaged_before(record, candidate["checkpoint"])) is not None:
-        log.info("%s was packaged before from the same checkpoint: kept", version)
+    record, inputs = out.parent / f"{version}.packaged.json", _inputs(candidate, evaluated, gates)
+    if (packaged := packaged_before(record, inputs)) is not None:
+        log.info("%s was packaged before from the same checkpoint, metrics and gates: kept", version)
         return packaged
     model, classes, train_cfg = load_main_model(candidate["checkpoint"])
     onnx_path = export_onnx(model, out / "model.onnx", image_size=train_cfg.image_size)
@@ -73,24 +72,23 @@ def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluate
     packaged: Packaged = {"version": version, "dir": str(out), "onnx": str(onnx_path),
                           "onnx_sha256": card["onnx"]["sha256"], "verification": verification.to_dict(),
                           "latency": latency}
-    write_record(record, candidate["checkpoint"], packaged)  # last: the folder is complete
+    write_json(record, {"inputs": inputs, "packaged": packaged})  # last: the folder is complete
     return packaged
 
 
-def write_record(record: Path, checkpoint: str | Path, packaged: Packaged) -> None:
-    write_json(record, {"checkpoint_sha256": _sha256(checkpoint), "packaged": packaged})
+def _inputs(candidate: Candidate, evaluated: Evaluated, gates: Gates) -> dict[str, str]:
+    """What a version folder is made of: the checkpoint, its metrics and the gates' verdict."""
+    return {"checkpoint": sha256_file(candidate["checkpoint"]), "metrics": sha256_file(evaluated["candidate"]),
+            "gates": json.dumps(dict(gates), sort_keys=True, default=str)}
 
 
-def packaged_before(record: Path, checkpoint: str | Path) -> Packaged | None:
-    """What an earlier run packaged from this very checkpoint (``record``, written once its folder was complete)."""
+def packaged_before(record: Path, inputs: dict[str, str]) -> Packaged | None:
+    """What an earlier run packaged from these very ``inputs`` (``record``, written once its folder was complete), if
+    its ONNX model is still there as it was packaged."""
     try:
         document = json.loads(record.read_text())
-        same = document["checkpoint_sha256"] == _sha256(checkpoint) and Path(document["packaged"]["dir"]).is_dir()
+        packaged = document["packaged"]
+        same = document["inputs"] == inputs and sha256_file(packaged["onnx"]) == packaged["onnx_sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return document["packaged"] if same else None
-
-
-def _sha256(path: str | Path) -> str:
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
+    return packaged if same else None
