@@ -225,7 +225,8 @@ def promote(published: dict, evaluated: dict) -> dict:
     from mavias.ops.nightly import release
 
     result = run_stage(release.promote, published, evaluated)
-    if result["promoted"]:  # an asset event only for a real promotion, not for a lost race or a rerun
+    if result["promoted"]:  # an asset event for tonight's promotion (again on this task's retry: pointing serving
+        # at the same version twice changes nothing), none for a lost race or a rerun of a promoted night
         get_current_context()["outlet_events"][PROMOTIONS].add(PRODUCTION_MODEL, extra={"version": result["version"]})
     return result
 

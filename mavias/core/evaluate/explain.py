@@ -16,13 +16,12 @@ import pandas as pd
 
 from mavias.core.evaluate.shortcuts import (
     CROSS_FITTED,
-    MIN_CROSS_SUPPORT,
     MIN_ODDS_RATIO,
-    MIN_SIDE,
     as_flag,
     is_associated,
     is_undecided,
     tag_presence,
+    too_few_to_decide,
 )
 
 MIN_TAG_PRECISION = 2 / 3  # below it, more than a third of the images the tagger gives the word do not show it
@@ -106,9 +105,7 @@ def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, jud
     biased = rows.assign(**{column: pd.to_numeric(rows[column], errors="coerce").fillna(0) if column in rows else 0
                             for column in counts}).to_dict("records")  # from CSV the numbers may be text
     for row in biased:
-        decided_on_few = min(row["within_n_with"], row["within_n_without"]) < MIN_SIDE and \
-            row["cross_n_with"] < MIN_CROSS_SUPPORT  # as B' itself tells a decidable pair
-        if row["support"] < 2 * min_support or decided_on_few:
+        if row["support"] < 2 * min_support or too_few_to_decide(row):
             lines.append(f"{row['class']}: the shortcut '{row['tag']}' rests on few images ({int(row['support'])} "
                          f"training images carry it; its reliance was measured on {int(row['within_n_with'])} "
                          f"{_measured_on(row)} of the class with it and {int(row['within_n_without'])} without, and "

@@ -40,7 +40,7 @@ fewer than ``MIN_CROSS_SUPPORT`` of other classes with the tag, for every model)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,7 +125,7 @@ def reliance(pairs: pd.DataFrame, predictions: Sequence[Predictions]) -> pd.Data
         per_model = [_pair_reliance(int(label), model.labels, has.get(tag, np.zeros(len(model.labels), bool)),
                                     model.log_probs) for model, has in zip(predictions, masks)]
         # Only the sets with the images to decide compete (chosen by counts alone, so Bonferroni over them holds)
-        thin = [_thin(row) for row in per_model]
+        thin = [too_few_to_decide(row) for row in per_model]
         decisive = [i for i, too_few in enumerate(thin) if not too_few] or list(range(len(per_model)))
         best = min(decisive, key=lambda i: np.inf if np.isnan(per_model[i]["reliance_p"])
                    else per_model[i]["reliance_p"])
@@ -139,7 +139,9 @@ RELIANCE_COLUMNS = ["within_auc", "within_n_with", "within_n_without", "cross_au
                     "reliance_p", "score", "model", "decidable"]
 
 
-def _thin(row: dict) -> bool:
+def too_few_to_decide(row: Mapping) -> bool:
+    """Whether a pair's reliance rests on too few images to decide it: fewer than ``MIN_SIDE`` on the smaller side
+    within the class and fewer than ``MIN_CROSS_SUPPORT`` images of other classes with the tag."""
     return min(row["within_n_with"], row["within_n_without"]) < MIN_SIDE and row["cross_n_with"] < MIN_CROSS_SUPPORT
 
 

@@ -135,7 +135,8 @@ def _trust(cfg: NightlyConfig, results: NightResults) -> list[str]:
     if not dataset or not reference:
         return []
     train, tags, folder = _split(dataset, "train")
-    irrelevant = irrelevant_tags(train["label"], tags, pd.read_parquet(folder / "relevance.parquet"))
+    irrelevant = irrelevant_tags(train["label"], tags, pd.read_parquet(folder / "relevance.parquet"),
+                                 keep_class_names=cfg.training.mavias.keep_class_name_tags)
     tagger = cfg.discovery.tagger
     tags_from = "the partitions' own tags" if tagger == "manifest" else f"the {tagger} tagger"
     judged_by, judge_quality = describe_judge(cfg.judge_settings())

@@ -149,7 +149,7 @@ class Outbox:
     """Emails waiting to be sent, one ``<name>.eml`` file each: a notification that cannot be sent now is kept and
     sent by a later :meth:`deliver` (the next try or the next night). One refused for good (a 5xx reply) or that
     failed ``MAX_DELIVERY_TRIES`` deliveries moves to ``dead/`` with its reason, so it cannot block later nights;
-    :meth:`unreported_dead` names each one once, for the next report."""
+    :meth:`unreported_dead` names each one for the next report, until :meth:`mark_reported` says a report did."""
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
@@ -188,7 +188,7 @@ class Outbox:
     def _count_try(self, name: str) -> int:
         counter = self.folder / f"{name}.tries"
         text = counter.read_text(errors="replace").strip() if counter.exists() else ""
-        tries = (int(text) if text.isdigit() else 0) + 1  # a counter a kill left unreadable counts from its start
+        tries = (int(text) if text.isdecimal() else 0) + 1  # a counter a kill left unreadable counts from its start
         write_bytes(counter, str(tries).encode(), sync=False)
         return tries
 
