@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,17 @@ PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"use_tf32": "0"}}
 def available_providers() -> list[str]:
     """CUDA when onnxruntime-gpu sees a GPU, then CPU."""
     available = set(ort.get_available_providers())
+    if "CUDAExecutionProvider" in available:
+        _load_cuda_libraries()
     return [p for p in PREFERRED_PROVIDERS if p in available]
+
+
+@functools.cache
+def _load_cuda_libraries() -> None:
+    """The CUDA and cuDNN libraries of the NVIDIA PyPI packages (onnxruntime-gpu[cuda,cudnn], or torch's), found where
+    no CUDA toolkit is installed, e.g. in the serving image; a no-op where the build has no CUDA."""
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
 
 
 def make_session(

@@ -47,9 +47,23 @@ def test_inference_service_predictor_is_a_valid_pod_spec():
                   "spec": pod_spec | {"serviceAcountName": "x"}})
 
 
+def task_pod(values: dict) -> dict:
+    """What the values add to the chart's own pod template (which mounts airflow.cfg and the chart's env), as a pod."""
+    workers = values["workers"]
+    container = {"name": "base", "image": "mavias-airflow", "envFrom": yaml.safe_load(values["extraEnvFrom"]),
+                 "volumeMounts": workers["extraVolumeMounts"]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "task"},
+            "spec": {"containers": [container], "volumes": workers["extraVolumes"],
+                     "nodeSelector": workers["nodeSelector"], "serviceAccountName": workers["serviceAccount"]["name"]}}
+
+
 def test_helm_values_pod_template_and_pool_job_validate():
     values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
-    validate(yaml.safe_load(values["podTemplate"]))
+    assert "podTemplate" not in values  # a template of its own would drop the chart's airflow.cfg mount and env
+    validate(task_pod(values))
+    (secret,) = yaml.safe_load(values["extraEnvFrom"])
+    assert secret["secretRef"]["optional"]  # S3 settings may come from aws_default alone
+    assert {m["mountPath"] for m in values["workers"]["extraVolumeMounts"]} == {"/opt/mavias-work"}
     assert {s["envName"] for s in values["secret"]} == {"AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_CONN_SMTP_DEFAULT"}
     validate(yaml.safe_load((ROOT / "infra" / "helm" / "gpu-pool-job.yaml").read_text()))
 
@@ -79,7 +93,6 @@ def test_rbac_lets_the_task_pods_point_the_inference_service():
                                   "name": role["metadata"]["name"]}
     values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
     account = values["workers"]["serviceAccount"]["name"]
-    assert yaml.safe_load(values["podTemplate"])["spec"]["serviceAccountName"] == account
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
                                     "namespace": service["metadata"]["namespace"]}]
 
@@ -89,7 +102,7 @@ def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_var
     kubernetes, celery = (yaml.safe_load((helm / name).read_text())
                           for name in ("airflow-values.yaml", "airflow-values-celery.yaml"))
     assert (kubernetes["executor"], celery["executor"]) == ("KubernetesExecutor", "CeleryExecutor")
-    for key in ("images", "secret", "env"):
+    for key in ("images", "secret", "env", "extraEnvFrom"):
         assert celery[key] == kubernetes[key], key
     assert celery["workers"]["serviceAccount"] == kubernetes["workers"]["serviceAccount"]
     assert "--queues default" in celery["workers"]["args"][-1]
@@ -105,6 +118,9 @@ def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_var
     assert {data[k] for k in ("metadataSecretName", "resultBackendSecretName", "brokerUrlSecretName")} <= secrets
     assert {s["secretName"] for s in celery["secret"]} <= secrets
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    env = {e["name"]: e.get("value") for e in container["env"]}  # outside the chart: no airflow.cfg tells it
+    assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].endswith("/execution/")
+    assert all(ref["secretRef"].get("optional") for ref in container["envFrom"])
     with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
         validate(worker | {"spec": worker["spec"] | {"replica": 2}})
 
@@ -121,7 +137,6 @@ def test_the_gpu_pod_override_asks_for_n_gpus_and_is_a_valid_pod(gpus):
     assert container["resources"]["limits"] == container["resources"]["requests"] == {"nvidia.com/gpu": str(gpus)}
     assert ("volumeMounts" in container) == (gpus > 1)  # NCCL's shared memory between the training's processes
     values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
-    template = yaml.safe_load(values["podTemplate"])
-    assert template["spec"]["nodeSelector"].keys() == pod["spec"]["nodeSelector"].keys()  # replaces the CPU pool's
+    assert values["workers"]["nodeSelector"].keys() == pod["spec"]["nodeSelector"].keys()  # replaces the CPU pool's
     validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "task"},
               "spec": pod["spec"] | {"containers": [container | {"image": "mavias-airflow"}]}})
