@@ -58,7 +58,7 @@ MIN_SIDE = 10  # images on the smaller side of a within-class reliance test, bel
 Z_95 = 1.959964
 Z_95_ONE_SIDED = 1.644854
 SHORTCUT = "shortcut"
-RULE_VERSION = 4  # part of the cache key of a reference's B' (mavias.core.protocol.reference): bump on any change
+RULE_VERSION = 5  # part of the cache key of a reference's B' (mavias.core.protocol.reference): bump on any change
 CROSS_FITTED = "cross-fitted"  # the name of the cross-fitted references' predictions (mavias.core.protocol.crossfit)
 SHORTCUT_COLUMNS = [
     "class", "tag", "support", "class_n", "others_with_tag", "log_odds", "log_odds_ci_low", "log_odds_ci_high",
@@ -162,10 +162,9 @@ def _pair_reliance(label: int, labels: np.ndarray, has: np.ndarray, log_probs: n
     within = _one_sided(score[own & has], score[own & ~has])
     centred = score - _class_medians(score, labels)
     cross = _one_sided(centred[~own & has], centred[~own & ~has])
-    parts = [part for part in (within, cross) if part is not None]
     n_cross = int((~own & has).sum())
-    if within is not None and n_cross < MIN_CROSS_SUPPORT:
-        parts = [within]  # a few images of other classes cannot show a shortcut on their own (chosen by counts alone)
+    # a few images of other classes cannot show a shortcut, alone or beside the class's (chosen by counts alone)
+    parts = [part for part in (within, cross if n_cross >= MIN_CROSS_SUPPORT else None) if part is not None]
     strongest = min(parts, key=lambda part: part[1], default=None)
     p = np.nan if strongest is None else min(1.0, strongest[1] * len(parts))
     effect = np.nan if strongest is None else 2 * strongest[0] - 1

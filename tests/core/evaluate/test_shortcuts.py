@@ -77,6 +77,17 @@ def test_reliance_aucs_by_hand_and_a_single_other_class_image_does_not_decide():
     assert row["score"] == pytest.approx(2 * 0.5 - 1)
 
 
+def test_three_other_class_images_do_not_decide_alone_when_every_image_of_the_class_carries_the_tag():
+    labels = np.array([0] * 6 + [1] * 8)
+    tags = _series([["red"]] * 6 + [["red"]] * 3 + [[]] * 5)  # no cat without red: the within part cannot test
+    log_p_cat = np.array([-0.1] * 6 + [-0.5, -0.6, -0.7] + [-6.0] * 5)  # the three red dogs pulled hard towards cat
+    log_probs = np.stack([log_p_cat, np.log1p(-np.exp(log_p_cat))], axis=1)
+    pairs = pd.DataFrame({"label": [0], "tag": ["red"]})
+    row = reliance(pairs, [Predictions("reference", labels, tags, log_probs)]).iloc[0]
+    assert row["cross_auc"] == pytest.approx(1.0) and row["cross_n_with"] == 3  # measured, and shown
+    assert np.isnan(row["reliance_p"]) and not row["decidable"]  # but three images decide nothing
+
+
 def test_a_shortcut_is_found_when_the_within_class_comparison_is_confounded():
     """"kennel" pulls every image towards dog, but a kennel hides part of the dog, so dogs with a kennel are less
     sure than dogs without: the other classes' images show the reliance the within-class test cannot."""
