@@ -80,6 +80,10 @@ def class_status(class_names: Sequence[str], train_labels: np.ndarray, train_irr
                                   for col in ("association_q", "log_odds_ci_low", "reliance_p", "rank")},
                                biased=as_flag(evidence["biased"]))
     associated, undecided_pairs = is_associated(evidence), is_undecided(evidence)
+    # images with the tag to measure on (a pair too few of them can test has no p-value, and is undecided)
+    seen = [pd.to_numeric(evidence[c], errors="coerce").fillna(0) for c in ("within_n_with", "cross_n_with")
+            if c in evidence]
+    measured = evidence["reliance_p"].notna() | (sum(seen) > 0 if seen else False)
     rows = []
     for k, name in enumerate(class_names):
         own = evidence["class"] == name
@@ -87,7 +91,7 @@ def class_status(class_names: Sequence[str], train_labels: np.ndarray, train_irr
         row = {"class": name, "n_shortcuts": len(shortcuts), "shortcuts": ", ".join(shortcuts),
                "n_train": int((labels == k).sum()), "top_tag": top[k][0], "top_support": top[k][1],
                "n_tested": int(own.sum()), "n_associated": int((own & associated).sum()),
-               "measured": int((own & associated & evidence["reliance_p"].notna()).sum()),
+               "measured": int((own & associated & measured).sum()),
                "undecided": int(len(undecided := evidence.loc[own & undecided_pairs, "tag"])),
                "undecided_tags": ", ".join(undecided),
                "reference_accuracy": (reference_accuracy or {}).get(name),

@@ -258,7 +258,7 @@ def _reason(row, carries: bool, cross_upper: float) -> str:
     if row.log_odds_ci_low < np.log(MIN_ODDS_RATIO):
         return (f"more frequent in the class, but weakly (odds ratio at least {np.exp(row.log_odds_ci_low):.1f}, "
                 f"a shortcut needs {MIN_ODDS_RATIO})")
-    if np.isnan(row.reliance_p):
+    if np.isnan(row.reliance_p) and not row.within_n_with + row.cross_n_with > 0:
         return "no validation sample to measure the reference's reliance (with and without the tag)"
     if not row.biased and not row.decidable:
         return (f"cannot decide: too few images to measure the reference's reliance ({row.within_n_with:.0f} of the "

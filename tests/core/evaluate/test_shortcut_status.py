@@ -58,3 +58,12 @@ def test_an_associated_tag_too_few_images_can_measure_is_undecided_not_unrelied_
     status = class_status(CLASSES[:3], labels, irrelevant, evidence, min_support=20, reference_accuracy={"car": 0.95})
     assert status.loc[0, "status"] == "cannot_decide"
     assert status.loc[0, "reason"].startswith("cannot decide: 1 associated tag(s) (tree) have too few images")
+
+
+def test_an_associated_tag_with_images_but_no_p_value_is_undecided_not_unmeasured():
+    labels = np.repeat(np.arange(3), 30)
+    irrelevant = pd.Series([["tree"]] * 90)
+    thin = {**_pair("car", "tree", p=""), "decidable": "False", "within_n_with": "20", "cross_n_with": "3"}
+    status = class_status(CLASSES[:3], labels, irrelevant, pd.DataFrame([thin]).astype({"reliance_p": object}),
+                          min_support=20, reference_accuracy={"car": 0.95})
+    assert status.loc[0, "status"] == "cannot_decide"  # 20 class images all with the tag, 3 of others: too few

@@ -86,6 +86,12 @@ def test_three_other_class_images_do_not_decide_alone_when_every_image_of_the_cl
     row = reliance(pairs, [Predictions("reference", labels, tags, log_probs)]).iloc[0]
     assert row["cross_auc"] == pytest.approx(1.0) and row["cross_n_with"] == 3  # measured, and shown
     assert np.isnan(row["reliance_p"]) and not row["decidable"]  # but three images decide nothing
+    train_labels = np.repeat([0, 1], 300)
+    train_tags = _series([["red"]] * 300 + [["red"]] * 15 + [[]] * 285)
+    found = find_shortcuts(train_labels, train_tags, train_tags, [Predictions("reference", labels, tags, log_probs)],
+                           ["cat", "dog"], min_support=20)
+    red = found[(found["class"] == "cat") & (found["tag"] == "red")].iloc[0]
+    assert red["reason"].startswith("cannot decide") and "3 of other classes with it" in red["reason"]
 
 
 def test_a_shortcut_is_found_when_the_within_class_comparison_is_confounded():
