@@ -15,9 +15,8 @@ PROVIDER_OPTIONS = {"CUDAExecutionProvider": {"use_tf32": "0"}}
 
 def available_providers() -> list[str]:
     """CUDA when onnxruntime-gpu sees a GPU, then CPU."""
+    _load_cuda_libraries()
     available = set(ort.get_available_providers())
-    if "CUDAExecutionProvider" in available:
-        _load_cuda_libraries()
     return [p for p in PREFERRED_PROVIDERS if p in available]
 
 

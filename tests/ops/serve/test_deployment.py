@@ -102,8 +102,10 @@ def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_var
     kubernetes, celery = (yaml.safe_load((helm / name).read_text())
                           for name in ("airflow-values.yaml", "airflow-values-celery.yaml"))
     assert (kubernetes["executor"], celery["executor"]) == ("KubernetesExecutor", "CeleryExecutor")
-    for key in ("images", "secret", "env", "extraEnvFrom"):
+    for key in ("images", "secret", "env", "extraEnvFrom", "airflowVersion"):
         assert celery[key] == kubernetes[key], key
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert f"ARG AIRFLOW_VERSION={kubernetes['airflowVersion']}\n" in dockerfile  # the chart reads the image's version
     assert celery["workers"]["serviceAccount"] == kubernetes["workers"]["serviceAccount"]
     assert "--queues default" in celery["workers"]["args"][-1]
     worker = yaml.safe_load((helm / "celery-gpu-worker.yaml").read_text())
