@@ -50,17 +50,19 @@ def _local_manifest(cfg: NightlyConfig, partition: str) -> Path | None:
 
 def partitions_to_discover(cfg: NightlyConfig, validated: Validated) -> dict[str, str]:
     """Partition -> local manifest, for those not discovered yet: tonight's new ones, once the evaluation set, any
-    processed partition a fresh workspace has not seen, and one delivered again with other images. Only those are
-    pulled."""
+    processed partition a fresh workspace has not seen, and one delivered again with other images. Tonight's are
+    read as validated (pulled again: their files are local by now), earlier ones as the workspace holds them."""
     evaluation, todo = Path(validated["evaluation"]), {}
     if not is_discovered(cfg, evaluation_partition(cfg), evaluation):
         todo[evaluation_partition(cfg)] = str(evaluation)
     client = None
     for partition in validated["partitions"]:
-        local = _local_manifest(cfg, partition)
-        if local is None or not is_discovered(cfg, partition, local):
+        manifest = None if partition in validated["valid"] else _local_manifest(cfg, partition)
+        if manifest is None:
             client = client or s3_client(cfg, "discover")
-            todo[partition] = str(pull(cfg, client, partition))
+            manifest = pull(cfg, client, partition)
+        if not is_discovered(cfg, partition, manifest):
+            todo[partition] = str(manifest)
     return todo
 
 
