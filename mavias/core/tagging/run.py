@@ -245,12 +245,12 @@ def shard_samples(out_dir: str | Path, num_shards: int, sample_ids: Iterable[str
 def collect_partition(manifest_df: pd.DataFrame, out_dir: str | Path, num_shards: int) -> pd.DataFrame:
     """Merge the committed shards into the partition's tags table, class tag counts and quarantine list."""
     out_dir = Path(out_dir)
-    paths = _committed_paths(out_dir, num_shards, manifest_df["sample_id"])
-    tags = pd.concat([read_tags(tags_path) for _, tags_path in paths], ignore_index=True)
+    samples = shard_samples(out_dir, num_shards, manifest_df["sample_id"])  # checked: the manifest's shards, all
+    tags = pd.concat([read_tags(shard_paths(out_dir, i, num_shards)[1]) for i in range(num_shards)],
+                     ignore_index=True)
     write_tags(tags, out_dir / TAGS_NAME)
     with atomic_path(out_dir / CLASS_TAG_COUNTS_NAME) as tmp:
         class_tag_counts(tags, manifest_df).to_parquet(tmp, index=False)
-    samples = shard_samples(out_dir, num_shards, manifest_df["sample_id"])
     quarantined = samples[samples["status"] == QUARANTINED].merge(manifest_df[["sample_id", "uri"]], on="sample_id")
     if not quarantined.empty:
         write_csv(quarantined[QUARANTINE_COLUMNS], out_dir / QUARANTINE_NAME)
