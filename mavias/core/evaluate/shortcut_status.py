@@ -24,7 +24,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from mavias.core.evaluate.shortcuts import MIN_ODDS_RATIO, as_flag, is_associated, is_undecided, tag_presence
+from mavias.core.evaluate.shortcuts import (
+    MIN_ODDS_RATIO,
+    as_flag,
+    is_associated,
+    is_undecided,
+    tag_presence,
+    unmeasured,
+)
 
 STATUS_COLUMNS = ["class", "status", "reason", "n_shortcuts", "shortcuts", "n_train", "top_tag", "top_support",
                   "n_tested", "n_associated", "reference_accuracy", "n_eval"]
@@ -79,11 +86,7 @@ def class_status(class_names: Sequence[str], train_labels: np.ndarray, train_irr
     evidence = evidence.assign(**{col: pd.to_numeric(evidence[col], errors="coerce")  # CSV blanks are NaN
                                   for col in ("association_q", "log_odds_ci_low", "reliance_p", "rank")},
                                biased=as_flag(evidence["biased"]))
-    associated, undecided_pairs = is_associated(evidence), is_undecided(evidence)
-    # images with the tag to measure on (a pair too few of them can test has no p-value, and is undecided)
-    seen = [pd.to_numeric(evidence[c], errors="coerce").fillna(0) for c in ("within_n_with", "cross_n_with")
-            if c in evidence]
-    measured = evidence["reliance_p"].notna() | (sum(seen) > 0 if seen else False)
+    associated, undecided_pairs, measured = is_associated(evidence), is_undecided(evidence), ~unmeasured(evidence)
     rows = []
     for k, name in enumerate(class_names):
         own = evidence["class"] == name

@@ -205,8 +205,8 @@ def find_shortcuts(
     pairs["decidable"] = pairs["decidable"].astype("boolean").fillna(False).astype(bool)  # untested: not decided
     pairs["biased"] = (pairs["reliance_q"] <= MAX_Q_VALUE) & (pairs["score"] > 0)
     upper = cross_auc_upper(pairs)
-    pairs["reason"] = [_reason(row, carries, bound) for row, carries, bound
-                       in zip(pairs.itertuples(), carries_over(pairs, upper), upper)]
+    pairs["reason"] = [_reason(row, carries, bound, no_images) for row, carries, bound, no_images
+                       in zip(pairs.itertuples(), carries_over(pairs, upper), upper, unmeasured(pairs))]
     pairs["class"] = [class_names[label] for label in pairs["label"]]
     pairs = pairs.sort_values(["label", "biased", "score", "log_odds", "tag"],
                               ascending=[True, False, False, False, True], na_position="last")
@@ -252,13 +252,22 @@ def is_associated(evidence: pd.DataFrame) -> pd.Series:
     return (q <= MAX_Q_VALUE) & (low >= np.log(MIN_ODDS_RATIO))
 
 
-def _reason(row, carries: bool, cross_upper: float) -> str:
+def unmeasured(evidence: pd.DataFrame) -> pd.Series:
+    """The pairs no image carrying the tag (of the class or of other classes) could measure reliance on: no p-value
+    and no such image (also as read back from CSV; a table from before the counts were kept counts none)."""
+    counts = [pd.to_numeric(evidence[c], errors="coerce").fillna(0) for c in ("within_n_with", "cross_n_with")
+              if c in evidence]
+    seen = sum(counts) > 0 if counts else pd.Series(False, index=evidence.index)
+    return pd.to_numeric(evidence["reliance_p"], errors="coerce").isna() & ~seen
+
+
+def _reason(row, carries: bool, cross_upper: float, no_images: bool) -> str:
     if row.association_q > MAX_Q_VALUE or row.log_odds_ci_low <= 0:
         return f"not more frequent in the class than elsewhere (association q {row.association_q:.2g})"
     if row.log_odds_ci_low < np.log(MIN_ODDS_RATIO):
         return (f"more frequent in the class, but weakly (odds ratio at least {np.exp(row.log_odds_ci_low):.1f}, "
                 f"a shortcut needs {MIN_ODDS_RATIO})")
-    if np.isnan(row.reliance_p) and not row.within_n_with + row.cross_n_with > 0:
+    if no_images:
         return "no validation sample to measure the reference's reliance (with and without the tag)"
     if not row.biased and not row.decidable:
         return (f"cannot decide: too few images to measure the reference's reliance ({row.within_n_with:.0f} of the "
