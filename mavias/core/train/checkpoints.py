@@ -42,6 +42,9 @@ class CheckpointError(UserError, ValueError):
     """A file that is not a checkpoint this version of mavias can rebuild a model from."""
 
 
+NOT_A_CHECKPOINT_HINT = "pass a run's best_*.pt or last.pt (or the run folder with --run)"
+
+
 def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[MainModel, list[str], TrainConfig]:
     """Rebuild the main model (backbone + head, no projection) from a best_*.pt or last.pt checkpoint."""
     import torch  # here, not above: the night's light tasks read this module's file names without torch
@@ -54,10 +57,10 @@ def load_main_model(checkpoint: str | Path, *, device: str = "cpu") -> tuple[Mai
         raise  # a missing or unreadable file keeps its own message
     except Exception as err:  # noqa: BLE001 - torch's unpicklers fail on a file of another kind in many ways
         raise CheckpointError(f"{checkpoint} is not a checkpoint written by `mavias train` ({type(err).__name__})",
-                              hint="pass a run's best_*.pt or last.pt (or the run folder with --run)") from err
+                              hint=NOT_A_CHECKPOINT_HINT) from err
     if not isinstance(state, dict) or "config" not in state or "classes" not in state:
         raise CheckpointError(f"{checkpoint} is not a checkpoint written by `mavias train` (no config or classes)",
-                              hint="pass a run's best_*.pt or last.pt (or the run folder with --run)")
+                              hint=NOT_A_CHECKPOINT_HINT)
     try:
         cfg = TrainConfig.model_validate(state["config"])
     except ValidationError as err:
