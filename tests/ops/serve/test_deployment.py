@@ -102,7 +102,8 @@ def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_var
     kubernetes, celery = (yaml.safe_load((helm / name).read_text())
                           for name in ("airflow-values.yaml", "airflow-values-celery.yaml"))
     assert (kubernetes["executor"], celery["executor"]) == ("KubernetesExecutor", "CeleryExecutor")
-    for key in ("images", "secret", "env", "extraEnvFrom", "airflowVersion"):
+    for key in ("images", "secret", "env", "extraEnvFrom", "airflowVersion", "fernetKeySecretName", "jwtSecretName",
+                "apiSecretKeySecretName"):
         assert celery[key] == kubernetes[key], key
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     assert f"ARG AIRFLOW_VERSION={kubernetes['airflowVersion']}\n" in dockerfile  # the chart reads the image's version
@@ -122,6 +123,14 @@ def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_var
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     env = {e["name"]: e.get("value") for e in container["env"]}  # outside the chart: no airflow.cfg tells it
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].endswith("/execution/")
+    worker_config = {(section, key): str(value) for section, options in celery["config"].items() if section != "scheduler"
+                     for key, value in options.items() if (section, key) != ("celery", "worker_concurrency")}
+    assert worker_config and all(env[f"AIRFLOW__{s.upper()}__{k.upper()}"] == v for (s, k), v in worker_config.items())
+    keys = {e["name"]: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+            for e in container["env"] if "valueFrom" in e}
+    assert {keys[n] for n in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY")} == {
+        (celery["fernetKeySecretName"], "fernet-key"), (celery["jwtSecretName"], "jwt-secret"),
+        (celery["apiSecretKeySecretName"], "api-secret-key")}  # the key names the chart reads
     assert all(ref["secretRef"].get("optional") for ref in container["envFrom"])
     with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
         validate(worker | {"spec": worker["spec"] | {"replica": 2}})
