@@ -109,10 +109,15 @@ def show(name: NameOption, config: ConfigOption = None, as_json: JsonOption = Fa
 
 @app.command()
 def promote(version: str, name: NameOption, config: ConfigOption = None) -> None:
-    """Make VERSION production (fails, writing nothing, if production changes concurrently)."""
+    """Make VERSION production (fails, writing nothing, if production changes concurrently); VERSION already in
+    production is left as it is, so a repeated promotion succeeds."""
     with _exit_on_registry_error():
         registry = _registry(name, config)
         current = registry.production()
+        if current is not None and current.version == version:
+            registry.require_published(version)
+            typer.echo(f"production: {version} (already; nothing changed)")
+            return
         if not registry.promote(version, current.etag if current else None):
             raise PromotionConflict("production changed concurrently; nothing written")
     typer.echo(f"production: {version}")

@@ -172,7 +172,9 @@ def test_cli(s3_settings, registry, model_dir, monkeypatch):
     assert [r["version"] for r in json.loads(invoke("show", "--json").output)] == ["v1", "v2", "v1"]
     failed = runner.invoke(root, ["registry", "promote", "v7"], env=env)
     assert failed.exit_code == 2 and "not a published version" in failed.output and "registry list" in failed.output
-    again = runner.invoke(root, ["registry", "promote", "v1"], env=env)
-    assert again.exit_code == 2 and "v1 is already in production" in again.output
+    history = invoke("show", "--json").output
+    again = runner.invoke(root, ["registry", "promote", "v1"], env=env)  # a repeated promotion: nothing to do
+    assert again.exit_code == 0 and "production: v1 (already; nothing changed)" in again.output
+    assert invoke("show", "--json").output == history
     misspelt = runner.invoke(root, ["registry", "list", "--name", "resnt"], env=env)
     assert misspelt.exit_code == 0 and "no published version of 'resnt' under" in misspelt.output
