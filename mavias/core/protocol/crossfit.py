@@ -13,7 +13,8 @@ samples, but by their tag counts alone; the reliance test ranks log-probabilitie
 screening leaves its null distribution as it was.
 
 Two folds cost about one more reference training (each fits half the data for the same epochs). It runs only when an
-associated pair is undecided (:func:`needs_cross_fit`), so data with a large validation split never pays for it.
+associated pair is undecided, or in B' on a few validation images alone (:func:`needs_cross_fit`), so data with a
+large validation split never pays for it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mavias.core.evaluate.shortcuts import CROSS_FITTED, Predictions, is_undecided
+from mavias.core.evaluate.shortcuts import CROSS_FITTED, Predictions, is_undecided, rests_on_few
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.data import SplitData
 from mavias.core.train.inference import predict_logits
@@ -49,8 +50,9 @@ def log_probs_path(run_dir: Path) -> Path:
 
 
 def needs_cross_fit(evidence: pd.DataFrame | None, run_dir: Path, train: SplitData) -> bool:
-    """Whether some associated pair is neither in B' nor decidable, and the run is not cross-fitted on this split."""
-    if evidence is None or evidence.empty or not is_undecided(evidence).any():
+    """Whether the validation split left an associated pair undecided, or put one in B' on too few images to decide
+    it, and the run is not cross-fitted on this split."""
+    if evidence is None or evidence.empty or not (is_undecided(evidence) | rests_on_few(evidence)).any():
         return False
     return cross_fitted(run_dir, train) is None
 

@@ -1,5 +1,6 @@
 """Label-free B': every statistic against hand-computed tables, no false alarms, and a near-perfect reference."""
 
+import io
 import math
 import re
 
@@ -14,6 +15,7 @@ from mavias.core.evaluate.shortcuts import (
     find_shortcuts,
     is_associated,
     reliance,
+    rests_on_few,
 )
 
 CLASSES = ["cat", "dog", "fox"]
@@ -277,6 +279,21 @@ def test_a_pair_too_few_images_can_test_is_undecided_until_more_predictions_deci
     found = find_shortcuts(labels, tags, tags, [small, blind], CLASSES, min_support=20)
     red = found[(found["class"] == "cat") & (found["tag"] == "red")].iloc[0]
     assert red["decidable"] and not red["biased"] and "does not lean on it" in red["reason"]
+
+
+def test_a_shortcut_shown_on_a_few_images_alone_rests_on_few_until_more_predictions_decide_it():
+    """23 red cats against 2 without, and 0 other-class images with red: significant, and too few to decide."""
+    labels, tags, _ = _small_validation(0, 900, 1.0)
+    small = Predictions("reference", *_small_validation(3, 60, 3.0))
+    found = find_shortcuts(labels, tags, tags, [small], CLASSES, min_support=20)
+    red = (found["class"] == "cat") & (found["tag"] == "red")
+    assert found.loc[red, "biased"].item() and found.loc[red, "within_n_without"].item() < 10
+    assert rests_on_few(found).tolist() == red.tolist()
+    assert rests_on_few(pd.read_csv(io.StringIO(found.to_csv(index=False)))).tolist() == red.tolist()  # as read back
+    folds = Predictions("cross-fitted", *_small_validation(0, 900, 1.0))
+    found = find_shortcuts(labels, tags, tags, [small, folds], CLASSES, min_support=20)
+    red = (found["class"] == "cat") & (found["tag"] == "red")
+    assert found.loc[red, "model"].item() == "cross-fitted" and not rests_on_few(found).any()
 
 
 def test_a_pair_no_image_can_test_has_no_p_value_and_says_so():

@@ -11,7 +11,15 @@ import torch
 
 from mavias.core.evaluate.shortcuts import RULE_VERSION
 from mavias.core.protocol import BIASED_TAGS_FILE, load_reference, train_reference
-from mavias.core.protocol.crossfit import CROSSFIT_DIR, FOLDS, KEY_FILE, LOG_PROBS_FILE, cross_fit, fold_of
+from mavias.core.protocol.crossfit import (
+    CROSSFIT_DIR,
+    FOLDS,
+    KEY_FILE,
+    LOG_PROBS_FILE,
+    cross_fit,
+    fold_of,
+    needs_cross_fit,
+)
 from mavias.core.protocol.reference_files import DISCOVERY_FILE, rule_version
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import feature_split
@@ -109,6 +117,15 @@ def test_a_validation_split_too_small_to_decide_is_helped_by_cross_fitted_refere
     written = log_probs.stat().st_mtime_ns
     train_reference(small, CFG, tmp_path / "erm", progress=False)  # run again (a resumed audit): nothing retrained
     assert log_probs.stat().st_mtime_ns == written
+
+
+def test_a_shortcut_shown_on_a_few_validation_images_alone_asks_for_cross_fitting(data, tmp_path):
+    counts = {"class": ["cat"], "tag": ["red"], "association_q": [1e-9], "log_odds_ci_low": [3.0], "cross_n_with": [0]}
+    thin = pd.DataFrame(counts | {"biased": [True], "decidable": [False], "within_n_with": [23], "within_n_without": [2]})
+    assert needs_cross_fit(thin, tmp_path / "erm", data["train"])
+    decided = thin.assign(within_n_without=12, decidable=True)
+    assert not needs_cross_fit(decided, tmp_path / "erm", data["train"])
+    assert needs_cross_fit(decided.assign(biased=False, decidable=False), tmp_path / "erm", data["train"])  # undecided
 
 
 def test_fold_runs_of_other_samples_are_started_over(data, tmp_path):
