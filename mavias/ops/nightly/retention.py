@@ -1,4 +1,4 @@
-"""Retention (``clean_up``, the last step of every night): the workspace keeps what later nights, resumes and
+"""Retention (``clean_up``, the last step of every night before its closing check): the workspace keeps what later nights, resumes and
 production need and deletes the rest, so months of nights fit on one volume (docs/operations.md, Retention).
 
 Kept: the ``retention.keep_datasets`` prepared datasets used last (``training/<digest>/``, each with its trainings)
