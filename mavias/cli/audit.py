@@ -27,6 +27,7 @@ from mavias.cli.options import (
     VocabularyPath,
     WeightsDir,
     console,
+    model_name,
     parse_overrides,
     warn,
     writable,
@@ -68,7 +69,8 @@ def audit_command(
     set_: Overrides = [],
     gates: Annotated[Path | None, typer.Option("--gates", help="quality-gate YAML (default: the shipped one)")] = None,
     device: Device = "auto",
-    name: Annotated[str | None, typer.Option(help="the model's name (default: the data folder's)")] = None,
+    name: Annotated[str | None, typer.Option(help="the model's name (default: the data folder's)",
+                                             callback=model_name)] = None,
 ) -> None:
     """Audit your own images in one command: import, tag, judge, ERM reference, MAVias, evaluate, export and the HTML
     report, resumably."""

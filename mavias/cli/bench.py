@@ -15,13 +15,13 @@ from mavias.cli.options import (
     TaggerQualityOption,
     TagsOption,
     discovery_sources,
-    writable,
+    writable_file,
 )
 from mavias.utils.console import make_console
 
 app = typer.Typer(help="Benchmarks (speed and quality), recorded in BENCHMARKS.md.", no_args_is_help=True)
 console = make_console()
-JsonOut = Annotated[Path | None, typer.Option("--json", help="write the full results as JSON", callback=writable)]
+JsonOut = Annotated[Path | None, typer.Option("--json", help="write the full results as JSON", callback=writable_file)]
 
 
 @app.command("pipeline")

@@ -8,14 +8,14 @@ from typing import Annotated
 
 import typer
 
-from mavias.cli.options import run_checkpoint, writable
+from mavias.cli.options import run_checkpoint, writable_file
 from mavias.errors import UserError
 from mavias.ops.registry.model_card import CARD_NAME
 
 
 def export_command(
     out: Annotated[Path, typer.Option("--out", help="ONNX file to write; model_card.json is written beside it",
-                                                callback=writable)],
+                                                callback=writable_file)],
     run: Annotated[Path | None, typer.Option("--run", help="run folder of `mavias train`")] = None,
     checkpoint: Annotated[Path | None, typer.Option("--checkpoint",
                                                     help="a best_*.pt or last.pt instead of --run")] = None,
@@ -32,7 +32,8 @@ def export_command(
     if checkpoint is None:
         checkpoint = run_checkpoint(run, criterion)
     elif not checkpoint.is_file():
-        raise UserError(f"{checkpoint} does not exist; pass a best_*.pt or last.pt written by `mavias train`")
+        problem = "is a folder (pass it with --run)" if checkpoint.is_dir() else "does not exist"
+        raise UserError(f"{checkpoint} {problem}; pass a best_*.pt or last.pt written by `mavias train`")
     if out.suffix != ".onnx":
         raise UserError(f"--out {out}: the file name must end in .onnx")
     out.parent.mkdir(parents=True, exist_ok=True)

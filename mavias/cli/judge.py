@@ -26,7 +26,7 @@ from mavias.cli.options import (
     SystemInUser,
     console,
     warn,
-    writable,
+    writable_file,
 )
 from mavias.core.judging.base import BATCH_SIZE, JudgeStats, RelevanceJudge
 from mavias.core.judging.cache import DecisionCache, decide_all
@@ -142,7 +142,8 @@ def run(
         str | None, typer.Option(help="comma-separated classes: judge a whole vocabulary instead")
     ] = None,
     vocabulary: Annotated[Path | None, typer.Option(help="vocabulary for --classes (default: built-in)")] = None,
-    out: Annotated[Path, typer.Option(help="relevance table to write", callback=writable)] = Path("relevance.parquet"),
+    out: Annotated[Path, typer.Option(help="relevance table to write", callback=writable_file)] = Path(
+        "relevance.parquet"),
     judge: JudgeKind = "offline",
     base_url: LlmBaseUrl = DEFAULT_BASE_URL,
     llm_model: LlmModel = DEFAULT_LLM_MODEL,
@@ -183,7 +184,7 @@ def run(
 @app.command("export-review")
 def export_review_command(
     relevance: Annotated[Path, typer.Argument(help="relevance table (from `mavias judge run`)")],
-    out: Annotated[Path, typer.Option(help="reviewed-decisions YAML to write", callback=writable)] = Path(
+    out: Annotated[Path, typer.Option(help="reviewed-decisions YAML to write", callback=writable_file)] = Path(
         "review.yaml"
     ),
 ) -> None:

@@ -42,6 +42,23 @@ def writable(path: Path | None) -> Path | None:
     return path
 
 
+def writable_file(path: Path | None) -> Path | None:
+    """:func:`writable`, for an output that is a file: an existing folder there is refused."""
+    if path is not None and path.is_dir():
+        raise typer.BadParameter(f"{path} is a folder; name the file to write (inside it, or elsewhere)")
+    return writable(path)
+
+
+def model_name(name: str | None) -> str | None:
+    """A model name the registry accepts (it names S3 keys), checked as the option is read."""
+    from mavias.storage.s3 import UnsafeName, check_name
+
+    try:
+        return None if name is None else check_name("model name", name)
+    except UnsafeName as error:
+        raise typer.BadParameter(str(error)) from None
+
+
 # --- data ------------------------------------------------------------------------------------------------------
 Manifest = Annotated[Path, typer.Option("--manifest", help="dataset manifest (.parquet or .csv)", exists=True)]
 Relevance = Annotated[Path, typer.Option("--relevance", help="relevance table (class, tag, relevant, source)",
@@ -66,8 +83,8 @@ TaggerModel = Annotated[str, typer.Option("--tagger-model", help="the tagger's o
 Pretrained = Annotated[str, typer.Option(
     "--pretrained", help="the tagger's open_clip pretrained tag, a local checkpoint file, or 'none' (random init)")]
 VocabularyPath = Annotated[Path | None, typer.Option("--vocabulary", help="tag vocabulary file (default: built-in)")]
-Threshold = Annotated[float, typer.Option(help="keep tags with probability >= threshold x uniform (1/|vocabulary|)")]
-TopK = Annotated[int, typer.Option("--top-k", help="at most this many tags per image")]
+Threshold = Annotated[float, typer.Option(min=0.0, help="keep tags with probability >= threshold x uniform (1/|vocabulary|)")]
+TopK = Annotated[int, typer.Option("--top-k", min=1, help="at most this many tags per image")]
 
 
 def available_device(name: str) -> str:
@@ -96,8 +113,8 @@ LlmBaseUrl = Annotated[str, typer.Option(
     help="OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp); its key: $MAVIAS_LLM_API_KEY or "
     "$OPENAI_API_KEY")]
 LlmModel = Annotated[str, typer.Option("--llm-model", envvar="MAVIAS_LLM_MODEL", help="the judge's LLM model name")]
-LlmTimeout = Annotated[float, typer.Option("--timeout", help="seconds per LLM request")]
-LlmMaxRetries = Annotated[int, typer.Option("--max-retries", help="retries per batch on 429 / 5xx / timeouts")]
+LlmTimeout = Annotated[float, typer.Option("--timeout", min=1.0, help="seconds per LLM request")]
+LlmMaxRetries = Annotated[int, typer.Option("--max-retries", min=0, help="retries per batch on 429 / 5xx / timeouts")]
 SystemInUser = Annotated[bool, typer.Option(
     help="send the instructions in the user message (chat templates that drop the system role)")]
 Reasoning = Annotated[bool, typer.Option(
@@ -169,12 +186,18 @@ def run_checkpoint(run: Path, criterion: str | None) -> Path:
 
     if not run.is_dir():
         raise UserError(f"{run} is not a run folder", hint="pass the --out folder of `mavias train`")
+    no_checkpoint = UserError(f"{run} holds no checkpoint: it is not a run folder of `mavias train`, or the run has "
+                              "not reached its first validation", hint="pass the --out folder of a trained run")
     if criterion is None:
         if not (run / "config.yaml").is_file():
-            raise UserError(f"{run} holds no config.yaml",
+            if not any(run.glob("*.pt")):
+                raise no_checkpoint
+            raise UserError(f"{run} holds no config.yaml to name its selection criterion",
                             hint=f"pass --criterion {'|'.join(CRITERIA)}")
         criterion = load_config(run / "config.yaml").selection
     checkpoint = best_checkpoint(run, criterion)
+    if not any(run.glob("*.pt")):
+        raise no_checkpoint
     if not checkpoint.is_file():
         raise UserError(f"{checkpoint} does not exist",
                         hint="train the run to its first validation, or pick another --criterion")

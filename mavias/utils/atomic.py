@@ -29,6 +29,10 @@ def atomic_path(path: str | Path, *, sync: bool = True) -> Iterator[Path]:
         os.replace(tmp, path)
         if sync:
             _sync(path.parent)
+    except (PermissionError, IsADirectoryError, NotADirectoryError, FileNotFoundError) as error:
+        if error.errno is None or error.filename not in (None, str(tmp), tmp):
+            raise
+        raise type(error)(error.errno, os.strerror(error.errno), str(path)) from error  # name the path asked for
     finally:
         tmp.unlink(missing_ok=True)
 

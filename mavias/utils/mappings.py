@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from mavias.errors import UserError
+from mavias.utils.userfiles import read_text
 
 
 def set_nested(data: Mapping[str, Any], keys: Sequence[str], value: Any) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def read_yaml_mapping(path: str | Path, *, what: str, error: type[UserError] = U
     """The mapping of settings in the YAML file at ``path`` (empty for an empty file); ``error``, naming the file as
     ``what``, when it is not valid YAML or not a mapping."""
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = yaml.safe_load(read_text(Path(path), what=what, error=error)) or {}
     except yaml.YAMLError as problem:
         raise error(f"{what} {path} is not valid YAML: {' '.join(str(problem).split())}") from None
     if not isinstance(data, dict):

@@ -404,3 +404,60 @@ def test_a_dataset_root_that_does_not_exist_is_named(tmp_path):
     result = runner.invoke(app, ["data", "import", "waterbirds", str(tmp_path / "nowhere"), "--out",
                                  str(tmp_path / "ds")], env={"COLUMNS": "300"})
     assert result.exit_code == 2 and "nowhere' does not exist" in result.output
+
+
+@pytest.mark.parametrize(("content", "expect"), [
+    (b"", "cannot be read as CSV (No columns to parse from file)"),
+    (b"\x8c\x00\xff binary", "cannot be read as CSV ('utf-8' codec can't decode"),
+])
+def test_a_csv_table_that_is_empty_or_not_text_is_named(files, content, expect):
+    (files / "bad.csv").write_bytes(content)
+    fails_cleanly("judge", "export-review", files / "bad.csv", "--out", files / "r.yaml", expect=expect)
+    fails_cleanly("judge", "eval", "--truth", files / "bad.csv", expect=expect)
+
+
+def test_a_config_or_vocabulary_that_is_not_text_is_named(files):
+    (files / "binary.yaml").write_bytes(b"\x97\x00\xff")
+    fails_cleanly("registry", "list", "--name", "m", "--config", files / "binary.yaml", expect="is not UTF-8 text")
+    fails_cleanly("judge", "run", "--classes", "car,bird", "--vocabulary", files / "binary.yaml", "--out",
+                  files / "rel.parquet", expect="vocabulary")
+
+
+@pytest.mark.parametrize("cache", ["truth.csv", "."])
+def test_a_judge_cache_that_is_not_a_database_is_named(files, cache):
+    fails_cleanly("judge", "run", "--classes", "car,bird", "--tags", "wheel,road", "--cache", files / cache, "--out",
+                  files / "rel.parquet", expect=f"judge cache {files / cache} cannot be used")
+
+
+@pytest.mark.parametrize("option", [["--timeout", "-1"], ["--max-retries", "-3"]])
+def test_llm_limits_out_of_range_are_refused(files, option):
+    result = runner.invoke(app, ["judge", "run", "--classes", "car,bird", "--judge", "llm", *option],
+                           env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and f"Invalid value for '{option[0]}'" in result.output, result.output
+
+
+def test_an_output_file_where_a_folder_stands_is_refused_before_any_work(files):
+    result = runner.invoke(app, ["judge", "export-review", str(files / "truth.csv"), "--out", str(files)],
+                           env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "is a folder; name the file to write" in result.output, result.output
+
+
+def test_a_refused_write_names_the_file_asked_for_not_its_temporary_sibling(tmp_path):
+    from mavias.errors import as_user_error
+    from mavias.utils.atomic import atomic_path
+
+    with pytest.raises(PermissionError) as raised, atomic_path(tmp_path / "out.parquet") as tmp:
+        raise PermissionError(13, f"Failed to open local file '{tmp}'")  # as pyarrow raises it: no filename
+    assert str(as_user_error(raised.value)).startswith(f"{tmp_path / 'out.parquet'} cannot be used: permission denied")
+
+
+def test_one_trial_is_refused_with_what_a_search_needs(files):
+    fails_cleanly("tune", "--manifest", files / "manifest.csv", "--relevance", files / "truth.csv", "--out",
+                  files / "search", "--trials", "1", expect="--trials 1 cannot search")
+
+
+def test_a_model_name_the_registry_would_refuse_is_refused_before_the_audit(files):
+    result = runner.invoke(app, ["audit", str(files), "--out", str(files / "audit"), "--name", "../x"],
+                           env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "invalid model name '../x'" in result.output, result.output
+    assert not (files / "audit").exists()

@@ -20,6 +20,8 @@ from mavias.core.datasets.base import ImportResult, build_import, require_column
 from mavias.core.datasets.waterbirds import SPLIT_CODES, coded, first_problem
 from mavias.core.manifest import DatasetInfo
 from mavias.errors import UserError
+from mavias.utils.tables import read_csv_text
+from mavias.utils.userfiles import read_text
 
 TARGET, BIAS = "Blond_Hair", "Male"
 LABELS = {"1": "blond", "-1": "not_blond"}
@@ -37,10 +39,10 @@ def _first_existing(root: Path, stem: str) -> Path:
 def read_attributes(path: Path) -> pd.DataFrame:
     """Attribute table indexed by image file name, values as strings "1"/"-1"."""
     if path.suffix == ".csv":
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        table = read_csv_text(path, what="CelebA attributes")
         require_columns(table, ["image_id"], path)
         return table.set_index("image_id")
-    lines = path.read_text().splitlines()
+    lines = read_text(path, what="CelebA attributes").splitlines()
     if len(lines) < 2:
         raise UserError(f"{path} is too short: line 1 must hold the image count, line 2 the attribute names")
     names = lines[1].split()
@@ -53,10 +55,10 @@ def read_attributes(path: Path) -> pd.DataFrame:
 
 def read_partition(path: Path) -> pd.Series:
     if path.suffix == ".csv":
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        table = read_csv_text(path, what="CelebA partition")
         require_columns(table, ["image_id", "partition"], path)
         return table.set_index("image_id")["partition"]
-    pairs = [line.split() for line in path.read_text().splitlines() if line.strip()]
+    pairs = [line.split() for line in read_text(path, what="CelebA partition").splitlines() if line.strip()]
     return pd.Series({p[0]: p[1] if len(p) > 1 else "" for p in pairs})
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from mavias.core.datasets.base import ImportResult
 from mavias.errors import UserError
+from mavias.utils.tables import read_csv_text, read_parquet
 
 SEPARATOR = ";"
 EXAMPLES = 3
@@ -39,9 +40,9 @@ def read_sidecar(path: str | Path) -> pd.DataFrame:
     if not path.is_file():
         raise UserError(f"tags sidecar {path} does not exist; pass a CSV (image,tags) or a Parquet file")
     if path.suffix.lower() == ".csv":
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        table = read_csv_text(path, what="tags sidecar")
     elif path.suffix.lower() == ".parquet":
-        table = pd.read_parquet(path)
+        table = read_parquet(path, what="tags sidecar")
     else:
         raise UserError(f"tags sidecar {path}: unsupported format {path.suffix!r}; use .csv (image,tags with tags "
                         f"separated by '{SEPARATOR}') or .parquet (image and a list column tags)")

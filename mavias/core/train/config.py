@@ -14,6 +14,7 @@ from mavias.utils.atomic import atomic_path
 from mavias.utils.mappings import read_yaml_mapping, set_nested
 
 PRESET_DIR = Path(__file__).parent / "presets"
+MAX_IMAGE_SIZE = 1024  # a side larger than this is a typo, not a training resolution (a batch of 64 would need 800 MB)
 
 
 class ConfigError(UserError, ValueError):
@@ -42,7 +43,8 @@ class PreprocessConfig(_Strict):
     flip: bool | None = Field(None, description="random horizontal flip when augment is on; unset: the recipe's (on "
                               "for pretrained backbones; off from scratch, where orientation may be the class)")
     resize: int | None = Field(
-        None, ge=8, description="evaluation: shorter side resized to this, then CenterCrop(image_size); default image_size"
+        None, ge=8, le=2 * MAX_IMAGE_SIZE,
+        description="evaluation: shorter side resized to this, then CenterCrop(image_size); default image_size"
     )
 
 
@@ -171,7 +173,8 @@ class TrainConfig(_Strict):
                                  "selection score (once half the epochs are done); 0: never stop early; unset: the "
                                  "recipe's")
     batch_size: int = Field(64, ge=1)
-    image_size: int | None = Field(None, ge=8, description="unset: the training images' median shorter side, at most 224")
+    image_size: int | None = Field(None, ge=8, le=MAX_IMAGE_SIZE,
+                                   description="unset: the training images' median shorter side, at most 224")
     encoder: str = Field(MINILM, description=f"text encoder of the bias embeddings: {SPEC_FORMS}")
     preprocessing: PreprocessConfig = PreprocessConfig()
     seed: int = 0

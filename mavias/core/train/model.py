@@ -10,6 +10,7 @@ from torch import nn
 
 from mavias.core.train.config import BackboneConfig
 from mavias.errors import UserError
+from mavias.utils.torchfile import TORCH_LOAD_ERRORS
 
 BackboneFactory = Callable[[BackboneConfig, int], tuple[nn.Module, int]]
 BACKBONES: dict[str, BackboneFactory] = {}
@@ -99,7 +100,15 @@ def weights_file(cfg: BackboneConfig) -> Path | None:
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except TORCH_LOAD_ERRORS as error:
+        raise UserError(f"backbone weights {path} cannot be read as a state dict ({type(error).__name__})",
+                        hint="pass backbone.weights the file torch.save(model.state_dict(), PATH) wrote") from None
+    if not isinstance(state, dict):
+        raise UserError(f"backbone weights {path} hold a {type(state).__name__}, not a state dict",
+                        hint="pass backbone.weights the file torch.save(model.state_dict(), PATH) wrote")
+    return state
 
 
 def _torchvision(cfg: BackboneConfig, in_channels: int) -> tuple[nn.Module, int]:
@@ -124,7 +133,10 @@ def _timm(cfg: BackboneConfig, in_channels: int) -> tuple[nn.Module, int]:
         import timm
     except ImportError:
         raise UserError(f"backbone {cfg.name!r} needs the optional package timm: pip install timm") from None
-    net = timm.create_model(cfg.name.removeprefix("timm:"), pretrained=False, num_classes=0, in_chans=in_channels)
+    name = cfg.name.removeprefix("timm:")
+    if not timm.is_model(name):
+        raise UserError(f"timm has no model {name!r}", hint="timm.list_models() lists them, e.g. timm:resnet18")
+    net = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_channels)
     path = weights_file(cfg)
     if path is not None:
         missing, _ = net.load_state_dict(_read_state(path), strict=False)

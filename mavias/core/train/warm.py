@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from mavias.core.train.checkpoints import main_model_weights
 from mavias.core.train.config import TrainConfig
 from mavias.errors import UserError
+from mavias.utils.torchfile import TORCH_LOAD_ERRORS, load_error_reason
 
 if TYPE_CHECKING:
     from mavias.core.train.model import MainModel
@@ -44,10 +45,14 @@ def load_initial_weights(model: MainModel, checkpoint: str | Path, classes: list
 
     try:
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError) as err:
-        raise UserError(f"cannot read the warm-start checkpoint {checkpoint}: {err}",
-                        hint="unset init_from to train from scratch") from None
-    if list(state.get("classes", [])) != list(classes):
+    except TORCH_LOAD_ERRORS as err:
+        raise UserError(f"cannot read the warm-start checkpoint {checkpoint} ({load_error_reason(err)})",
+                        hint="point init_from at a run's best_*.pt or last.pt, or unset it to train from scratch"
+                        ) from None
+    if not isinstance(state, dict) or "classes" not in state:
+        raise UserError(f"the warm-start checkpoint {checkpoint} is not a checkpoint written by `mavias train`",
+                        hint="point init_from at a run's best_*.pt or last.pt, or unset it to train from scratch")
+    if list(state["classes"]) != list(classes):
         raise UserError(f"the warm-start checkpoint {checkpoint} was trained on the classes {state.get('classes')}, "
                         f"this training has {classes}", hint="unset init_from to train from scratch")
     try:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mavias.core.encode.base import TokenLimitCounts, bias_prompt
 from mavias.core.encode.sentence import SentenceTransformerEncoder
+from mavias.errors import UserError
 
 
 def test_encoders_of_one_model_share_its_weights_and_agree(minilm_encoder):
@@ -30,3 +32,8 @@ def test_a_prompt_longer_than_minilms_window_is_counted_as_cut():
     long = bias_prompt(f"object{i}" for i in range(200))
     encoder.encode(["a photo of road", long])
     assert encoder.token_limit == TokenLimitCounts(prompts=2, truncated=1)
+
+
+def test_a_model_neither_in_a_folder_nor_in_the_cache_is_named_without_a_download():
+    with pytest.raises(UserError, match="'nonexistent/model' is neither a model folder nor in the local Hugging Face"):
+        SentenceTransformerEncoder("nonexistent/model")

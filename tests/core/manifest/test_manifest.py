@@ -40,6 +40,9 @@ def test_csv_manifest_with_pipe_separated_tags(folder):
     root, df = folder
     df.assign(tags=["a|b", "", "c"]).to_csv(root / "m.csv", index=False)
     assert load_manifest(root / "m.csv")["tags"].tolist() == [["a", "b"], [], ["c"]]
+    df.assign(tags=["a;b", "", "c"]).to_csv(root / "m.csv", index=False)  # the sidecar's separator, by mistake
+    with pytest.raises(ManifestError, match="separates tags with '[|]'"):
+        load_manifest(root / "m.csv")
 
 
 @pytest.mark.parametrize(
@@ -51,6 +54,8 @@ def test_csv_manifest_with_pipe_separated_tags(folder):
         (lambda d: d.drop(columns="label"), "missing required column"),
         (lambda d: d.assign(label=["cat", " ", "dog"]), "empty 'label'"),
         (lambda d: d.iloc[0:0], "no rows"),
+        (lambda d: d.assign(tags=["grass;sky", "", "sky"]), r"3 row\(s\) hold their tags as text \(e.g. 'grass;sky'\)"),
+        (lambda d: d.assign(tags=[["grass;sky"], [], ["sky"]]), "1 tag.s. hold ';' .e.g. 'grass;sky'.: a manifest"),
     ],
 )
 def test_invalid_manifests_are_rejected_with_a_clear_error(folder, change, message):

@@ -18,6 +18,7 @@ from mavias.core.encode.defaults import OPENCLIP_MODEL
 from mavias.core.encode.openclip import OpenClip, WeightsNotFoundError
 from mavias.core.tagging.base import TagBatch
 from mavias.core.tagging.openclip import OpenClipTagger
+from mavias.errors import UserError
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -81,6 +82,15 @@ def test_local_checkpoint_file_loads_the_same_model(clip, tmp_path):
 
     assert loaded.weights_id.startswith("file-")
     assert (loaded.encode_text(["a photo of a dog"]) == pytest.approx(clip.encode_text(["a photo of a dog"]), abs=1e-5))
+
+
+def test_a_checkpoint_that_is_not_one_or_of_another_model_is_named(clip, tmp_path):
+    (tmp_path / "random.pt").write_bytes(os.urandom(1000))
+    with pytest.raises(UserError, match=r"random.pt cannot be loaded as .* weights \(UnpicklingError: not a checkpoint"):
+        OpenClip(clip.model_name, str(tmp_path / "random.pt"), device="cpu")
+    torch.save({"visual.proj": torch.zeros(3, 3)}, tmp_path / "other.pt")
+    with pytest.raises(UserError, match=r"other.pt cannot be loaded as .* weights \(RuntimeError: "):
+        OpenClip(clip.model_name, str(tmp_path / "other.pt"), device="cpu")
 
 
 def test_missing_weights_fail_offline_with_instructions(tmp_path):

@@ -69,6 +69,26 @@ def test_missing_local_weights_say_what_to_do(tmp_path):
         build_main_model(BackboneConfig(name="resnet18", weights=str(tmp_path / "absent.pt")), 3, 2)
 
 
+@pytest.mark.parametrize(("content", "expect"), [(b"\x8c not a pickle", "cannot be read as a state dict"),
+                                               (None, "hold a list, not a state dict")])
+def test_local_weights_that_are_not_a_state_dict_are_named(tmp_path, content, expect):
+    weights = tmp_path / "weights.pt"
+    weights.write_bytes(content) if content else torch.save([torch.zeros(1)], weights)
+    with pytest.raises(UserError, match=expect):
+        build_main_model(BackboneConfig(name="resnet18", weights=str(weights)), 3, 2)
+
+
+def test_an_unknown_timm_backbone_is_named():
+    pytest.importorskip("timm")
+    with pytest.raises(UserError, match="timm has no model 'nonexistent_net'"):
+        build_main_model(BackboneConfig(name="timm:nonexistent_net"), 3, 2)
+
+
+def test_an_image_size_beyond_any_training_resolution_is_refused():
+    with pytest.raises(ValueError, match="less than or equal to 1024"):
+        TrainConfig.model_validate({"image_size": 100_000})
+
+
 def test_bias_logits_go_through_the_main_models_own_head_and_only_the_main_model_is_kept(tmp_path):
     """z_tag = head(g(e)) with the very head the main model uses; the checkpoint that evaluation and export load
     is that main model, without g."""

@@ -83,6 +83,14 @@ def test_a_checkpoint_of_other_classes_or_another_backbone_is_one_readable_error
     with pytest.raises(UserError, match="cannot read the warm-start checkpoint"):
         make_trainer(_cfg(init_from=str(tmp_path / "missing.pt")), train, val, CLASSES, tmp_path / "d",
                      progress=False).fit()
+    (tmp_path / "random.pt").write_bytes(b"\x8c not a pickle")
+    with pytest.raises(UserError, match=r"random.pt \(UnpicklingError: not a checkpoint file\)"):
+        make_trainer(_cfg(init_from=str(tmp_path / "random.pt")), train, val, CLASSES, tmp_path / "e",
+                     progress=False).fit()
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(UserError, match="list.pt is not a checkpoint written by `mavias train`"):
+        make_trainer(_cfg(init_from=str(tmp_path / "list.pt")), train, val, CLASSES, tmp_path / "f",
+                     progress=False).fit()
 
 
 def test_init_from_is_refused_for_methods_with_networks_it_would_leave_cold(tmp_path):

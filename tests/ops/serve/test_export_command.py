@@ -44,6 +44,9 @@ def test_export_a_run_writes_verified_onnx_and_the_card(tmp_path):
     (["--run", "missing", "--out", "m.onnx", "--criterion", "val_acc"], "is not a run folder"),
     (["--run", ".", "--out", "m.onnx", "--criterion", "nope"], "unknown criterion"),
     (["--checkpoint", "missing.pt", "--out", "m.onnx"], "does not exist"),
+    (["--checkpoint", ".", "--out", "m.onnx"], "is a folder (pass it with --run)"),
+    (["--run", ".", "--out", "m.onnx"], "holds no checkpoint: it is not a run folder of `mavias train`"),
+    (["--run", ".", "--out", "m.onnx", "--criterion", "val_acc"], "holds no checkpoint"),
 ])
 def test_mistakes_are_user_errors(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)

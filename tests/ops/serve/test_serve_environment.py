@@ -76,3 +76,10 @@ def test_a_port_that_cannot_be_listened_on_is_named_before_the_model_loads(tmp_p
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     expect = "Address already in use); stop what listens there, or pass --http-port" if taken else "is not a port"
     assert expect in done.stderr
+
+
+def test_one_port_for_rest_and_grpc_is_named_before_the_model_loads(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mavias.cli", "serve", "--model-dir", str(tmp_path),
+                           "--http-port", "18080", "--grpc-port", "18080"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "--http-port and --grpc-port are both 18080" in done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mavias.errors import UserError
+from mavias.utils.userfiles import read_text
 
 DEFAULT_VOCABULARY = Path(__file__).with_name("default.txt")
 MAX_TAG_LENGTH = 64
@@ -21,7 +22,7 @@ def load_vocabulary(path: str | Path | None = None) -> list[str]:
     """
     path = Path(path) if path is not None else DEFAULT_VOCABULARY
     tags: dict[str, None] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(read_text(path, what="vocabulary", error=VocabularyError).splitlines(), start=1):
         tag = " ".join(line.strip().lower().split())
         if not tag or tag.startswith("#"):
             continue
