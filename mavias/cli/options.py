@@ -186,18 +186,15 @@ def run_checkpoint(run: Path, criterion: str | None) -> Path:
 
     if not run.is_dir():
         raise UserError(f"{run} is not a run folder", hint="pass the --out folder of `mavias train`")
-    no_checkpoint = UserError(f"{run} holds no checkpoint: it is not a run folder of `mavias train`, or the run has "
-                              "not reached its first validation", hint="pass the --out folder of a trained run")
+    if not any(run.glob("*.pt")):  # before the criterion: no --criterion can help a folder without checkpoints
+        raise UserError(f"{run} holds no checkpoint: it is not a run folder of `mavias train`, or the run has not "
+                        "reached its first validation", hint="pass the --out folder of a trained run")
     if criterion is None:
         if not (run / "config.yaml").is_file():
-            if not any(run.glob("*.pt")):
-                raise no_checkpoint
             raise UserError(f"{run} holds no config.yaml to name its selection criterion",
                             hint=f"pass --criterion {'|'.join(CRITERIA)}")
         criterion = load_config(run / "config.yaml").selection
     checkpoint = best_checkpoint(run, criterion)
-    if not any(run.glob("*.pt")):
-        raise no_checkpoint
     if not checkpoint.is_file():
         raise UserError(f"{checkpoint} does not exist",
                         hint="train the run to its first validation, or pick another --criterion")

@@ -29,8 +29,9 @@ def atomic_path(path: str | Path, *, sync: bool = True) -> Iterator[Path]:
         os.replace(tmp, path)
         if sync:
             _sync(path.parent)
-    except (PermissionError, IsADirectoryError, NotADirectoryError, FileNotFoundError) as error:
-        if error.errno is None or error.filename not in (None, str(tmp), tmp):
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as error:
+        about_tmp = error.filename in (str(tmp), tmp) or (error.filename is None and str(tmp) in str(error))
+        if error.errno is None or not about_tmp:
             raise
         raise type(error)(error.errno, os.strerror(error.errno), str(path)) from error  # name the path asked for
     finally:

@@ -188,14 +188,14 @@ class OpenClip:
             self.model, _, self.preprocess = open_clip.create_model_and_transforms(
                 model,
                 pretrained=weights.checkpoint,
-                device=self.device,
+                device="cpu",  # moved below, outside the checkpoint's errors: a device fault is not the file's
                 force_quick_gelu=bool(weights.tag_cfg.get("quick_gelu", False)),
                 image_mean=weights.tag_cfg.get("mean"),
                 image_std=weights.tag_cfg.get("std"),
                 image_interpolation=weights.tag_cfg.get("interpolation"),
                 image_resize_mode=weights.tag_cfg.get("resize_mode"),
             )
-        self.model.eval()
+        self.model.to(self.device).eval()
         self.tokenizer = open_clip.get_tokenizer(model)
         self.context_length: int = self.tokenizer.context_length
         self.dim: int = int(open_clip.get_model_config(model)["embed_dim"])

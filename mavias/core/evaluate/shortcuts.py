@@ -139,12 +139,10 @@ RELIANCE_COLUMNS = ["within_auc", "within_n_with", "within_n_without", "cross_au
                     "reliance_p", "score", "model", "decidable"]
 
 
-def too_few_to_decide(row: Mapping) -> bool | pd.Series:
+def too_few_to_decide(row: Mapping) -> bool:
     """Whether a pair's reliance rests on too few images to decide it: fewer than ``MIN_SIDE`` on the smaller side
-    within the class and fewer than ``MIN_CROSS_SUPPORT`` images of other classes with the tag (a row's counts, or
-    columns of them)."""
-    smaller_side = np.minimum(row["within_n_with"], row["within_n_without"])
-    return (smaller_side < MIN_SIDE) & (row["cross_n_with"] < MIN_CROSS_SUPPORT)
+    within the class and fewer than ``MIN_CROSS_SUPPORT`` images of other classes with the tag."""
+    return min(row["within_n_with"], row["within_n_without"]) < MIN_SIDE and row["cross_n_with"] < MIN_CROSS_SUPPORT
 
 
 def _has_tag(tags: pd.Series, wanted: set[str]) -> dict[str, np.ndarray]:
@@ -229,11 +227,11 @@ def is_undecided(evidence: pd.DataFrame) -> pd.Series:
 
 
 def rests_on_few(evidence: pd.DataFrame) -> pd.Series:
-    """The pairs in B' whose reliance was shown on too few images to decide it (:func:`too_few_to_decide`; also as
-    read back from CSV)."""
-    counts = {c: pd.to_numeric(evidence[c], errors="coerce").fillna(0) if c in evidence else 0
-              for c in ("within_n_with", "within_n_without", "cross_n_with")}
-    return as_flag(evidence["biased"]) & too_few_to_decide(counts)
+    """The pairs in B' that no model's samples were enough to decide (:func:`too_few_to_decide` for each), shown on
+    those few images alone (also as read back from CSV; a table without ``decidable`` tells nothing)."""
+    if "decidable" not in evidence:
+        return pd.Series(False, index=evidence.index)
+    return as_flag(evidence["biased"]) & ~as_flag(evidence["decidable"])
 
 
 def carries_over(evidence: pd.DataFrame, upper: pd.Series | None = None) -> pd.Series:

@@ -37,7 +37,19 @@ CREATE TABLE IF NOT EXISTS decisions (
 )
 """
 INSERT = "INSERT OR REPLACE INTO decisions (judge_id, prompt_version, class, tag, relevant) VALUES (?, ?, ?, ?, ?)"
+# SQLite's words for a file that is not a database, a folder, or a place this user cannot write
+NOT_A_CACHE = ("file is not a database", "unable to open database file", "readonly database")
 LOOKUP_CHUNK = 500  # stays far below SQLite's limit on query parameters
+
+
+def _unusable(path: str | Path | None, error: sqlite3.DatabaseError) -> Exception:
+    """The user's mistake when ``path`` is not a cache this user can use; else ``error`` itself (locked past the
+    retries, an I/O error: not the user's file)."""
+    if path is None or not any(words in str(error) for words in NOT_A_CACHE):
+        return error
+    return UserError(f"judge cache {path} cannot be used ({error})",
+                     hint="pass --cache a new file in a folder you can write (or --no-cache); the cache is a SQLite "
+                          "file that mavias creates")
 
 
 class DecisionCache:
@@ -48,11 +60,13 @@ class DecisionCache:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(str(path) if path is not None else ":memory:", timeout=60)
+        except sqlite3.DatabaseError as error:
+            raise _unusable(path, error) from None
+        try:
             self._initialise(wal=path is not None)
-        except sqlite3.DatabaseError as error:  # not a database, a folder, or a place it cannot write
-            raise UserError(f"judge cache {path} cannot be used ({error})",
-                            hint="pass --cache a new file in a folder you can write (or --no-cache); the cache is "
-                                 "a SQLite file that mavias creates") from None
+        except sqlite3.DatabaseError as error:
+            self._db.close()
+            raise _unusable(path, error) from None
 
     @retry(
         retry=retry_if_exception(lambda e: isinstance(e, sqlite3.OperationalError) and "locked" in str(e)),

@@ -38,6 +38,11 @@ def resolve_uri(manifest_dir: Path, uri: str) -> Path:
 def read_manifest_table(path: Path) -> pd.DataFrame:
     df = read_parquet_or_csv(path, what="manifest", error=ManifestError)
     if path.suffix == ".csv" and "tags" in df.columns:
+        sidecar_style = df["tags"].str.contains(";", regex=False) & ~df["tags"].str.contains("|", regex=False)
+        if sidecar_style.any():
+            raise ManifestError(f"{path}: {int(sidecar_style.sum())} row(s) separate their tags with ';' (e.g. "
+                                f"{df.loc[sidecar_style, 'tags'].iloc[0]!r}): a manifest CSV separates them with '|' "
+                                "(';' is the separator of an import's tags sidecar)")
         df["tags"] = df["tags"].map(lambda s: [t for t in s.split("|") if t])
     return df
 
@@ -88,22 +93,16 @@ def validate_manifest(
 
 
 def _tag_problems(tags: pd.Series) -> list[str]:
-    """Tags written in another form than a list per image (a CSV's cell split on '|'): text would be split into
-    letters, and ';' is the import sidecar's separator, not the manifest's."""
-    text = tags[tags.map(lambda value: isinstance(value, str))]
-    if not text.empty:
-        return [f"{len(text)} row(s) hold their tags as text (e.g. {text.iloc[0]!r}), not as a list of tags: write a "
-                "list per image (in a CSV manifest, tags separated by '|')"]
-    joined = [tag for value in tags if not isinstance(value, str | float) and value is not None
-              for tag in value if ";" in str(tag)]
-    if joined:
-        return [f"{len(joined)} tag(s) hold ';' (e.g. {joined[0]!r}): a manifest separates tags with '|' (';' is the "
-                "separator of an import's tags sidecar)"]
-    return []
+    """Tags written as text instead of a list per image: each letter would become a tag (a blank is no tags)."""
+    text = tags[tags.map(lambda value: isinstance(value, str) and bool(value.strip()))]
+    if text.empty:
+        return []
+    return [f"{len(text)} row(s) hold their tags as text (e.g. {text.iloc[0]!r}), not as a list of tags: write a list "
+            "per image (in a CSV manifest, tags separated by '|')"]
 
 
 def _normalise_tags(value) -> list[str]:
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if value is None or (isinstance(value, float) and pd.isna(value)) or (isinstance(value, str) and not value.strip()):
         return []
     return sorted({str(t).strip().lower() for t in value if str(t).strip()})
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from mavias.core.train.config import BackboneConfig
 from mavias.errors import UserError
-from mavias.utils.torchfile import TORCH_LOAD_ERRORS
+from mavias.utils.torchfile import TORCH_LOAD_ERRORS, load_error_reason
 
 BackboneFactory = Callable[[BackboneConfig, int], tuple[nn.Module, int]]
 BACKBONES: dict[str, BackboneFactory] = {}
@@ -103,7 +103,7 @@ def _read_state(path: Path) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except TORCH_LOAD_ERRORS as error:
-        raise UserError(f"backbone weights {path} cannot be read as a state dict ({type(error).__name__})",
+        raise UserError(f"backbone weights {path} cannot be read as a state dict ({load_error_reason(error)})",
                         hint="pass backbone.weights the file torch.save(model.state_dict(), PATH) wrote") from None
     if not isinstance(state, dict):
         raise UserError(f"backbone weights {path} hold a {type(state).__name__}, not a state dict",
@@ -134,7 +134,7 @@ def _timm(cfg: BackboneConfig, in_channels: int) -> tuple[nn.Module, int]:
     except ImportError:
         raise UserError(f"backbone {cfg.name!r} needs the optional package timm: pip install timm") from None
     name = cfg.name.removeprefix("timm:")
-    if not timm.is_model(name):
+    if ":" not in name and not timm.is_model(name):  # a source prefix (hf-hub:, local-dir:) names its own model
         raise UserError(f"timm has no model {name!r}", hint="timm.list_models() lists them, e.g. timm:resnet18")
     net = timm.create_model(name, pretrained=False, num_classes=0, in_chans=in_channels)
     path = weights_file(cfg)

@@ -85,7 +85,7 @@ def test_local_checkpoint_file_loads_the_same_model(clip, tmp_path):
 
 
 def test_a_checkpoint_that_is_not_one_or_of_another_model_is_named(clip, tmp_path):
-    (tmp_path / "random.pt").write_bytes(os.urandom(1000))
+    (tmp_path / "random.pt").write_bytes(b"\x8c not a pickle" * 50)
     with pytest.raises(UserError, match=r"random.pt cannot be loaded as .* weights \(UnpicklingError: not a checkpoint"):
         OpenClip(clip.model_name, str(tmp_path / "random.pt"), device="cpu")
     torch.save({"visual.proj": torch.zeros(3, 3)}, tmp_path / "other.pt")

@@ -42,7 +42,9 @@ def test_export_a_run_writes_verified_onnx_and_the_card(tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (["--out", "m.onnx"], "exactly one of --run"),
     (["--run", "missing", "--out", "m.onnx", "--criterion", "val_acc"], "is not a run folder"),
-    (["--run", ".", "--out", "m.onnx", "--criterion", "nope"], "unknown criterion"),
+    (["--run", ".", "--out", "m.onnx", "--criterion", "nope"], "holds no checkpoint"),
+    (["--run", "run", "--out", "m.onnx", "--criterion", "nope"], "unknown criterion"),
+    (["--run", "run", "--out", "m.onnx"], "holds no config.yaml to name its selection criterion"),
     (["--checkpoint", "missing.pt", "--out", "m.onnx"], "does not exist"),
     (["--checkpoint", ".", "--out", "m.onnx"], "is a folder (pass it with --run)"),
     (["--run", ".", "--out", "m.onnx"], "holds no checkpoint: it is not a run folder of `mavias train`"),
@@ -50,6 +52,8 @@ def test_export_a_run_writes_verified_onnx_and_the_card(tmp_path):
 ])
 def test_mistakes_are_user_errors(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "last.pt").write_bytes(b"")
     result = runner.invoke(app, ["export", *args])
     assert result.exit_code != 0
     assert message in str(result.exception) + result.output
