@@ -14,6 +14,7 @@ from mavias.utils.atomic import atomic_path
 from mavias.utils.mappings import read_yaml_mapping, set_nested
 
 PRESET_DIR = Path(__file__).parent / "presets"
+SCRATCH_BACKBONES = ("small_cnn", "mlp")  # the project's own, never pretrained
 MAX_IMAGE_SIZE = 1024  # a side larger than this is a typo, not a training resolution (a batch of 64 would need 800 MB)
 
 
@@ -31,6 +32,13 @@ class BackboneConfig(_Strict):
     pretrained: bool = Field(False, description="torchvision ImageNet weights from $TORCH_HOME/hub/checkpoints (offline)")
     pretrained_weights: str = Field("IMAGENET1K_V1", description="torchvision weights enum member, e.g. IMAGENET1K_V2")
     weights: str | None = Field(None, description="local state-dict path (takes precedence over the cache)")
+
+    @model_validator(mode="after")
+    def _weights_for_a_backbone_that_loads_them(self) -> BackboneConfig:
+        if self.weights and self.name in SCRATCH_BACKBONES:
+            raise ValueError(f"backbone.weights is set but {self.name} always trains from scratch: weights load into "
+                             "torchvision and timm backbones (e.g. backbone.name: resnet18)")
+        return self
 
 
 class PreprocessConfig(_Strict):

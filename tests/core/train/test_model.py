@@ -4,7 +4,14 @@ import torch
 import torch.nn.functional as F
 
 from mavias.core.train.checkpoints import load_main_model
-from mavias.core.train.config import PRESET_DIR, BackboneConfig, TrainConfig, load_config, method_name
+from mavias.core.train.config import (
+    PRESET_DIR,
+    SCRATCH_BACKBONES,
+    BackboneConfig,
+    TrainConfig,
+    load_config,
+    method_name,
+)
 from mavias.core.train.data import feature_split
 from mavias.core.train.losses import mavias_loss
 from mavias.core.train.model import BACKBONES, build_main_model
@@ -76,6 +83,13 @@ def test_local_weights_that_are_not_a_state_dict_are_named(tmp_path, content, ex
     weights.write_bytes(content) if content else torch.save([torch.zeros(1)], weights)
     with pytest.raises(UserError, match=expect):
         build_main_model(BackboneConfig(name="resnet18", weights=str(weights)), 3, 2)
+
+
+def test_weights_for_a_backbone_that_always_trains_from_scratch_are_refused():
+    assert set(BACKBONES) == set(SCRATCH_BACKBONES)
+    for name in SCRATCH_BACKBONES:
+        with pytest.raises(ValueError, match=f"backbone.weights is set but {name} always trains from scratch"):
+            BackboneConfig(name=name, weights="/weights.pt")
 
 
 def test_an_unknown_timm_backbone_is_named():
