@@ -129,6 +129,9 @@ def discover(audit: Audit) -> Path:
                                       review=audit.review, progress=audit.options.progress)
     tags = read_tags(audit.workspace.tags_table(PARTITION))
     warnings = tagging_warnings(tagger, tags, audit.counts.images - audit.counts.images_quarantined)
+    if "tags" in manifest.columns and audit.options.tagger.vocabulary is not None:
+        warnings.append(f"--vocabulary {audit.options.tagger.vocabulary} was not used: the images' tags come with "
+                        "the data (its tags column or sidecar), so no tagger ran")
     if audit.review is not None:
         warnings += audit.review.unknown_classes(manifest["label"])
     audit.state.record(tags_are_noise=random_weights(tagger))

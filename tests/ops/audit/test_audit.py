@@ -95,8 +95,11 @@ def test_an_audit_names_the_planted_shortcut_and_resumes(tmp_path):
 def test_an_audit_of_100_images_flags_every_figure_from_too_few_samples(tmp_path):
     root, sidecar = write_shortcut_imagefolder(tmp_path / "photos" / "shapes", 50, classes=2)
     out = tmp_path / "audit"
-    args = ["audit", root, "--tags", sidecar, "--out", out, "--set", "epochs=5"]  # the flags, not the models, are tested
+    (tmp_path / "words.txt").write_text("grass\n")
+    args = ["audit", root, "--tags", sidecar, "--out", out, "--set", "epochs=5",  # the flags, not the models, are tested
+            "--vocabulary", tmp_path / "words.txt"]
     output = ok(mavias(*args, cache=tmp_path / "cache"))
+    assert "words.txt was not used: the images' tags come with the data" in " ".join(output.split())
     state = json.loads((out / "audit.json").read_text())
     report = (out / "report.html").read_text()
     # 100 images: 10 test images, no group reaches 20, so the worst group and the averages are flagged everywhere
