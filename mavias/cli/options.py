@@ -83,7 +83,8 @@ TaggerModel = Annotated[str, typer.Option("--tagger-model", help="the tagger's o
 Pretrained = Annotated[str, typer.Option(
     "--pretrained", help="the tagger's open_clip pretrained tag, a local checkpoint file, or 'none' (random init)")]
 VocabularyPath = Annotated[Path | None, typer.Option("--vocabulary", help="tag vocabulary file (default: built-in)")]
-Threshold = Annotated[float, typer.Option(min=0.0, help="keep tags with probability >= threshold x uniform (1/|vocabulary|)")]
+Threshold = Annotated[float, typer.Option(
+    min=0.0, help="keep tags with probability >= threshold x uniform (1/|vocabulary|)")]
 TopK = Annotated[int, typer.Option("--top-k", min=1, help="at most this many tags per image")]
 
 

@@ -35,7 +35,8 @@ def tune_command(
     reference: Annotated[Path | None, typer.Option(
         "--reference", help="ERM reference run folder: its biased tags B' form the validation groups of the criterion "
         "(without it the criterion is the balanced validation accuracy)", exists=True)] = None,
-    trials: Annotated[int, typer.Option("--trials", help="trials to finish in all (resumed ones count; at least 2)")] = 12,
+    trials: Annotated[int, typer.Option(
+        "--trials", help="trials to finish in all (resumed ones count; at least 2)")] = 12,
     timeout: Annotated[float | None, typer.Option("--timeout", min=1,
                                                   help="stop starting trials after this many seconds")] = None,
     config: ConfigFile = None,

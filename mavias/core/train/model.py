@@ -99,15 +99,18 @@ def weights_file(cfg: BackboneConfig) -> Path | None:
     return path
 
 
+STATE_DICT_HINT = "pass backbone.weights the file torch.save(model.state_dict(), PATH) wrote"
+
+
 def _read_state(path: Path) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except TORCH_LOAD_ERRORS as error:
         raise UserError(f"backbone weights {path} cannot be read as a state dict ({load_error_reason(error)})",
-                        hint="pass backbone.weights the file torch.save(model.state_dict(), PATH) wrote") from None
+                        hint=STATE_DICT_HINT) from None
     if not isinstance(state, dict):
         raise UserError(f"backbone weights {path} hold a {type(state).__name__}, not a state dict",
-                        hint="pass backbone.weights the file torch.save(model.state_dict(), PATH) wrote")
+                        hint=STATE_DICT_HINT)
     return state
 
 

@@ -39,6 +39,9 @@ def warm_fraction(new: int, old: int, replay: float) -> float:
     return min(1.0, (new + replay * old) / max(new + old, 1))
 
 
+INIT_FROM_HINT = "point init_from at a run's best_*.pt or last.pt, or unset it to train from scratch"
+
+
 def load_initial_weights(model: MainModel, checkpoint: str | Path, classes: list[str]) -> None:
     """Start ``model`` from the main model of ``checkpoint``; another class list or architecture is a user error."""
     import torch  # here, not above: the night's light tasks plan warm starts without torch
@@ -47,13 +50,12 @@ def load_initial_weights(model: MainModel, checkpoint: str | Path, classes: list
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     except TORCH_LOAD_ERRORS as err:
         raise UserError(f"cannot read the warm-start checkpoint {checkpoint} ({load_error_reason(err)})",
-                        hint="point init_from at a run's best_*.pt or last.pt, or unset it to train from scratch"
-                        ) from None
+                        hint=INIT_FROM_HINT) from None
     if not isinstance(state, dict) or "classes" not in state:
         raise UserError(f"the warm-start checkpoint {checkpoint} is not a checkpoint written by `mavias train`",
-                        hint="point init_from at a run's best_*.pt or last.pt, or unset it to train from scratch")
+                        hint=INIT_FROM_HINT)
     if list(state["classes"]) != list(classes):
-        raise UserError(f"the warm-start checkpoint {checkpoint} was trained on the classes {state.get('classes')}, "
+        raise UserError(f"the warm-start checkpoint {checkpoint} was trained on the classes {state['classes']}, "
                         f"this training has {classes}", hint="unset init_from to train from scratch")
     try:
         model.load_state_dict(main_model_weights(state))

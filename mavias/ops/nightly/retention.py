@@ -1,5 +1,6 @@
-"""Retention (``clean_up``, the last step of every night before its closing check): the workspace keeps what later nights, resumes and
-production need and deletes the rest, so months of nights fit on one volume (docs/operations.md, Retention).
+"""Retention (``clean_up``, the last step of every night before its closing check): the workspace keeps what later
+nights, resumes and production need and deletes the rest, so months of nights fit on one volume (docs/operations.md,
+Retention).
 
 Kept: the ``retention.keep_datasets`` prepared datasets used last (``training/<digest>/``, each with its trainings)
 plus tonight's and production's, the decoded images they read (``decoded/<key>/``), the newest ``retention.keep_nights`` night folders plus production's night and any

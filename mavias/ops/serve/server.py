@@ -121,7 +121,8 @@ def serve(args: argparse.Namespace) -> None:
         raise UserError(f"{args.model_dir} is not a folder", hint="check the path: --model-dir takes the folder "
                         "`mavias export` wrote (model.onnx and its model card)")
     if args.http_port == args.grpc_port:
-        raise UserError(f"--http-port and --grpc-port are both {args.http_port}; REST and gRPC each need their own port",
+        raise UserError(f"--http-port and --grpc-port are both {args.http_port}; REST and gRPC each need their own "
+                        "port",
                         hint="pass two different ports (the defaults are 8080 and 8081)")
     _require_free(args.host, args.http_port, "--http-port")
     _require_free(args.host, args.grpc_port, "--grpc-port")
