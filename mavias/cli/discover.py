@@ -36,8 +36,9 @@ from mavias.cli.options import (
 from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.core.encode.factory import MINILM
 from mavias.core.judging.factory import DEFAULT_BASE_URL, DEFAULT_LLM_MODEL, JudgeSettings, make_judge
-from mavias.core.judging.review import load_review
+from mavias.core.judging.review import load_review, tags_of_classes
 from mavias.core.manifest import load_manifest
+from mavias.core.relevance import load_relevance
 from mavias.core.tagging.base import read_tags, tagging_warnings
 from mavias.core.tagging.defaults import DEFAULT_NUM_SHARDS, TAG_THRESHOLD, TAG_TOP_K
 from mavias.core.tagging.factory import TaggerSettings, make_tagger
@@ -106,7 +107,8 @@ def discover(
     ws, part = Workspace(workspace), partition_name(partition, name)
     usable = counts.images - counts.images_quarantined
     warn(tagging_warnings(tagger_obj, read_tags(ws.tags_table(part)), usable)
-         + (reviewed.unknown_classes(manifest["label"]) if reviewed else []))
+         + (reviewed.unmatched(tags_of_classes(load_relevance(ws.relevance(part)), manifest["label"]))
+            if reviewed else []))
     console.print(f"tags: {ws.tags_table(part)}\nrelevance decisions: {ws.relevance(part)}\n"
                   f"next: mavias train --manifest {manifest_path} --relevance {ws.relevance(part)} "
                   f"--tags {ws.tags_table(part)} --workspace {workspace} --set method=erm --out runs/erm",

@@ -90,7 +90,7 @@ class JudgeOptions:
                 bar.update(task, description=f"judging with {judge.judge_id}: {judged} tags")
 
             table = decide_all(judge, wanted, cache, reviewed, batch_size=self.batch_size, on_batch=advance)
-        warn(reviewed.unknown_classes(wanted) if reviewed else [])
+        warn(reviewed.unmatched(wanted) if reviewed else [])
         return table, judge
 
 
@@ -248,7 +248,7 @@ def eval_command(
         if review:
             reviewed = load_review(review)
             table = apply_review(table, reviewed)
-            warn(reviewed.unknown_classes(wanted))
+            warn(reviewed.unmatched(wanted))
         runs = [(predicted.stem, table, None)]
     else:
         table, judge_obj = options.decide(wanted)

@@ -14,7 +14,7 @@ decisions in this format for a person to edit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -65,15 +65,38 @@ class ReviewedDecisions(BaseModel):
         known = {_key(t): True for t in reviewed.relevant} | {_key(t): False for t in reviewed.irrelevant}
         return {tag: known[_key(tag)] for tag in tags if _key(tag) in known}
 
-    def unknown_classes(self, classes: Iterable[str]) -> list[str]:
-        """A warning (a one-item list) when the review names classes the data lacks: they decide nothing."""
-        classes = sorted(set(map(str, classes)))
-        unknown = sorted(set(self.decisions) - set(classes))
-        if not unknown:
-            return []
-        return [f"the reviewed decisions name {len(unknown)} class(es) the data does not have ({', '.join(unknown)}): "
-                f"their verdicts apply to nothing; class names match exactly, rename them to one of the data's "
-                f"classes ({', '.join(classes[:10])}{', ...' if len(classes) > 10 else ''})"]
+    def unmatched(self, tags_by_class: Mapping[str, Iterable[str]]) -> list[str]:
+        """Warnings (one line each) for the reviewed classes the data lacks and the reviewed tags no image of their
+        class carries: their verdicts decide nothing."""
+        classes = sorted(map(str, tags_by_class))
+        warnings = []
+        if unknown := sorted(set(self.decisions) - set(classes)):
+            warnings.append(f"the reviewed decisions name {len(unknown)} class(es) the data does not have "
+                            f"({', '.join(unknown)}): their verdicts apply to nothing; class names match exactly, "
+                            f"rename them to one of the data's classes ({_first(classes)})")
+        absent = [f"{name}: {tag}" for name in sorted(set(self.decisions) & set(classes))
+                  for tag in self._tags_absent(name, tags_by_class[name])]
+        if absent:
+            warnings.append(f"the reviewed decisions name {len(absent)} tag(s) no image of their class carries "
+                            f"({_first(absent)}): their verdicts apply to nothing; check their spelling against a "
+                            "fresh `mavias judge export-review` (tags match case-insensitively)")
+        return warnings
+
+    def _tags_absent(self, class_name: str, tags: Iterable[str]) -> list[str]:
+        reviewed = self.decisions[class_name]
+        present = {_key(tag) for tag in tags}
+        return sorted({t for t in reviewed.relevant + reviewed.irrelevant if _key(t) not in present}, key=_key)
+
+
+def _first(names: list[str], count: int = 10) -> str:
+    return ", ".join(names[:count]) + (", ..." if len(names) > count else "")
+
+
+def tags_of_classes(relevance: pd.DataFrame, classes: Iterable[str] = ()) -> dict[str, set[str]]:
+    """The tags a relevance table decides for each class (every tag the class's images carry), and no tag for each
+    of ``classes`` (the data's labels) it lacks."""
+    return {str(name): set() for name in classes} | {str(name): set(rows["tag"])
+                                                      for name, rows in relevance.groupby("class")}
 
 
 class ReviewError(UserError, ValueError):

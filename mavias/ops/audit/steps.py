@@ -15,7 +15,7 @@ from mavias.core.datasets.sidecar import attach_tags
 from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
 from mavias.core.encode import make_encoder
 from mavias.core.judging.factory import make_judge
-from mavias.core.judging.review import ReviewedDecisions, load_review
+from mavias.core.judging.review import ReviewedDecisions, load_review, tags_of_classes
 from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
 from mavias.core.manifest.checks import require_trainable
 from mavias.core.protocol import (
@@ -133,7 +133,7 @@ def discover(audit: Audit) -> Path:
         warnings.append(f"--vocabulary {audit.options.tagger.vocabulary} was not used: the images' tags come with "
                         "the data (its tags column or sidecar), so no tagger ran")
     if audit.review is not None:
-        warnings += audit.review.unknown_classes(manifest["label"])
+        warnings += audit.review.unmatched(tags_of_classes(load_relevance(relevance), manifest["label"]))
     audit.state.record(tags_are_noise=random_weights(tagger))
     audit.state.finish("discover", {"counts": asdict(audit.counts), "warnings": warnings})
     return relevance

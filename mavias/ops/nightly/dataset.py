@@ -22,7 +22,7 @@ from botocore.client import BaseClient
 
 from mavias.core.judging.base import OFFLINE_SOURCE
 from mavias.core.judging.quality import decision_changes
-from mavias.core.judging.review import apply_review, load_review
+from mavias.core.judging.review import apply_review, load_review, tags_of_classes
 from mavias.core.manifest import load_manifest
 from mavias.core.relevance import RELEVANCE_COLUMNS, load_relevance, save_relevance
 from mavias.core.tagging.run import TAGS_NAME
@@ -63,7 +63,7 @@ def _discovered_tables(cfg: NightlyConfig, names: Iterable[str]) -> tuple[pd.Dat
     if cfg.discovery.review is not None:
         review = load_review(cfg.discovery.review)
         relevance = apply_review(relevance, review)
-        for warning in review.unknown_classes(relevance["class"]):
+        for warning in review.unmatched(tags_of_classes(relevance)):
             log.warning("%s (%s)", warning, cfg.discovery.review)
     return tags.drop_duplicates(["sample_id", "tag"]), relevance
 

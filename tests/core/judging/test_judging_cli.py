@@ -61,6 +61,16 @@ def test_run_warns_when_the_review_names_a_class_it_does_not_judge(tmp_path):
     assert not load_relevance(out)["source"].eq("review").any()
 
 
+def test_run_warns_when_the_review_names_a_tag_the_class_does_not_carry(tmp_path):
+    (tmp_path / "vocab.txt").write_text("wheel\nroad\n")
+    (tmp_path / "review.yaml").write_text("version: 1\ndecisions:\n  car: {relevant: [wheels], irrelevant: [ROAD]}\n")
+    out = tmp_path / "relevance.parquet"
+    result = invoke("run", "--classes", "car", "--vocabulary", tmp_path / "vocab.txt", "--out", out,
+                    "--review", tmp_path / "review.yaml", "--no-cache")
+    assert "warning: the reviewed decisions name 1 tag(s) no image of their class carries (car: wheels)" in result.output
+    assert load_relevance(out).set_index("tag").loc["road", "source"] == "review"
+
+
 def test_eval_prints_precision_and_recall(tmp_path):
     truth = pd.DataFrame({"class": ["car"] * 4, "tag": ["wheel", "road", "tire", "sky"],
                           "relevant": [True, False, True, False], "source": "ground_truth"})  # fmt: skip

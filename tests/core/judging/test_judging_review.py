@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from mavias.core.judging.review import ReviewError, apply_review, export_review, load_review
+from mavias.core.judging.review import ReviewError, apply_review, export_review, load_review, tags_of_classes
 
 
 def table(rows):
@@ -51,6 +51,22 @@ def test_an_empty_review_file_decides_nothing(tmp_path):
 def test_a_review_naming_a_class_the_data_lacks_is_one_warning_naming_it(tmp_path):
     (tmp_path / "review.yaml").write_text("version: 1\ndecisions:\n  birds: {relevant: [wing]}\n  car: {}\n")
     review = load_review(tmp_path / "review.yaml")
-    [warning] = review.unknown_classes(["bird", "car", "car"])
+    [warning] = review.unmatched({"bird": {"wing"}, "car": set()})
     assert "1 class(es) the data does not have (birds)" in warning and "(bird, car)" in warning
-    assert review.unknown_classes(["birds", "car", "boat"]) == []
+    assert review.unmatched({"birds": {"wing"}, "car": set(), "boat": set()}) == []
+
+
+def test_a_review_naming_a_tag_its_class_lacks_is_one_warning_naming_them(tmp_path):
+    (tmp_path / "review.yaml").write_text("version: 1\ndecisions:\n  bird: {relevant: [Wing, feathr], "
+                                          "irrelevant: [sky]}\n  car: {irrelevant: [sky]}\n")
+    review = load_review(tmp_path / "review.yaml")
+    [warning] = review.unmatched({"bird": {"wing", "sky"}, "car": {"road"}})
+    assert "2 tag(s) no image of their class carries (bird: feathr, car: sky)" in warning
+    assert "Wing" not in warning  # tags match case-insensitively
+    assert review.unmatched({"bird": {"wing", "feathr", "sky"}, "car": {"sky"}}) == []
+
+
+def test_the_tags_of_a_relevance_table_by_class_include_the_data_s_classes_without_tags():
+    table = pd.DataFrame({"class": ["bird", "bird", "car"], "tag": ["wing", "sky", "road"],
+                          "relevant": [True, False, False], "source": "judge"})
+    assert tags_of_classes(table, ["boat", "bird"]) == {"boat": set(), "bird": {"wing", "sky"}, "car": {"road"}}

@@ -147,9 +147,11 @@ def photos_partition(tmp_path):
 
 def test_discover_with_random_weights_warns_that_its_tags_are_noise(photos_partition, tmp_path):
     (tmp_path / "vocabulary.txt").write_text("grass\nsofa\nsky\n")
+    (tmp_path / "review.yaml").write_text("version: 1\ndecisions:\n  dog: {irrelevant: [grass]}\n")
     result = CliRunner().invoke(app, ["discover", "--partition", str(photos_partition), "--workspace",
                                       str(tmp_path / "ws"), "--tagger-model", "ViT-S-32", "--pretrained", "none",
                                       "--vocabulary", str(tmp_path / "vocabulary.txt"),
+                                      "--review", str(tmp_path / "review.yaml"),
                                       "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--workers", "0"],
                                 env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
@@ -157,5 +159,6 @@ def test_discover_with_random_weights_warns_that_its_tags_are_noise(photos_parti
     assert "warning: the tags come from a randomly initialised model (--pretrained none): they are noise" in output
     # the default threshold, 10 x uniform, is beyond reach with 3 tags: no tag is kept
     assert "0 tags kept for all 6 images" in output and "lower --threshold" in output
+    assert "the reviewed decisions name 1 tag(s) no image of their class carries (dog: grass)" in output
     assert f"tags: {tmp_path / 'ws' / 'tags' / 'ds' / 'tags.parquet'}" in output
     assert f"next: mavias train --manifest {photos_partition / 'manifest.parquet'}" in output

@@ -182,7 +182,7 @@ def _judge_night(cfg: NightlyConfig, when: datetime) -> dict:
 
 @pytest.mark.slow
 def test_the_report_lists_the_relevance_decisions_changed_since_the_previous_night(
-    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+    s3_client, s3_settings: S3Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture  # noqa: ANN001
 ) -> None:
     labels, tags = ["car"] * 3, [["wheel", "road"], ["road", "sky"], ["wheel"]]  # one class: the judge costs most
     seed_partition(s3_client, s3_settings.model_copy(update={"incoming_prefix": "evaluation/"}), "v1", labels,
@@ -200,10 +200,11 @@ def test_the_report_lists_the_relevance_decisions_changed_since_the_previous_nig
     flipped = bool(decided["car", "road"])
     review = tmp_path / "review.yaml"
     review.write_text(yaml.safe_dump({"version": 1, "decisions": {
-        "car": {"irrelevant" if flipped else "relevant": ["road"]}}}))
+        "car": {"irrelevant" if flipped else "relevant": ["road", "raod"]}}}))
     seed_partition(s3_client, s3_settings, "p2", ["car", "car"], tags=[["road", "traffic light"], ["wheel"]])
     second_cfg = cfg.model_copy(update={"discovery": cfg.discovery.model_copy(update={"review": review})})
     second = _judge_night(second_cfg, datetime(2025, 3, 2))
+    assert "1 tag(s) no image of their class carries (car: raod)" in caplog.text  # a typo decides nothing: said
     path = Path(second["dataset"]["relevance_changes"])
     decoded_second = {path: path.stat().st_mtime_ns for path in (tmp_path / "ws" / "decoded").rglob("*.pt")}
     assert {path.name for path in set(decoded_second) - set(decoded_first)} == {"partitions__p2.pt"}
