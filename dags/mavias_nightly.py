@@ -45,7 +45,7 @@ from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
 from mavias_airflow.operators import QualityGateOperator
 from mavias_airflow.preflight import preflight_problems
 from mavias_airflow.resources import gpu_task_kwargs
-from mavias_airflow.stages import night_of, run_stage
+from mavias_airflow.stages import night_of, night_time, run_stage
 
 log = logging.getLogger(__name__)
 CONFIG = load_nightly_config()  # YAML + environment only: connections are resolved inside the tasks
@@ -69,11 +69,6 @@ def _config() -> NightlyConfig:
     return MaviasHook().get_config()
 
 
-def _night_time(context: Context) -> datetime:
-    """The logical date names the night; a manual run without one is named after when it was triggered."""
-    return context["logical_date"] or context["dag_run"].run_after
-
-
 def _task_states(context: Context) -> dict[str, str]:
     run_id = context["run_id"]
     return context["ti"].get_task_states(dag_id=context["dag"].dag_id, run_ids=[run_id])[run_id]
@@ -83,7 +78,7 @@ def _task_states(context: Context) -> dict[str, str]:
 # Expectations), not when the DAG is parsed -------------------------------------------------------------------
 
 
-@task(retries=0)
+@task
 def preflight() -> None:
     from mavias.ops.nightly.failures import record_failure
 
@@ -100,7 +95,7 @@ def sense() -> dict:
     from mavias.ops.nightly import ingest
 
     context = get_current_context()
-    return run_stage(ingest.sense, _night_time(context), force_partition=context["params"]["force_partition"])
+    return run_stage(ingest.sense, night_time(context), force_partition=context["params"]["force_partition"])
 
 
 @task
@@ -256,7 +251,7 @@ def report() -> dict:
         if states.get(task_id) == "success"
     }
     params = context["params"]
-    results.setdefault("sensed", ingest.night_info(_night_time(context)))
+    results.setdefault("sensed", ingest.night_info(night_time(context)))
     if "validated" in results:
         trained, decision = ingest.training_decision(results["validated"], full_retrain=params["full_retrain"])
     elif states.get("preflight") != "success":
@@ -337,8 +332,8 @@ def finish() -> None:
     doc_md=__doc__,
 )
 def mavias_nightly() -> None:
-    sensed = sense()
-    preflight() >> sensed
+    checked, sensed = preflight(), sense()
+    checked >> sensed
     validated = pull_and_validate(sensed)
     go = should_train(validated)
     plan = plan_tagging(validated)
@@ -366,8 +361,10 @@ def mavias_nightly() -> None:
     gates_passed(gates.output) >> published >> promotion_requested() >> promoted
     recorded = record_processed(dataset)
     [packaged, published, promoted] >> recorded
-    results = [sensed, validated, plan, discovered, dataset, reference, candidate, evaluated, gates, packaged,
-               published, promoted, recorded]
+    # report (all done) waits for its direct upstreams only: every task but the short circuits (whose direct
+    # downstream they would skip), so no mapped GPU task is still running when one failure skipped the rest
+    results = [checked, sensed, validated, plan, tagged, discovered, dataset, reference, planned_trials, trials,
+               candidate, evaluated, gates, packaged, published, promoted, recorded]
     results >> report() >> notify() >> clean_up() >> finish()
 
 

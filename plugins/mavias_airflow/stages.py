@@ -5,6 +5,7 @@ without the retries meant for transient faults."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from airflow.sdk import get_current_context
@@ -19,9 +20,15 @@ from mavias_airflow.hooks import MaviasHook
 T = TypeVar("T")
 
 
+def night_time(context: Any) -> datetime:
+    """The logical date names the night; a manual run without one (the context then has no such key) is named after
+    when it was triggered."""
+    return context.get("logical_date") or context["dag_run"].run_after
+
+
 def night_of(context: Any) -> str:
-    """The night's name: its logical date, or when a manual run without one was triggered."""
-    return night_id(context["logical_date"] or context["dag_run"].run_after)
+    """The night's name (:func:`night_time`)."""
+    return night_id(night_time(context))
 
 
 def run_stage(stage: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -22,7 +22,7 @@ class Api:
             assert time.monotonic() < deadline, "the dag-processor did not parse the DAG in time"
             time.sleep(2)
 
-    def trigger(self, logical_date: str) -> str:
+    def trigger(self, logical_date: str | None) -> str:
         reply = self.client.post(f"/api/v2/dags/{DAG_ID}/dagRuns", json={"logical_date": logical_date, "conf": {}})
         reply.raise_for_status()
         return reply.json()["dag_run_id"]
@@ -44,8 +44,9 @@ class Api:
         reply.raise_for_status()
         return reply.json()["task_instances"]
 
-    def run_night(self, logical_date: str, timeout_s: float) -> tuple[str, dict[str, str], float]:
-        """Trigger a run and poll it to its end; (state, task states of the unmapped tasks, seconds)."""
+    def run_night(self, logical_date: str | None, timeout_s: float) -> tuple[str, dict[str, str], float]:
+        """Trigger a run (``None``: a manual run without a logical date) and poll it to its end; (state, task states
+        of the unmapped tasks, seconds)."""
         started = time.monotonic()
         run_id = self.trigger(logical_date)
         state = self.wait(run_id, timeout_s)

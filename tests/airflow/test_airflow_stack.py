@@ -2,7 +2,8 @@
 in its own process, connections and pool from the nightly config) runs nights triggered through the REST API,
 on 127.0.0.1 against moto_server and aiosmtpd, with tiny data.
 
-- without the `gpu` pool, the preflight fails the night in seconds with what to do (no task waits forever);
+- without the `gpu` pool, the preflight fails the night in seconds with what to do (no task waits forever), also
+  in a manual run without a logical date;
 - with it, one night runs to the end: trained, gated, reported and emailed.
 """
 
@@ -53,7 +54,7 @@ def test_missing_pool_fails_the_night_fast_with_what_to_do(stack: tuple) -> None
     deployment, home, api = stack
     _airflow_cli(home, "pools", "delete", "gpu")
     try:
-        state, tasks, seconds = api.run_night("2025-05-01T00:00:00Z", RUN_TIMEOUT_S)
+        state, tasks, seconds = api.run_night(None, RUN_TIMEOUT_S)  # as `airflow dags trigger` without a date
     finally:
         _airflow_cli(home, "pools", "set", "gpu", "1", "GPU workers")
     assert state == "failed" and tasks["preflight"] == "failed"

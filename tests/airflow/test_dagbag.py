@@ -177,6 +177,15 @@ def test_every_task_and_the_run_are_bounded_in_time_and_preflight_comes_first(da
     assert tasks["finish"]["upstream"] == ["clean_up"]
 
 
+def test_the_report_waits_for_every_task_but_the_short_circuits(dag_info: dict) -> None:
+    # a short circuit's direct downstream is skipped when it says no: the report must not be one
+    short_circuits = {"should_train", "data_changed", "gates_passed", "promotion_requested"}
+    after = {"report", "notify", "clean_up", "finish"}
+    tasks = dag_info["tasks"]
+    assert set(tasks["report"]["upstream"]) == set(tasks) - short_circuits - after
+    assert tasks["report"]["trigger_rule"] == "all_done"
+
+
 def test_hooks_map_connections_and_keep_secrets(dag_info: dict) -> None:
     assert dag_info["s3"]["endpoint_url"] == "http://127.0.0.1:9000"  # from the connection's extra
     # the hook's client is the configured model's registry, on the connection's endpoint

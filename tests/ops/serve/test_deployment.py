@@ -42,6 +42,11 @@ def test_inference_service_predictor_is_a_valid_pod_spec():
     assert '"--host", "0.0.0.0"]' in (ROOT / "docker" / "Dockerfile.serve").read_text()
     pod_spec = {k: v for k, v in predictor.items() if k not in PREDICTOR_FIELDS}
     validate({"apiVersion": "v1", "kind": "Pod", "metadata": service["metadata"], "spec": pod_spec})
+    assert "nvidia.com/gpu" in predictor["containers"][0]["resources"]["limits"]  # so it must tolerate the GPU pool
+    assert pod_spec["nodeSelector"] == {"mavias.io/pool": "gpu"}
+    assert pod_spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert "--auth-token-file" in args or service["metadata"]["labels"]["networking.knative.dev/visibility"] == (
+        "cluster-local")  # a server without a token is not published on the external gateway
     with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
         validate({"apiVersion": "v1", "kind": "Pod", "metadata": service["metadata"],
                   "spec": pod_spec | {"serviceAcountName": "x"}})
@@ -128,9 +133,11 @@ def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_var
     assert worker_config and all(env[f"AIRFLOW__{s.upper()}__{k.upper()}"] == v for (s, k), v in worker_config.items())
     keys = {e["name"]: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
             for e in container["env"] if "valueFrom" in e}
-    assert {keys[n] for n in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY")} == {
-        (celery["fernetKeySecretName"], "fernet-key"), (celery["jwtSecretName"], "jwt-secret"),
-        (celery["apiSecretKeySecretName"], "api-secret-key")}  # the key names the chart reads
+    assert {keys[n] for n in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API__SECRET_KEY")} == {
+        (celery["fernetKeySecretName"], "fernet-key"), (celery["apiSecretKeySecretName"], "api-secret-key")}  # as named
+    assert "AIRFLOW__API_AUTH__JWT_SECRET" not in keys  # it signs the Execution API's tokens: no task may hold it
+    requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+    assert {"cpu", "memory"} <= set(requests) and "memory" in limits  # not best-effort, the first pod evicted
     assert all(ref["secretRef"].get("optional") for ref in container["envFrom"])
     with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
         validate(worker | {"spec": worker["spec"] | {"replica": 2}})
