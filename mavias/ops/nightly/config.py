@@ -169,7 +169,8 @@ class AirflowSection(_Section):
     api_conn_id: str = Field("airflow_api", description="Airflow's REST API, for the preflight pool check")
     llm_conn_id: str = Field("mavias_llm", description="Airflow connection of the LLM judge (discovery.judge: llm): "
                              "host = base URL, password = key, extra = model, timeout, samples (docs/llm-judge.md)")
-    dagrun_timeout_h: float = Field(20.0, gt=0, description="a night still running after this fails")
+    dagrun_timeout_h: float = Field(20.0, gt=0, description="a night still running after this fails (Airflow skips "
+                                    "its report; the next night's report names it)")
     task_timeout_min: float = Field(60.0, gt=0, description="execution_timeout of every task but the GPU ones")
     gpu_task_timeout_min: float = Field(360.0, gt=0, description="execution_timeout of tagging and training")
 

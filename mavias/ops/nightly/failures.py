@@ -21,6 +21,7 @@ from mavias.storage.s3 import check_name
 from mavias.utils.atomic import write_json
 
 FAILURES_DIR = "failures"
+STARTED_NAME = "started.json"
 
 
 class TaskFailure(TypedDict):
@@ -59,6 +60,21 @@ def read_failures(cfg: NightlyConfig, night: str, tasks: Iterable[str]) -> dict[
         if path.is_file():
             found[task] = json.loads(path.read_text())
     return found
+
+
+def record_start(cfg: NightlyConfig, night: str) -> None:
+    """Mark the night started (``sense``): a later report names it if it never reported (:func:`unreported_nights`)."""
+    write_json(layout(cfg).night(night) / STARTED_NAME, {"night": night, "at": datetime.now(UTC).isoformat()})
+
+
+def unreported_nights(cfg: NightlyConfig, night: str) -> list[str]:
+    """The nights before ``night``, since the last one that reported, that started but wrote no report: their run
+    was stopped before its report task (its ``dagrun_timeout`` skips every unfinished task, the report's too)."""
+    folders = layout(cfg).nights
+    earlier = sorted(path.name for path in folders.glob("*") if path.is_dir() and path.name < night)
+    reported = [name for name in earlier if layout(cfg).night_reports(name).is_dir()]
+    since = reported[-1] if reported else ""
+    return [name for name in earlier if name > since and (folders / name / STARTED_NAME).is_file()]
 
 
 def _folder(cfg: NightlyConfig, night: str) -> Path:

@@ -22,6 +22,7 @@ from mavias.errors import UserError
 from mavias.ops.nightly import revalidation
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
 from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.failures import record_start
 from mavias.ops.nightly.incoming import ProcessedLedger, find_manifest
 from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_set, s3_client
 from mavias.ops.nightly.pull import (
@@ -52,6 +53,7 @@ def sense(cfg: NightlyConfig, when: datetime, *, force_partition: str | None = N
         new.add(force_partition)
         processed.discard(force_partition)
     log.info("night %s: %d new partition(s) %s, %d processed before", night_id(when), len(new), sorted(new), len(processed))
+    record_start(cfg, night_id(when))
     return night_info(when) | {"new": sorted(new), "processed": sorted(processed), "unsafe": ledger.unsafe_folders()}
 
 

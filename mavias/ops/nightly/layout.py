@@ -64,8 +64,16 @@ class Layout:
     def production(self, version: str) -> Path:
         return self.root / "production" / check_name("version", version)
 
+    @property
+    def nights(self) -> Path:
+        return self.root / "nights"
+
     def night(self, night: str) -> Path:
-        return self.root / "nights" / check_name("night", night)
+        return self.nights / check_name("night", night)
+
+    def night_reports(self, night: str) -> Path:
+        """The night's report attempts (``attempt-<n>/``)."""
+        return self.night(night) / "report"
 
     @property
     def outbox(self) -> Outbox:

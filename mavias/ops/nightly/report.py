@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from mavias.ops.nightly.artifacts import NightResults, Notified, Reported
 from mavias.ops.nightly.config import NightlyConfig
+from mavias.ops.nightly.failures import unreported_nights
 from mavias.ops.nightly.layout import layout, registry, reports_prefix, s3_client
 from mavias.ops.nightly.report_context import build_report_context
 from mavias.ops.registry import CorruptPointer
@@ -87,7 +88,7 @@ def _attempt_number(name: str) -> int | None:
 
 def _next_attempt(cfg: NightlyConfig, client: BaseClient, night: str, notes: list[str]) -> int:
     """One more than any attempt of the night in the workspace or (when reachable) in the bucket."""
-    local = [_attempt_number(p.name) for p in (layout(cfg).night(night) / "report").glob(f"{ATTEMPT_PREFIX}*")]
+    local = [_attempt_number(p.name) for p in layout(cfg).night_reports(night).glob(f"{ATTEMPT_PREFIX}*")]
     try:
         remote = [_attempt_number(name) for name in list_folders(client, cfg.s3, f"{reports_prefix(cfg)}{night}/")]
     except Exception as err:  # noqa: BLE001 - _unreachable re-raises what is not transient
@@ -97,7 +98,7 @@ def _next_attempt(cfg: NightlyConfig, client: BaseClient, night: str, notes: lis
 
 
 def _original_outcome(cfg: NightlyConfig, night: str) -> str | None:
-    first = layout(cfg).night(night) / "report" / f"{ATTEMPT_PREFIX}1" / OUTCOME_NAME
+    first = layout(cfg).night_reports(night) / f"{ATTEMPT_PREFIX}1" / OUTCOME_NAME
     return json.loads(first.read_text())["subject"] if first.exists() else None
 
 
@@ -159,6 +160,14 @@ def _dead_letter_notes(cfg: NightlyConfig, dead: Mapping[str, str]) -> list[str]
             f"into {outbox.folder}."]
 
 
+def _unreported_notes(cfg: NightlyConfig, night: str) -> list[str]:
+    if not (nights := unreported_nights(cfg, night)):
+        return []
+    return [f"The night(s) {', '.join(nights)} started but sent no report: their run was stopped before the report "
+            f"task (the run's time limit, airflow.dagrun_timeout_h = {cfg.airflow.dagrun_timeout_h:g} h, or a run "
+            "marked failed by hand). Their runs in Airflow show the tasks that were still running."]
+
+
 def report(
     cfg: NightlyConfig,
     results: NightResults,
@@ -177,7 +186,7 @@ def report(
     client = s3_client(cfg, "report", cfg.report.storage_deadline_s)
     night = results["sensed"]["night"]
     dead = layout(cfg).outbox.unreported_dead()  # marked as named once this report is written and queued
-    notes: list[str] = _dead_letter_notes(cfg, dead)
+    notes: list[str] = _dead_letter_notes(cfg, dead) + _unreported_notes(cfg, night)
     attempt = _next_attempt(cfg, client, night, notes)
     production, pointer_problem = _production_version(cfg, client, notes)
     context, entry = build_report_context(cfg, results, trained=trained, decision=decision,
@@ -194,7 +203,7 @@ def report(
         "history": history, "attempt": attempt, "notes": [*context.notes, *notes],
         "original_outcome": _original_outcome(cfg, night) if attempt > 1 else None,
     })
-    folder = layout(cfg).night(night) / "report" / f"{ATTEMPT_PREFIX}{attempt}"
+    folder = layout(cfg).night_reports(night) / f"{ATTEMPT_PREFIX}{attempt}"
     html = write_report(folder, context)
     email = render_email(context)
     write_json(folder / OUTCOME_NAME, {"subject": email.subject, "promoted": context.promoted,

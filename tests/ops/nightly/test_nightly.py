@@ -173,6 +173,25 @@ def test_two_racing_promotions_exactly_one_wins(s3_client, s3_settings: S3Settin
     assert "concurrent" in loser["reason"]
 
 
+def test_a_night_stopped_before_its_report_is_named_by_the_next_report_once(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    cfg = NightlyConfig(model_name="m", s3=s3_settings, workspace=tmp_path / "ws")
+
+    def reported(day: int) -> str:
+        sensed = ingest.sense(cfg, datetime(2025, 3, day))
+        html = report.report(cfg, {"sensed": sensed}, trained=False, decision="nothing new")["html"]
+        return " ".join(Path(html).read_text().split())
+
+    reported(1)
+    ingest.sense(cfg, datetime(2025, 3, 2))  # the run timed out: Airflow skipped its report
+    ingest.sense(cfg, datetime(2025, 3, 3))  # and so did the next one's
+    second = reported(4)
+    assert "The night(s) 20250302T000000, 20250303T000000 started but sent no report" in second
+    assert "airflow.dagrun_timeout_h = 20 h" in second and "20250301T000000" not in second
+    assert "sent no report" not in reported(5)  # said once: the nights since the last report
+
+
 def _judge_night(cfg: NightlyConfig, when: datetime) -> dict:
     """sense -> pull + validate -> discover (manifest tags, offline judge) -> prepare_dataset, as the DAG runs them."""
     validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, when))
