@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dist_nn
 import torch.nn.functional as F
 
 
@@ -23,7 +25,8 @@ def mavias_loss(
 
     per_sample (paper): L_align_i = 1/2 (||z_main_i|| - lam ||z_tag_i||)^2.
     batch (as the public reference code): the mean-squared error (||Z_main||_F - lam ||Z_tag||_F)^2 of the two
-    Frobenius norms over the batch, without the 1/2, z_tag detached. The one remaining difference: g is trained by a
+    Frobenius norms over the batch, without the 1/2, z_tag detached. Under data parallelism the norms are the global
+    batch's (:func:`global_frobenius_norm`), so N processes train as one would, not with alpha / N. The one remaining difference: g is trained by a
     parameter group of the main optimizer (lr x ``projection_lr_mult``), not by its own optimizer object -- the same
     update for SGD/Adam, whose state is per parameter.
 
@@ -38,10 +41,20 @@ def mavias_loss(
         gap = z_main.norm(dim=1) - lam * z_tag.norm(dim=1)
         alignment = 0.5 * (gap**2).mean()
     elif align == "batch":
-        alignment = (z_main.norm() - lam * z_tag.detach().norm()) ** 2
+        alignment = (global_frobenius_norm(z_main) - lam * global_frobenius_norm(z_tag.detach())) ** 2
     else:
         raise ValueError(f"unknown alignment mode {align!r}")
     return MaviasLoss(classification + alpha * alignment, classification, alignment)
+
+
+def global_frobenius_norm(z: torch.Tensor) -> torch.Tensor:
+    """||Z||_F of the global batch: this process's share's, summed over the processes of a data-parallel run.
+
+    The sum is autograd's own all-reduce, whose backward sums every process's gradient: each process then holds N
+    times its share's gradient, and DDP's average over the N processes gives a single process's gradient."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return z.norm()
+    return dist_nn.all_reduce(z.pow(2).sum()).clamp_min(torch.finfo(z.dtype).tiny).sqrt()  # no NaN gradient at 0
 
 
 def frozen_head_logits(features: torch.Tensor, head: torch.nn.Linear) -> torch.Tensor:

@@ -47,9 +47,14 @@ def _modules(path) -> dict[str, dict[str, torch.Tensor]]:
     return torch.load(path, weights_only=True)["modules"]
 
 
-def test_two_processes_train_as_one_and_only_rank_0_writes(data: PreparedData, tmp_path) -> None:
-    one = make_trainer(_cfg(), data["train"], data["val"], CLASSES, tmp_path / "one", progress=False).fit()
-    two = fit_distributed(data, _cfg(), tmp_path / "two", 2)
+# the default, and the paper presets' alignment over the whole batch's logits (coupling the ranks' shares: its norms
+# are the global batch's, else each rank would align its half and alpha act as alpha / 2), strong enough to show
+@pytest.mark.parametrize("mavias", [{}, {"align": "batch", "alpha": 0.1, "bias_path": "joint"}],
+                         ids=["default", "batch-alignment"])
+def test_two_processes_train_as_one_and_only_rank_0_writes(data: PreparedData, tmp_path, mavias: dict) -> None:
+    cfg = _cfg(mavias=mavias)
+    one = make_trainer(cfg, data["train"], data["val"], CLASSES, tmp_path / "one", progress=False).fit()
+    two = fit_distributed(data, cfg, tmp_path / "two", 2)
     assert two.completed and list(two.history["epoch"]) == [1, 2, 3, 4]
     assert np.allclose(two.history["val_acc"], one.history["val_acc"], atol=0.01)
     assert np.allclose(two.history["train_loss"], one.history["train_loss"], rtol=1e-4)
