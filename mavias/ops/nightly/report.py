@@ -142,6 +142,12 @@ def notify(cfg: NightlyConfig, smtp: SmtpSettings | None) -> Notified:
     """Send the queued notifications; :class:`NotificationFailed` when any is still queued (nothing is lost). One
     the SMTP server refuses for good becomes a dead letter, named once in the next report, and blocks nothing."""
     delivery = deliver_notifications(cfg, smtp)
+    if delivery.refused_session:
+        raise NotificationFailed(
+            f"the SMTP server refuses the session ({delivery.refused_session}): fix the SMTP connection "
+            f"({cfg.airflow.smtp_conn_id}: login, password, security, from address); the {len(delivery.failed)} "
+            f"notification(s) stay in {layout(cfg).outbox.folder} for the next try or night"
+        )
     if delivery.failed:
         raise NotificationFailed(
             f"{len(delivery.failed)} notification(s) not sent, kept in {layout(cfg).outbox.folder} for the next try "

@@ -133,22 +133,32 @@ class Delivery:
     sent: list[str] = field(default_factory=list)  # outbox names
     failed: dict[str, str] = field(default_factory=dict)  # outbox name -> why (kept for the next try)
     dead: dict[str, str] = field(default_factory=dict)  # outbox name -> why (moved to the dead letters)
+    refused_session: str | None = None  # the SMTP settings' fault that stopped the delivery (every email kept)
 
 
 MAX_DELIVERY_TRIES = 5  # deliveries (each with its own SMTP retries) before a message becomes a dead letter
 
 
-def is_permanent(error: BaseException) -> bool:
-    """An SMTP refusal no retry will change (a 5xx reply: unknown recipient, refused sender, message rejected)."""
+def refuses_message(error: BaseException) -> bool:
+    """A refusal of this message no retry will change (a 5xx reply to its recipients or to its content)."""
     if isinstance(error, smtplib.SMTPRecipientsRefused):
         return all(code >= 500 for code, _ in error.recipients.values())
-    return isinstance(error, smtplib.SMTPResponseException) and error.smtp_code >= 500
+    return isinstance(error, smtplib.SMTPDataError) and error.smtp_code >= 500
+
+
+def refuses_session(error: BaseException) -> bool:
+    """A refusal of the session itself, so of every message alike: the SMTP settings are wrong (login, sender,
+    security, greeting), not the message."""
+    if isinstance(error, smtplib.SMTPNotSupportedError):
+        return True
+    return (isinstance(error, smtplib.SMTPResponseException) and not isinstance(error, smtplib.SMTPDataError)
+            and error.smtp_code >= 500)
 
 
 class Outbox:
     """Emails waiting to be sent, one ``<name>.eml`` file each: a notification that cannot be sent now is kept and
-    sent by a later :meth:`deliver` (the next try or the next night). One refused for good (a 5xx reply) or that
-    failed ``MAX_DELIVERY_TRIES`` deliveries moves to ``dead/`` with its reason, so it cannot block later nights;
+    sent by a later :meth:`deliver` (the next try or the next night). One refused for good (a 5xx reply to it) or
+    that failed ``MAX_DELIVERY_TRIES`` deliveries moves to ``dead/`` with its reason, so it cannot block later nights;
     :meth:`unreported_dead` names each one for the next report, until :meth:`mark_reported` says a report did."""
 
     def __init__(self, folder: str | Path):
@@ -163,9 +173,11 @@ class Outbox:
 
     def deliver(self, smtp: SmtpSettings) -> Delivery:
         """Send every queued message (oldest name first); a sent one leaves the outbox, a failed one stays or, when
-        refused for good or tried too often, becomes a dead letter."""
+        refused for good or tried too often, becomes a dead letter. A session the server refuses (a wrong login,
+        sender or security setting) stops the delivery and keeps every message, its tries uncounted."""
         delivery = Delivery()
-        for name in self.pending():
+        pending = self.pending()
+        for index, name in enumerate(pending):
             path = self.folder / f"{name}.eml"
             message = BytesParser(policy=policy.default).parsebytes(path.read_bytes())
             recipients = [address for _, address in getaddresses(message.get_all("To", []))]
@@ -173,7 +185,12 @@ class Outbox:
                 send_message(message, recipients, smtp)
             except (smtplib.SMTPException, OSError) as err:
                 reason = f"{type(err).__name__}: {err}"
-                if is_permanent(err) or self._count_try(name) >= MAX_DELIVERY_TRIES:
+                if refuses_session(err):  # no message is at fault: keep them all, uncounted, for fixed settings
+                    delivery.failed |= dict.fromkeys(pending[index:], reason)
+                    delivery.refused_session = reason
+                    log.error("the SMTP server refuses the session (%s): every email stays in %s", reason, self.folder)
+                    break
+                if refuses_message(err) or self._count_try(name) >= MAX_DELIVERY_TRIES:
                     self._bury(name, reason)
                     delivery.dead[name] = reason
                 else:

@@ -160,6 +160,22 @@ def test_an_email_refused_for_good_becomes_a_dead_letter_and_blocks_nothing(emai
     assert outbox.unreported_dead() == {}  # said once
 
 
+def test_a_session_the_server_refuses_keeps_every_email_and_counts_no_try(email, tmp_path):
+    outbox = Outbox(tmp_path / "outbox")
+    for name in ("20250101-report", "20250102-report"):
+        outbox.put(name, email_message(email, RECIPIENTS, "mavias@example.org"))
+    inbox = Inbox()
+    with smtp_server(inbox, authenticator=_authenticator, auth_require_tls=False) as server:
+        wrong = settings(server.port, user="mavias", password="rotated-" + PASSWORD)
+        for _ in range(MAX_DELIVERY_TRIES + 1):  # nights of a wrong password kill no email
+            delivery = outbox.deliver(wrong)
+            assert "SMTPAuthenticationError" in delivery.refused_session and PASSWORD not in delivery.refused_session
+            assert list(delivery.failed) == ["20250101-report", "20250102-report"] and not delivery.dead
+        assert outbox.pending() == ["20250101-report", "20250102-report"] and not outbox.dead_folder.exists()
+        fixed = outbox.deliver(settings(server.port, user="mavias", password=PASSWORD))
+    assert fixed.sent == ["20250101-report", "20250102-report"] and len(inbox.envelopes) == 2
+
+
 def test_a_try_counter_a_kill_left_unreadable_counts_again_from_its_start(email, tmp_path):
     outbox = Outbox(tmp_path / "outbox")
     outbox.put("20250101-report", email_message(email, RECIPIENTS, "mavias@example.org"))
