@@ -36,13 +36,13 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from tenacity import (
+    RetryCallState,
     Retrying,
     before_sleep_log,
     retry,
     retry_if_exception,
     retry_if_exception_type,
     stop_after_attempt,
-    stop_after_delay,
     wait_exponential,
 )
 
@@ -209,11 +209,23 @@ def retry_transient(settings: S3Settings) -> Retrying:
     return retrying(lambda err: is_transient(err) and not isinstance(err, StorageDeadline), settings.outage_retry_s)
 
 
+def _failing_for(max_delay_s: float) -> Callable[[RetryCallState], bool]:
+    """Stop once the failures have lasted ``max_delay_s``, timed from the first one (tenacity's stop_after_delay
+    counts from the first attempt's start: a long step failing after it would get no retry at all)."""
+
+    def stop(state: RetryCallState) -> bool:
+        first = state.__dict__.setdefault("first_failure", state.outcome_timestamp)
+        return state.outcome_timestamp - first >= max_delay_s
+
+    return stop
+
+
 def retrying(is_retryable: Callable[[BaseException], bool], max_delay_s: float) -> Retrying:
-    """Retry with exponential backoff while ``is_retryable(error)``, for at most ``max_delay_s``; then reraise."""
+    """Retry with exponential backoff while ``is_retryable(error)``, for at most ``max_delay_s`` after the first
+    failure; then reraise."""
     return Retrying(
         retry=retry_if_exception(is_retryable),
-        stop=stop_after_delay(max_delay_s),
+        stop=_failing_for(max_delay_s),
         wait=wait_exponential(multiplier=0.5, max=15),
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,

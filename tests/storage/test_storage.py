@@ -16,7 +16,7 @@ from mavias.core.manifest import ManifestError
 from mavias.ops.nightly import pull
 from mavias.ops.nightly.incoming import ProcessedLedger, list_partitions
 from mavias.ops.nightly.pull import PULL_JOURNAL, pull_partition
-from mavias.storage.s3 import S3Settings, StorageDeadline, load_settings, make_s3_client
+from mavias.storage.s3 import S3Settings, StorageDeadline, load_settings, make_s3_client, retrying
 from tests.support.s3server import (  # noqa: F401 - fixtures
     faulty_proxy,
     moto_endpoint,
@@ -99,6 +99,32 @@ def test_retries_are_bounded(s3_settings, faulty_proxy):
     with pytest.raises(ClientError, match="SlowDown"):
         list_partitions(make_s3_client(proxied), proxied)
     assert faulty_proxy.failures_served == 2
+
+
+def test_a_step_that_fails_after_longer_than_the_outage_budget_still_gets_its_retry():
+    started = []
+
+    def long_step() -> str:  # a big pull: the connection drops after longer than the budget
+        started.append(time.monotonic())
+        if len(started) == 1:
+            time.sleep(0.4)
+            raise ConnectionError("connection reset")
+        return "pulled"
+
+    assert retrying(lambda err: isinstance(err, ConnectionError), 0.2)(long_step) == "pulled"
+    assert len(started) == 2
+
+
+def test_outage_retries_stop_once_the_failures_have_lasted_their_budget():
+    started = []
+
+    def failing() -> None:
+        started.append(time.monotonic())
+        raise ConnectionError("connection refused")
+
+    with pytest.raises(ConnectionError):
+        retrying(lambda err: isinstance(err, ConnectionError), 0.3)(failing)
+    assert len(started) == 2 and started[1] - started[0] >= 0.3  # one backoff of 0.5 s, then the budget is spent
 
 
 def test_a_step_deadline_counts_only_the_time_spent_waiting_on_the_store(s3_client, s3_settings, faulty_proxy):

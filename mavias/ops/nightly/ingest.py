@@ -8,6 +8,7 @@ then fails the step, never quarantining data.
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -109,6 +110,16 @@ def _changed_partitions(cfg: NightlyConfig, ledger: ProcessedLedger, markers: Ma
     return changed
 
 
+# This machine's faults (a full disk, a refused write, too many open files), never the partition's data: pyarrow's
+# errors on an unreadable manifest are OSErrors too, but carry no errno
+MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EMFILE,
+                            errno.ENFILE, errno.EIO, errno.ENOMEM})
+
+
+def is_machine_fault(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in MACHINE_ERRNOS
+
+
 def _unreadable(err: Exception) -> ValidationResult:
     return ValidationResult([CheckResult("manifest_readable", False, details=str(err), source="mavias")])
 
@@ -135,8 +146,8 @@ def _validate_partition(
             return {"success": False, "summary": f"waiting: {waiting}", "path": "", "waiting": True}
         result = validate_manifest_file(manifest, classes, counts, cfg.validation)
     except (ManifestError, OSError, ValueError) as err:  # an unreadable manifest is bad data, not a crash
-        if is_transient(err):  # ... but an unreachable bucket is not: fail, keep the partition for a later try
-            raise
+        if is_transient(err) or is_machine_fault(err):  # ... but an unreachable bucket or a full disk is not: fail,
+            raise  # keep the partition for a later try
         result = _unreadable(err)
     path = write_json(layout(cfg).night(night) / "validation" / f"{partition}.json", result.to_dict())
     if result.success:

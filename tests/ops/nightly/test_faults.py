@@ -4,6 +4,7 @@ during the report, and a rerun of a finished night."""
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 import time
@@ -198,6 +199,14 @@ def test_read_timeouts_are_retried_then_fail_without_quarantining(
 )
 def test_transient_errors_are_told_from_bad_data(error: Exception, transient: bool) -> None:
     assert is_transient(error) is transient
+
+
+@pytest.mark.parametrize(("error", "machine"), [(OSError(errno.ENOSPC, "No space left on device"), True),
+                                               (PermissionError(errno.EACCES, "Permission denied"), True),
+                                               (OSError("Parquet magic bytes not found in footer"), False),
+                                               (ValueError("not parquet"), False)])
+def test_a_full_disk_is_told_from_bad_data(error: Exception, machine: bool) -> None:
+    assert ingest.is_machine_fault(error) is machine  # a fault of the machine fails the step, quarantines nothing
 
 
 def test_undecodable_manifest_is_still_quarantined_as_bad_data(
