@@ -63,7 +63,7 @@ def _production_and_etag(cfg: NightlyConfig, client: BaseClient, notes: list[str
     visibly), not a crash."""
     reg = registry(cfg, client)
     try:
-        return reg.production(), reg.pointer_etag()
+        return reg.production_and_etag()
     except CorruptPointer as err:
         notes.append(str(err))
         return None, None

@@ -257,12 +257,13 @@ class ModelRegistry:
 
     def production(self) -> PointerRecord | None:
         """The production record (with the pointer's ``etag`` to pass to :meth:`promote`), or ``None``."""
-        history, etag = self._read_pointer()
-        return history[-1].model_copy(update={"etag": etag}) if history else None
+        return self.production_and_etag()[0]
 
-    def pointer_etag(self) -> str | None:
-        """The ETag :meth:`promote` expects, also when the pointer holds no record yet."""
-        return self._read_pointer()[1]
+    def production_and_etag(self) -> tuple[PointerRecord | None, str | None]:
+        """The production record and the ETag :meth:`promote` expects (also when the pointer holds no record yet),
+        from one read: a promotion or rollback between two reads would pair one pointer's record with another's."""
+        history, etag = self._read_pointer()
+        return (history[-1].model_copy(update={"etag": etag}) if history else None), etag
 
     def _published_gates_passed(self, version: str) -> bool:
         gates = get_json(self.client, self.settings, f"{self.prefix}{version}/gates.json")

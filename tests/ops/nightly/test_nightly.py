@@ -266,12 +266,12 @@ def test_a_promote_retried_after_its_first_try_moved_the_pointer_is_the_nights_p
     cfg = _config(s3_settings, tmp_path)
     release.promote(cfg, {"version": "night-a", "uri": registry.version_uri("night-a")},
                     {"production_etag": None, "production_version": None})
-    evaluated = {"production_etag": registry.pointer_etag(), "production_version": "night-a"}
+    evaluated = {"production_etag": registry.production_and_etag()[1], "production_version": "night-a"}
     published = {"version": "night-b", "uri": registry.version_uri("night-b")}
     first = release.promote(cfg, published, evaluated)  # its task killed after this: Airflow retries it
     retry = release.promote(cfg, published, evaluated)
     assert first["promoted"] and retry["promoted"] and retry["previous"] == "night-a" and not retry["reason"]
-    rerun = release.promote(cfg, published, {"production_etag": registry.pointer_etag(),
+    rerun = release.promote(cfg, published, {"production_etag": registry.production_and_etag()[1],
                                              "production_version": "night-b"})  # the whole night again
     assert not rerun["promoted"] and "already in production (rerun)" in rerun["reason"] and rerun["in_production"]
     assert [r.version for r in registry.history()] == ["night-a", "night-b"]

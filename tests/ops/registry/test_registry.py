@@ -106,6 +106,15 @@ def test_promotion_history_and_rollback(registry, model_dir):
     assert registry.production().version == "v1"
 
 
+def test_production_and_the_etag_a_promotion_expects_come_from_one_read(registry, model_dir):
+    _publish(registry, model_dir, "v1", "v2")
+    assert registry.production_and_etag() == (None, None)  # no pointer yet: a first promotion expects none
+    assert _promote(registry, "v1")
+    record, etag = registry.production_and_etag()
+    assert record.version == "v1" and record.etag == etag is not None
+    assert registry.promote("v2", etag)  # the pair is what promote expects
+
+
 @pytest.mark.parametrize("contenders", [2, 8])
 def test_concurrent_promotions_exactly_one_wins(s3_settings, model_dir, contenders):
     """Each round every contender reads the same pointer, then all write at once: one wins, the others change

@@ -112,7 +112,8 @@ def night_config(settings: S3Settings, workspace: Path, target: InferenceService
 
 def promote(cfg: NightlyConfig, registry: ModelRegistry, version: str) -> dict:
     current = registry.production()
-    evaluated = {"production_etag": registry.pointer_etag(), "production_version": current and current.version}
+    evaluated = {"production_etag": registry.production_and_etag()[1],
+                 "production_version": current and current.version}
     return release.promote(cfg, {"version": version, "uri": registry.version_uri(version)}, evaluated)
 
 
