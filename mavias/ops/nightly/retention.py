@@ -37,6 +37,10 @@ class Pruned(TypedDict):
     kept_bytes: int  # what retention manages (training/, decoded/, nights/, production/) after it
 
 
+class RetentionIncomplete(RuntimeError):
+    """Folders retention meant to delete are still there (the rest were deleted)."""
+
+
 def _report_pending(night: Path) -> bool:
     """A report attempt of the night not uploaded yet (a later report uploads it)."""
     return any(not attempt.with_name(attempt.name + UPLOADED_SUFFIX).exists()
@@ -78,19 +82,31 @@ def _decoded_keys(training: Path) -> set[str]:
 
 
 def clean_up(cfg: NightlyConfig, tonight: str, digest: str | None = None) -> Pruned:
-    """Delete what retention does not keep (``digest``: tonight's dataset, when one was prepared). Idempotent."""
+    """Delete what retention does not keep (``digest``: tonight's dataset, when one was prepared). Idempotent.
+    :class:`RetentionIncomplete` names the folders it could not delete, after deleting the others."""
     production, known = _production_version(cfg)
     root = layout(cfg).root
     if not known:
         log.warning("the production pointer is unreadable: nothing is deleted tonight")
-    deleted = []
+    deleted, undeletable = [], {}
     for folder in _stale(cfg, tonight, digest, production) if known else []:
-        shutil.rmtree(folder, ignore_errors=True)
-        deleted.append(folder.relative_to(root).as_posix())
+        name = folder.relative_to(root).as_posix()
+        try:
+            shutil.rmtree(folder)
+        except FileNotFoundError:
+            pass  # gone already (a concurrent clean-up): deleted all the same
+        except OSError as err:
+            undeletable[name] = f"{type(err).__name__}: {err}"
+            continue
+        deleted.append(name)
     if known:
         dropped = layout(cfg).decoded.prune(path.name for path in (root / "decoded").glob("*") if path.is_dir())
         log.info("retention: %d decoded image(s) of files gone or replaced dropped", dropped)
     kept = sum(tree_size(root / name) for name in MANAGED)
     log.info("retention: deleted %d folder(s) %s; %.1f MB kept in training/, decoded/, nights/ and production/",
              len(deleted), deleted, kept / 1e6)
+    if undeletable:
+        raise RetentionIncomplete(
+            f"retention could not delete {len(undeletable)} folder(s) of {root} ({undeletable}): the disk keeps "
+            f"filling until they go; fix their permissions or delete them by hand (the next night tries again)")
     return {"deleted": deleted, "production": production, "kept_bytes": kept}

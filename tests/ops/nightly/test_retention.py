@@ -4,7 +4,10 @@ resumes and production, and that it deletes nothing it cannot be sure of."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
+
+import pytest
 
 from mavias.ops.nightly import retention
 from mavias.ops.nightly.config import NightlyConfig, RetentionSection
@@ -86,3 +89,23 @@ def test_an_unreadable_production_pointer_deletes_nothing(
     pruned = retention.clean_up(_config(s3_settings, root), "20250306T000000")
     assert pruned["production"] is None and pruned["deleted"] == []
     assert [len(list((root / name).iterdir())) for name in ("training", "decoded", "nights", "production")] == [6, 2, 6, 2]
+
+
+def test_a_folder_that_cannot_be_deleted_fails_the_clean_up_by_name_after_the_others_went(
+    s3_client, s3_settings: S3Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    root = tmp_path / "ws"
+    _workspace(root)
+    _promote(s3_client, s3_settings, tmp_path)
+    stuck = root / "nights" / "20250302T000000"
+    real_rmtree = shutil.rmtree
+
+    def refusing(path: Path, *args, **kwargs) -> None:  # a busy mount or a folder of another owner
+        if Path(path) == stuck:
+            raise PermissionError(1, "Operation not permitted", str(path))
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(retention.shutil, "rmtree", refusing)
+    with pytest.raises(retention.RetentionIncomplete, match="could not delete 1 folder.*nights/20250302T000000"):
+        retention.clean_up(_config(s3_settings, root), "20250306T000000", digest="dddd0001ffffffff")
+    assert stuck.is_dir() and not (root / "nights" / "20250304T000000").exists()  # the others were deleted
