@@ -86,7 +86,10 @@ def build_message(
     return message
 
 
-def _deliver(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSettings) -> None:
+Refused = dict[str, tuple[int, bytes]]  # recipient -> (SMTP code, reply) of those refused while others accepted
+
+
+def _deliver(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSettings) -> Refused:
     context = ssl.create_default_context()
     client = (
         smtplib.SMTP_SSL(smtp.host, smtp.port, timeout=smtp.timeout, context=context)
@@ -101,10 +104,12 @@ def _deliver(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSetting
         refused = client.send_message(message, to_addrs=list(recipients))
     if refused:
         log.warning("report email: %d recipient(s) refused: %s", len(refused), sorted(refused))
+    return refused
 
 
-def send_message(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSettings) -> None:
-    """Deliver a built message, retrying transient failures with exponential backoff."""
+def send_message(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSettings) -> Refused:
+    """Deliver a built message, retrying transient failures with exponential backoff; the recipients the server
+    refused while it accepted the message for the others."""
     retrying = Retrying(
         stop=stop_after_attempt(smtp.max_attempts),
         wait=wait_exponential(multiplier=smtp.retry_wait_s, max=60),
@@ -112,8 +117,18 @@ def send_message(message: EmailMessage, recipients: Sequence[str], smtp: SmtpSet
         before_sleep=before_sleep_log(log, logging.WARNING),
         reraise=True,
     )
-    retrying(_deliver, message, recipients, smtp)
-    log.info("email %r sent via %s:%d to %d recipient(s)", message["Subject"], smtp.host, smtp.port, len(recipients))
+    refused = retrying(_deliver, message, recipients, smtp)
+    log.info("email %r sent via %s:%d to %d recipient(s)", message["Subject"], smtp.host, smtp.port,
+             len(recipients) - len(refused))
+    return refused
+
+
+def addressed_to(message: EmailMessage, recipients: Sequence[str]) -> EmailMessage:
+    """A copy of ``message`` for ``recipients`` alone."""
+    copy = BytesParser(policy=policy.default).parsebytes(message.as_bytes(policy=policy.SMTP))
+    del copy["To"]
+    copy["To"] = ", ".join(recipients)
+    return copy
 
 
 @dataclass(frozen=True)
@@ -182,7 +197,7 @@ class Outbox:
             message = BytesParser(policy=policy.default).parsebytes(path.read_bytes())
             recipients = [address for _, address in getaddresses(message.get_all("To", []))]
             try:
-                send_message(message, recipients, smtp)
+                refused = send_message(message, recipients, smtp)
             except (smtplib.SMTPException, OSError) as err:
                 reason = f"{type(err).__name__}: {err}"
                 if refuses_session(err):  # no message is at fault: keep them all, uncounted, for fixed settings
@@ -197,10 +212,33 @@ class Outbox:
                     log.warning("email %s not sent, kept in %s: %s", name, self.folder, err)
                     delivery.failed[name] = reason
                 continue
+            delivery.sent.append(name)
+            if refused and self._keep_for_refused(name, message, refused, delivery):
+                continue
             (self.folder / f"{name}.tries").unlink(missing_ok=True)
             path.unlink()
-            delivery.sent.append(name)
         return delivery
+
+    def _keep_for_refused(self, name: str, message: EmailMessage, refused: Refused, delivery: Delivery) -> bool:
+        """Sent to some recipients only: a copy for those refused for good (5xx) becomes a dead letter; the message
+        stays queued for those refused for now (4xx, e.g. greylisting), addressed to them alone. True if it stays."""
+        reasons = {address: f"{code} {reply.decode(errors='replace')}" for address, (code, reply) in refused.items()}
+        later = [address for address, (code, _) in refused.items() if 400 <= code < 500]
+        if never := sorted(set(refused) - set(later)):
+            self.put(f"{name}-refused", addressed_to(message, never))
+            reason = "recipient(s) refused for good: " + "; ".join(f"{a}: {reasons[a]}" for a in never)
+            self._bury(f"{name}-refused", reason)
+            delivery.dead[f"{name}-refused"] = reason
+        if not later:
+            return False
+        self.put(name, addressed_to(message, later))
+        reason = "recipient(s) refused for now: " + "; ".join(f"{a}: {reasons[a]}" for a in later)
+        if self._count_try(name) >= MAX_DELIVERY_TRIES:
+            self._bury(name, reason)
+            delivery.dead[name] = reason
+        else:
+            delivery.failed[name] = reason
+        return True
 
     def _count_try(self, name: str) -> int:
         counter = self.folder / f"{name}.tries"

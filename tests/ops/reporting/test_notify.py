@@ -176,6 +176,37 @@ def test_a_session_the_server_refuses_keeps_every_email_and_counts_no_try(email,
     assert fixed.sent == ["20250101-report", "20250102-report"] and len(inbox.envelopes) == 2
 
 
+class Picky(Inbox):
+    """Refuses some recipients once each (RCPT TO), accepts the rest."""
+
+    def __init__(self, refusals: dict[str, str]):
+        super().__init__()
+        self.refusals = refusals
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address in self.refusals:
+            return self.refusals.pop(address)
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+
+def test_recipients_refused_for_now_get_the_email_later_and_those_refused_for_good_a_dead_letter(email, tmp_path):
+    outbox = Outbox(tmp_path / "outbox")
+    team = ["ml-team@example.org", "oncall@example.org", "gone@example.org"]
+    outbox.put("20250101-report", email_message(email, team, "mavias@example.org"))
+    inbox = Picky({"oncall@example.org": "450 4.2.0 greylisted, try again later",
+                   "gone@example.org": "550 5.1.1 no such mailbox"})
+    with smtp_server(inbox) as server:
+        first = outbox.deliver(settings(server.port))
+        assert [e.rcpt_tos for e in inbox.envelopes] == [["ml-team@example.org"]]
+        assert "oncall@example.org: 450" in first.failed["20250101-report"] and outbox.pending() == ["20250101-report"]
+        assert "gone@example.org: 550" in first.dead["20250101-report-refused"]
+        assert list(outbox.unreported_dead()) == ["20250101-report-refused"]  # named in the next report
+        second = outbox.deliver(settings(server.port))
+    assert second.sent == ["20250101-report"] and not second.failed and outbox.pending() == []
+    assert [e.rcpt_tos for e in inbox.envelopes] == [["ml-team@example.org"], ["oncall@example.org"]]
+
+
 def test_a_try_counter_a_kill_left_unreadable_counts_again_from_its_start(email, tmp_path):
     outbox = Outbox(tmp_path / "outbox")
     outbox.put("20250101-report", email_message(email, RECIPIENTS, "mavias@example.org"))
