@@ -14,16 +14,16 @@ Works with AWS S3, MinIO or any S3-compatible store (``endpoint_url``). Credenti
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sized
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import boto3
 from botocore.client import BaseClient
@@ -48,17 +48,16 @@ from tenacity import (
 
 from mavias.errors import UserError
 from mavias.storage.deadline import StorageDeadline, register_deadline
+from mavias.storage.parallel import run_parallel
 from mavias.utils.atomic import atomic_path
+from mavias.utils.disk import sha256_file
 from mavias.utils.mappings import read_yaml_mapping
-from mavias.utils.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
 ENV_PREFIX = "MAVIAS_S3_"
 CONDITION_FAILURES = {"PreconditionFailed", "ConditionalRequestConflict"}
 
-IN_FLIGHT_PER_WORKER = 4
-T = TypeVar("T")
 
 # Every name that becomes a path or a key (partitions, versions, model names): no separators, no leading dot.
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -309,13 +308,34 @@ def get_json(client: BaseClient, settings: S3Settings, key: str) -> tuple[Any, s
     return json.loads(response["Body"].read()), response["ETag"]
 
 
+SHA256_METADATA = "sha256"  # x-amz-meta-sha256
+
+
 def upload_file(
     client: BaseClient, settings: S3Settings, path: str | Path, key: str, *, if_none_match: bool = False
 ) -> str:
-    """Upload one file (single PUT, so at most 5 GB); with ``if_none_match`` never overwrite. Returns the ETag."""
+    """Upload one file (single PUT, so at most 5 GB) with its sha256 in the object's metadata (``SHA256_METADATA``:
+    the ETag is no MD5 on encrypted buckets); with ``if_none_match`` never overwrite. Returns the ETag."""
+    metadata = {SHA256_METADATA: sha256_file(path)}
     with Path(path).open("rb") as body:
-        response = client.put_object(Bucket=settings.bucket, Key=key, Body=body, **_conditions(None, if_none_match))
+        response = client.put_object(Bucket=settings.bucket, Key=key, Body=body, Metadata=metadata,
+                                     **_conditions(None, if_none_match))
     return response["ETag"]
+
+
+def stored_sha256(client: BaseClient, settings: S3Settings, key: str) -> str | None:
+    """The sha256 :func:`upload_file` stored with the object; ``None`` for an object uploaded otherwise."""
+    return client.head_object(Bucket=settings.bucket, Key=key).get("Metadata", {}).get(SHA256_METADATA)
+
+
+def holds_file(client: BaseClient, settings: S3Settings, key: str, etag: str, path: Path) -> bool:
+    """Whether object ``key`` (of ``etag``) holds the bytes of ``path``: by the sha256 stored with it, else (an
+    object uploaded otherwise) by its ETag, the MD5 of a single PUT on an unencrypted bucket."""
+    stored = stored_sha256(client, settings, key)
+    if stored is not None:
+        return stored == sha256_file(path)
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "md5").hexdigest() == etag.strip('"')
 
 
 def local_files(local_dir: str | Path) -> dict[str, Path]:
@@ -365,34 +385,3 @@ def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag:
         with tmp.open("wb") as fh:
             for chunk in response["Body"].iter_chunks(1 << 20):
                 fh.write(chunk)
-
-
-def run_parallel(fn: Callable[[T], object], items: Iterable[T], workers: int, desc: str,
-                 total: int | None = None) -> None:
-    """``fn`` over ``items`` (drawn lazily) on a small thread pool with a progress bar; the first error stops the
-    rest. At most ``IN_FLIGHT_PER_WORKER`` items per worker are submitted at a time, so millions of files cost no
-    more memory than a few. ``total`` (default: ``len(items)`` when it has one) sizes the progress bar."""
-    if total is None and isinstance(items, Sized):
-        total = len(items)
-    progress = progress_bar(total=total, desc=desc, unit="file")
-    pending: set[Future] = set()
-    with ThreadPoolExecutor(max_workers=workers) as pool, progress as bar:
-        try:
-            for item in items:
-                if len(pending) >= workers * IN_FLIGHT_PER_WORKER:
-                    pending = _collect(wait(pending, return_when=FIRST_COMPLETED), bar)
-                pending.add(pool.submit(fn, item))
-            _collect(wait(pending), bar)
-        except BaseException:
-            for future in pending:
-                future.cancel()
-            raise
-
-
-def _collect(waited: tuple[set[Future], set[Future]], bar: Any) -> set[Future]:
-    """Raise the first error among the finished futures; return those still running."""
-    done, running = waited
-    for future in done:
-        future.result()
-        bar.update()
-    return running

@@ -1,8 +1,15 @@
-"""Disk use of a folder tree."""
+"""Files on disk: the size of a folder tree, the digest of a file."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+
+
+def sha256_file(path: str | Path) -> str:
+    """The hex sha256 of a file, read in chunks."""
+    with Path(path).open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def tree_size(folder: Path) -> int:

@@ -236,7 +236,7 @@ class _CountedItems:
 
 
 def test_a_huge_partition_is_submitted_a_few_files_per_worker_at_a_time_and_stops_at_the_first_error() -> None:
-    from mavias.storage.s3 import IN_FLIGHT_PER_WORKER, run_parallel
+    from mavias.storage.parallel import IN_FLIGHT_PER_WORKER, run_parallel
 
     items = _CountedItems(20_000)
 

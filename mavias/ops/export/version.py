@@ -28,9 +28,9 @@ from mavias.ops.registry.model_card import (
     CARD_SCHEMA_VERSION,
     DataLineage,
     lineage_from_files,
-    sha256_file,
     write_model_card,
 )
+from mavias.utils.disk import sha256_file
 
 NON_JSON_EVALUATION_KEYS = ("tables", "predictions")  # DataFrames of evaluate_checkpoint
 INPUT_NOTE = ("float32 RGB in [0, 1], NCHW, preprocessed as `preprocessing` says; "

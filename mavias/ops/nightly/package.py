@@ -23,8 +23,9 @@ from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.dataset import VERSION_DATASET, load_prepared
 from mavias.ops.nightly.layout import CHECKPOINT_NAME, layout
 from mavias.ops.nightly.release import model_version
-from mavias.ops.registry.model_card import CARD_NAME, lineage_from_files, sha256_file, write_model_card
+from mavias.ops.registry.model_card import CARD_NAME, lineage_from_files, write_model_card
 from mavias.utils.atomic import write_json
+from mavias.utils.disk import sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,8 @@ from mavias.ops.nightly.incoming import (
     marker_key,
     partition_prefix,
 )
-from mavias.storage.s3 import RemoteObject, S3Settings, download_file, list_objects, run_parallel, s3_uri
+from mavias.storage.parallel import run_parallel
+from mavias.storage.s3 import RemoteObject, S3Settings, download_file, list_objects, s3_uri
 from mavias.utils.atomic import sync_all, write_json
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,6 @@ checks the ONNX file against its sha256."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from mavias.utils.atomic import write_json
+from mavias.utils.disk import sha256_file
 
 CARD_NAME = "model_card.json"  # in every version folder, beside the ONNX file it names
 CARD_SCHEMA_VERSION = 1
@@ -25,14 +25,6 @@ class DataLineage(BaseModel):
 
     partitions: list[str]
     artifacts: dict[str, str]  # artifact name (e.g. "manifest", "relevance", "embeddings") -> sha256
-
-
-def sha256_file(path: str | Path, *, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        while block := f.read(chunk_size):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def lineage_from_files(partitions: list[str], artifacts: Mapping[str, str | Path]) -> DataLineage:

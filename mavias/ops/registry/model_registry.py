@@ -19,7 +19,6 @@ get 412 PreconditionFailed (or 409 ConditionalRequestConflict) and lose. Nothing
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -41,6 +40,7 @@ from mavias.storage.s3 import (
     check_name,
     create_json,
     get_json,
+    holds_file,
     is_condition_failure,
     list_objects,
     local_files,
@@ -177,7 +177,8 @@ class ModelRegistry:
         """Upload every file of ``local_dir`` as ``version``; raise :class:`VersionExists` rather than overwrite.
 
         A publish cut off part-way (files there, no marker) is resumed: files already there with the same content
-        (ETag = MD5 of a single PUT) are kept, the rest uploaded, then the marker written."""
+        (the sha256 stored with them; for older uploads the ETag, the MD5 of a single PUT on unencrypted buckets) are
+        kept, the rest uploaded, then the marker written."""
         version_prefix = f"{self.prefix}{_check_name('version', version)}/"
         there = {obj.key[len(version_prefix):]: obj.etag.strip('"')
                  for obj in list_objects(self.client, self.settings, version_prefix)}
@@ -205,8 +206,9 @@ class ModelRegistry:
         if not there:
             return
         local = local_files(local_dir)
+        prefix = f"{self.prefix}{version}/"
         foreign = sorted(name for name, etag in there.items()
-                         if name not in local or hashlib.md5(local[name].read_bytes()).hexdigest() != etag)  # noqa: S324
+                         if name not in local or not holds_file(self.client, self.settings, prefix + name, etag, local[name]))
         if foreign:
             raise VersionExists(f"{self.version_uri(version)} holds files of an unfinished publish that differ from "
                                 f"this package ({', '.join(foreign[:3])}); publish under a new version name, or delete "

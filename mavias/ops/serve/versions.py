@@ -10,7 +10,6 @@ imports torch.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -31,6 +30,7 @@ from mavias.ops.serve.card_check import card_disagreements
 from mavias.ops.serve.metrics import LAST_POLL, POLL_AGE, POLL_ERRORS
 from mavias.ops.serve.preprocess import Preprocessing, card_preprocessing
 from mavias.storage.s3 import download_file
+from mavias.utils.disk import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,6 @@ class ServedVersion:
         return self.session.run([self.output_name], {self.input_name: batch})[0]
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def _read_card(folder: Path) -> tuple[dict[str, Any], Path, str]:
     try:
         card = json.loads((folder / CARD_NAME).read_text())
@@ -77,7 +72,7 @@ def load_version(folder: Path, version: str | None = None, *, providers: list[st
     card, onnx_path, expected = _read_card(folder)
     if not onnx_path.is_file():
         raise VersionRefused(f"{onnx_path} is missing")
-    actual = _sha256(onnx_path)
+    actual = sha256_file(onnx_path)
     if actual != expected:
         raise VersionRefused(f"{onnx_path}: sha256 {actual[:12]}… does not match the model card's {expected[:12]}…")
     try:

@@ -21,7 +21,8 @@ from mavias.ops.export.parity import ExportVerificationError, VerificationResult
 from mavias.ops.export.session import make_session
 from mavias.ops.export.version import build_model_card
 from mavias.ops.gates import evaluate_gates
-from mavias.ops.registry.model_card import lineage_from_files, sha256_file, write_model_card
+from mavias.ops.registry.model_card import lineage_from_files, write_model_card
+from mavias.utils.disk import sha256_file
 from tests.ops.gates.test_gates import CONFIG, evaluation
 
 SIZE = 32

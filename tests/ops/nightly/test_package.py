@@ -5,7 +5,7 @@ it."""
 import json
 
 from mavias.ops.nightly.package import packaged_before
-from mavias.ops.registry.model_card import sha256_file
+from mavias.utils.disk import sha256_file
 
 INPUTS = {"checkpoint": "c0ffee", "metrics": "5eed", "gates": '{"passed": true}'}
 

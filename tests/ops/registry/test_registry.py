@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from mavias.cli import app as root
 from mavias.cli.registry import app
 from mavias.ops.registry import ModelRegistry, RegistryError, VersionExists, VersionNotFound
-from mavias.storage.s3 import make_s3_client
+from mavias.storage.s3 import make_s3_client, stored_sha256, upload_file
+from mavias.utils.disk import sha256_file
 from tests.support.s3server import (  # noqa: F401 - fixtures
     faulty_proxy,
     moto_endpoint,
@@ -58,6 +59,18 @@ def test_a_publish_cut_off_part_way_is_resumed_and_a_foreign_one_refused(registr
     with pytest.raises(VersionExists, match="differ from this package \\(model.onnx\\)"):
         registry.publish_version(model_dir, "v2")
     assert registry.versions() == ["v1"]
+
+
+def test_a_resumed_publish_compares_the_sha256_stored_with_each_file_not_its_etag(registry, model_dir, s3_client,
+                                                                                     s3_settings):
+    # on an encrypted bucket (SSE-KMS) the ETag is no MD5: the sha256 stored at upload decides, where there is one
+    bucket, onnx = s3_settings.bucket, (model_dir / "model.onnx").read_bytes()
+    upload_file(s3_client, s3_settings, model_dir / "model.onnx", "models/resnet/v1/model.onnx")  # cut off after one
+    assert stored_sha256(s3_client, s3_settings, "models/resnet/v1/model.onnx") == sha256_file(model_dir / "model.onnx")
+    assert registry.publish_version(model_dir, "v1").endswith("/v1/")
+    s3_client.put_object(Bucket=bucket, Key="models/resnet/v2/model.onnx", Body=onnx, Metadata={"sha256": "0" * 64})
+    with pytest.raises(VersionExists, match="differ from this package \\(model.onnx\\)"):
+        registry.publish_version(model_dir, "v2")  # the same bytes, so the same MD5: the stored digest still wins
 
 
 def test_versions_are_immutable(registry, model_dir, s3_client, s3_settings):
