@@ -130,7 +130,8 @@ def deliver_notifications(cfg: NightlyConfig, smtp: SmtpSettings | None) -> Deli
     """Send every queued notification email (tonight's and any an earlier night could not send)."""
     outbox = layout(cfg).outbox
     if smtp is None:
-        return Delivery(failed={name: "no SMTP settings" for name in outbox.pending()})
+        why = f"no SMTP settings: the Airflow connection {cfg.airflow.smtp_conn_id!r} is missing or could not be read"
+        return Delivery(failed=dict.fromkeys(outbox.pending(), why))
     return outbox.deliver(smtp)
 
 
@@ -221,11 +222,9 @@ def report(
         uploaded = False
     name = f"{night}-{ATTEMPT_PREFIX}{attempt}"
     queued = None
-    if cfg.report.recipients and smtp is not None:
-        layout(cfg).outbox.put(name, email_message(email, cfg.report.recipients, smtp.from_addr))
+    if cfg.report.recipients:  # also without SMTP settings (a connection unreadable now): notify adds the sender
+        layout(cfg).outbox.put(name, email_message(email, cfg.report.recipients, smtp and smtp.from_addr))
         queued = name
-    elif cfg.report.recipients:
-        log.warning("report not emailed: no SMTP settings (configure the Airflow SMTP connection)")
     layout(cfg).outbox.mark_reported(list(dead))
     status = ("promoted" if context.promoted else "not promoted") + (
         "" if context.serving_updated else ", serving not updated")

@@ -61,7 +61,7 @@ def is_transient(error: BaseException) -> bool:
 
 
 def build_message(
-    html: str, images: Mapping[str, bytes], subject: str, recipients: Sequence[str], from_addr: str, text: str
+    html: str, images: Mapping[str, bytes], subject: str, recipients: Sequence[str], from_addr: str | None, text: str
 ) -> EmailMessage:
     """The email; every ``cid:`` the HTML references must be in ``images`` (content id without angle brackets)."""
     if not recipients:
@@ -71,10 +71,11 @@ def build_message(
         raise ValueError(f"the HTML references images that are not attached: {sorted(missing)}")
     message = EmailMessage()
     message["Subject"] = subject
-    message["From"] = from_addr
+    if from_addr is not None:  # else the delivery adds its SMTP settings' sender
+        message["From"] = from_addr
     message["To"] = ", ".join(recipients)
     message["Date"] = formatdate(usegmt=True)
-    message["Message-ID"] = make_msgid(domain=parseaddr(from_addr)[1].rpartition("@")[2] or None)
+    message["Message-ID"] = make_msgid(domain=parseaddr(from_addr or "")[1].rpartition("@")[2] or None)
     message.set_content(text)
     message.add_alternative(html, subtype="html")
     html_part = message.get_payload()[1]
@@ -139,7 +140,7 @@ class EmailContent:
     images: dict[str, bytes]  # content id (without <>) -> PNG
 
 
-def email_message(content: EmailContent, recipients: Sequence[str], from_addr: str) -> EmailMessage:
+def email_message(content: EmailContent, recipients: Sequence[str], from_addr: str | None) -> EmailMessage:
     return build_message(content.html, content.images, content.subject, recipients, from_addr, content.text)
 
 
@@ -195,6 +196,8 @@ class Outbox:
         for index, name in enumerate(pending):
             path = self.folder / f"{name}.eml"
             message = BytesParser(policy=policy.default).parsebytes(path.read_bytes())
+            if message["From"] is None:  # queued while the SMTP settings could not be read
+                message["From"] = smtp.from_addr
             recipients = [address for _, address in getaddresses(message.get_all("To", []))]
             try:
                 refused = send_message(message, recipients, smtp)

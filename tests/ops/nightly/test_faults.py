@@ -425,3 +425,17 @@ def test_smtp_failure_after_promotion_queues_the_notification_and_sends_it_later
     assert list((tmp_path / "ws" / "outbox").glob("*.eml")) == []
     (mail,) = (tmp_path / "mail").glob("*.eml")
     assert b"promoted" in mail.read_bytes()
+
+
+def test_a_report_made_while_the_smtp_connection_cannot_be_read_is_queued_and_sent_with_its_sender_later(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    cfg = _report_config(s3_settings, tmp_path / "ws")
+    result = _report(cfg, None)  # the connection lookup failed: Airflow's SDK answers "not found"
+    assert result["queued"] and result["sent"] == []
+    with pytest.raises(report.NotificationFailed, match="'smtp_default' is missing or could not be read"):
+        report.notify(cfg, None)
+    with smtp_server(tmp_path / "mail") as port:
+        assert report.notify(cfg, _smtp(port))["sent"] == [result["queued"]]
+    (mail,) = (tmp_path / "mail").glob("*.eml")
+    assert b"From: mavias@localhost" in mail.read_bytes()
