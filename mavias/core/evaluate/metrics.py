@@ -1,4 +1,4 @@
-"""Group metrics over a predictions table (paper §Evaluation Protocol; REFERENCE.md "Evaluation protocols").
+"""Group metrics over a predictions table (paper §Evaluation Protocol).
 
 A predictions table has at least ``label`` and ``pred`` (int class indices); a row is correct when they are equal.
 Groups are given either as the name of a column of the table or as a Series with the table's index; a group's

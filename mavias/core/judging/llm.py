@@ -1,6 +1,6 @@
 """LLM judge: any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, llama.cpp) decides which tags are relevant.
 
-Follows the paper's LLM step (REFERENCE.md; supplement, "System Prompt"): tags of a class in batches of at most 100,
+Follows the paper's LLM step (supplement, "System Prompt"): tags of a class in batches of at most 100,
 the model returns only the relevant ones as ``{"relevant_tags": [...]}``, everything else is irrelevant. The system
 prompt is the paper's; sampling is fixed (temperature 0) and the answer is bounded by a JSON schema
 whose items are an enum of the batch's tags, so a small model cannot repeat or invent tags until ``max_tokens``.

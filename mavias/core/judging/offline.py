@@ -32,7 +32,7 @@ A rare sense of a tag counts only with evidence: a part of the class (or of its 
 or for an animal a body sense the tag is used in as often as in any other ("bill" of a bird, not "dock", a pier).
 
 Everything else (background, scene, weather, lighting, colours, other objects) is irrelevant by default, following
-the paper's rules (supplement, "System Prompt"; REFERENCE.md "LLM step"). For people classes, kinds of person
+the paper's rules (supplement, "System Prompt"). For people classes, kinds of person
 (gender, age, role) are irrelevant unless the class names them. MiniLM breaks two ties WordNet cannot: whether a far
 ancestor is still a name of the class ("vehicle" for "car", not "container"), and whether a whole from another
 branch of WordNet is the same thing as the class ("sail" is part of a "sailing vessel", a near-synonym of "boat").
