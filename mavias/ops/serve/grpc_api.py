@@ -51,8 +51,8 @@ def _tensor(item: Any, raw: bytes | None) -> InputTensor:
     if raw is not None:
         return InputTensor(item.name, item.datatype, shape, raw=raw)
     contents = item.contents
-    data = contents.bytes_contents if item.datatype == "BYTES" else contents.fp32_contents
-    return InputTensor(item.name, item.datatype, shape, data=list(data), data_is_base64=False)
+    data = contents.bytes_contents if item.datatype == "BYTES" else contents.fp32_contents  # read when parsed
+    return InputTensor(item.name, item.datatype, shape, data=data, data_is_base64=False)
 
 
 def request_tensors(request: pb.ModelInferRequest) -> list[InputTensor]:
@@ -131,9 +131,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         started = time.perf_counter()
         try:
             model = self._model(request.model_name)
-            tensors = request_tensors(request)
-            small = request.ByteSize() <= INLINE_BYTES and all(t.datatype != "BYTES" for t in tensors)
             async with model.admission():
+                tensors = request_tensors(request)
+                small = request.ByteSize() <= INLINE_BYTES and all(t.datatype != "BYTES" for t in tensors)
                 return await model.infer(lambda served: v2_batch(tensors, served, model.max_batch),
                                          lambda prediction: infer_response(model, prediction, request),
                                          inline=small, started=started)
@@ -162,9 +162,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 
 def create_server(model: OnnxClassifier, *, host: str, port: int, max_bytes: int, token: str | None,
-                  repository: bool) -> grpc.aio.Server:
+                  repository: bool, max_rpcs: int) -> grpc.aio.Server:
+    """``max_rpcs``: RPCs held at once (each holds its received message); more are refused RESOURCE_EXHAUSTED."""
     options = [("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
-    server = grpc.aio.server(interceptors=[BearerAuth(token)] if token else [], options=options)
+    server = grpc.aio.server(interceptors=[BearerAuth(token)] if token else [], options=options,
+                             maximum_concurrent_rpcs=max_rpcs)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(model, repository=repository), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if server.add_insecure_port(address) == 0:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,6 +28,7 @@ INLINE_BATCH = 4  # up to this many images ONNX Runtime runs on the event loop
 INLINE_BYTES = 64 * 1024  # requests up to this size without encoded images are parsed on the event loop
 
 Answer = TypeVar("Answer")
+T = TypeVar("T")
 
 
 class NotReady(RuntimeError):
@@ -39,6 +40,17 @@ class Prediction:
     version: str
     logits: np.ndarray  # float32 [N, classes]
     labels: list[str]
+
+
+async def _off_loop(executor: Executor | None, fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` in ``executor``. A caller cancelled meanwhile (its client gone, its deadline passed) still waits
+    for the job, so that its admission slot is not given to another request while the job holds its memory."""
+    future = asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait({future})
+        raise
 
 
 class OnnxClassifier:
@@ -94,11 +106,9 @@ class OnnxClassifier:
         if served is None or reason is not None:
             REQUESTS.labels(self.name, served.version if served else "none", "not_ready").inc()
             raise NotReady(reason)
-        loop = asyncio.get_running_loop()
         try:
-            batch = parse(served) if inline else await loop.run_in_executor(self._pool, parse, served)
-            logits = served.run(batch) if len(batch) <= INLINE_BATCH else \
-                await loop.run_in_executor(None, served.run, batch)
+            batch = parse(served) if inline else await _off_loop(self._pool, parse, served)
+            logits = served.run(batch) if len(batch) <= INLINE_BATCH else await _off_loop(None, served.run, batch)
             response = answer(Prediction(served.version, logits, [served.classes[i] for i in logits.argmax(1)]))
         except RequestError as err:
             REQUESTS.labels(self.name, served.version, "invalid").inc()

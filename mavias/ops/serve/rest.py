@@ -64,20 +64,22 @@ class RequestGuard:
             return await reply(send, 401, "missing or wrong bearer token: send 'Authorization: Bearer <token>'",
                                [(b"www-authenticate", b"Bearer")])
         if scope["method"] == "POST":
-            problem = self._size_problem(headers)
+            problem = self._size_problem(headers, v1=scope["path"].endswith(":predict"))
             if problem is not None:
                 return await reply(send, *problem)
         return await self.app(scope, receive, send)
 
-    def _size_problem(self, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+    def _size_problem(self, headers: dict[bytes, bytes], *, v1: bool) -> tuple[int, str] | None:
         length = headers.get(b"content-length", b"")
         if not length.isdigit():
             return 411, "send a Content-Length header; chunked request bodies are not accepted"
         if int(length) > self.max_bytes:
             return 413, (f"request body of {int(length)} bytes exceeds the limit of {self.max_bytes}; send smaller "
                          "batches (or use gRPC)")
-        if BINARY_HEADER.encode() not in headers and int(length) > self.max_json_bytes:
-            return 413, (f"JSON body of {int(length)} bytes exceeds the JSON limit of {self.max_json_bytes}; send "
+        json_part = headers.get(BINARY_HEADER.encode(), b"")  # V2's JSON header ahead of binary data; V1 has none
+        json_bytes = int(json_part) if json_part.isdigit() and not v1 else int(length)
+        if json_bytes > self.max_json_bytes:
+            return 413, (f"JSON body of {json_bytes} bytes exceeds the JSON limit of {self.max_json_bytes}; send "
                          "tensors with the binary data extension (Inference-Header-Content-Length) or over gRPC")
         return None
 
@@ -162,7 +164,7 @@ class Routes:
                 return v2_batch(tensors, served, model.max_batch)
 
             return await model.infer(parse, lambda prediction: v2_response(model, prediction, parsed[0]),
-                                     inline=len(body) <= INLINE_BYTES and b'"BYTES"' not in body, started=started)
+                                     inline=parse_inline(body, b'"BYTES"'), started=started)
 
     async def models(self) -> Response:
         return _json({"models": [self.model.name]})
@@ -173,7 +175,7 @@ class Routes:
         async with model.admission():
             body = await request.body()
             return await model.infer(lambda served: v1_batch(body, served, model.max_batch), v1_response,
-                                     inline=len(body) <= INLINE_BYTES and b'"b64"' not in body, started=started)
+                                     inline=parse_inline(body, b'"b64"'), started=started)
 
     async def metrics(self, request: Request) -> Response:
         encoder, content_type = exposition.choose_encoder(request.headers.get("accept"))
@@ -193,6 +195,12 @@ class Routes:
         self._model(model_name).online = False
         log.warning("model_unloaded_by_api", extra={"model": model_name})
         return _json({"name": model_name, "unload": True})
+
+
+def parse_inline(body: bytes, images_marker: bytes) -> bool:
+    """Parse on the event loop: a small body without encoded images (no ``images_marker``, nor any ``\\u`` escape
+    that JSON could spell it with)."""
+    return len(body) <= INLINE_BYTES and images_marker not in body and b"\\u" not in body
 
 
 def _body_doc(model: type, description: str) -> dict[str, Any]:

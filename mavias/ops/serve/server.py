@@ -91,7 +91,7 @@ async def _run(args: argparse.Namespace, model: OnnxClassifier, token: str | Non
     http = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.http_port, log_config=None, access_log=False,
                                          lifespan="off", timeout_graceful_shutdown=5))
     grpc_server = create_server(model, host=args.host, port=args.grpc_port, max_bytes=max_bytes, token=token,
-                                repository=args.enable_model_repository)
+                                repository=args.enable_model_repository, max_rpcs=4 * args.max_in_flight)
     await grpc_server.start()
     log.info("serving", extra={"model": model.name, "host": args.host, "http_port": args.http_port,
                                "grpc_port": args.grpc_port, "auth": token is not None,

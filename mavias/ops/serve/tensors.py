@@ -101,7 +101,7 @@ def parse_v2_body(body: bytes, header_length: str | None) -> tuple[V2Request, li
     """A REST V2 body: JSON, or with ``Inference-Header-Content-Length`` a JSON header then binary tensor data."""
     binary = b""
     if header_length is not None:
-        if not header_length.isdigit() or not 0 < int(header_length) <= len(body):
+        if not (header_length.isascii() and header_length.isdigit()) or not 0 < int(header_length) <= len(body):
             raise RequestError(f"Inference-Header-Content-Length {header_length[:20]!r} must be a length between 1 "
                                f"and the body's {len(body)} bytes")
         body, binary = body[: int(header_length)], body[int(header_length) :]
@@ -199,7 +199,7 @@ def _numbers(data: Any, what: str) -> np.ndarray:
 def _bytes_elements(tensor: InputTensor, count: int) -> list[bytes]:
     if tensor.raw is not None:
         return unpack_bytes(tensor.raw, count, tensor.name)
-    items = list(_flat(tensor.data))
+    items = _flat(tensor.data)
     if len(items) != count:
         raise RequestError(f"input {tensor.name!r}: {len(items)} values, shape {list(tensor.shape)} needs {count}")
     if not tensor.data_is_base64:
@@ -207,12 +207,18 @@ def _bytes_elements(tensor: InputTensor, count: int) -> list[bytes]:
     return [_base64(item, tensor.name) for item in items]
 
 
-def _flat(data: Any) -> Any:
-    for item in data:
-        if isinstance(item, list):
-            yield from _flat(item)
+def _flat(data: Any) -> list[Any]:
+    """Nested lists' leaves in order, without recursion (JSON nests a thousand levels in a few bytes)."""
+    leaves, pending = [], [iter(data)]
+    while pending:
+        for item in pending[-1]:
+            if isinstance(item, list):
+                pending.append(iter(item))
+                break
+            leaves.append(item)
         else:
-            yield item
+            pending.pop()
+    return leaves
 
 
 def _base64(item: Any, name: str) -> bytes:

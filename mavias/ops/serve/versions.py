@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -130,6 +131,7 @@ class RegistryFollower:
     def __init__(self, registry: ModelRegistry, slot: ModelSlot, cache_dir: Path, *, poll_s: float):
         self.registry, self.slot, self.cache_dir, self.poll_s = registry, slot, cache_dir, poll_s
         self.seen_etag: str | None = None
+        self._downloaded: set[str] = set()
         self.last_success = time.monotonic()  # the start counts: a registry down from the start is stale too
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registry-follower", daemon=True)
@@ -188,8 +190,17 @@ class RegistryFollower:
         current = self.slot.current
         if current is None or current.version != record.version:
             log.info("production of %s is now %s (%s)", self.registry.name, record.version, record.action)
-            self.slot.load(self._download(record.version), record.version)
+            if self.slot.load(self._download(record.version), record.version):
+                self._prune(keep={record.version, current.version if current else ""})
         self.seen_etag = record.etag  # only now: a transient S3 error above is retried at the next poll
+
+    def _prune(self, keep: set[str]) -> None:
+        """Delete the versions this follower downloaded but ``keep`` (the one served, the one before): the cache
+        would otherwise grow with every promotion."""
+        for version in sorted(self._downloaded - keep):
+            shutil.rmtree(self.cache_dir / version, ignore_errors=True)  # a leftover is retried at the next swap
+            if not (self.cache_dir / version).exists():
+                self._downloaded.discard(version)
 
     def _download(self, version: str) -> Path:
         """The version's card and the ONNX file it names (not the checkpoint) into the cache folder.
@@ -198,6 +209,7 @@ class RegistryFollower:
         errors propagate, to be retried at the next poll.
         """
         folder = self.cache_dir / version
+        self._downloaded.add(version)
         prefix = f"{self.registry.prefix}{version}/"
         client, settings = self.registry.client, self.registry.settings
         try:

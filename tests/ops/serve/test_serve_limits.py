@@ -6,8 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import statistics
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -16,6 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from mavias.ops.serve.launch import serve_python
 from mavias.tools.bench.serve import blank_png, bytes_request, smooth_png
 from tests.ops.serve.conftest import get, metric, png, post, request, v2_body
 
@@ -109,11 +112,43 @@ HEADER = json.dumps({"inputs": [{"name": "image", "datatype": "FP32", "shape": [
     (v2_body(data=[float("nan")] + [0.5] * 767), {}, "not valid JSON"),
     (json.dumps({"inputs": []}).encode(), {}, "inputs"),
     (json.dumps({"inputs": [{"name": "image"}]}).encode(), {}, "shape"),
+    (v2_body(), {"Inference-Header-Content-Length": "²"}, "Inference-Header-Content-Length"),  # int() would take it
+    (b'{"inputs": [{"name": "image", "datatype": "BYTES", "shape": [1], "data": ' + b"[" * 1000 + b'"aGk=", "aGk="'
+     + b"]" * 1000 + b"}]}", {}, "2 values, shape [1] needs 1"),  # nested past Python's recursion limit
 ])
 def test_malformed_requests_get_a_4xx_with_a_one_line_reason(server, body, headers, message):
     status, reply = post(server, "/v2/models/scenes/infer", body, headers)
     assert 400 <= status < 500 and message in reply["error"], (status, reply)
     assert "\n" not in reply["error"]
+
+
+def test_the_json_limit_holds_whatever_the_binary_data_header_says(start_server, versions):
+    server = start_server("--model-dir", str(versions["v1"]), "--name", "scenes", "--max-json-mb", "0.05")
+    padded = v2_body() + b" " * 60_000  # JSON over the 0.05 MiB limit, under the body's
+    for path, headers in (("/v2/models/scenes/infer", {"Inference-Header-Content-Length": str(len(padded))}),
+                          ("/v1/models/scenes:predict", {"Inference-Header-Content-Length": "1"})):  # V1 has none
+        status, reply = post(server, path, padded, headers)
+        assert status == 413 and "JSON limit" in reply["error"], (path, status, reply)
+
+
+ROOT = Path(__file__).resolve().parents[3]
+INLINE_CHECK = """
+import json, sys
+from mavias.ops.serve.rest import parse_inline
+numbers, escaped_v2, escaped_v1 = (line.encode() for line in sys.stdin.read().splitlines())
+assert json.loads(escaped_v2)["inputs"][0]["datatype"] == "BYTES" and json.loads(escaped_v1)["instances"][0]["b64"]
+assert parse_inline(numbers, b'"BYTES"') and not parse_inline(escaped_v2, b'"BYTES"')
+assert not parse_inline(escaped_v1, b'"b64"')
+"""
+
+
+def test_a_body_that_spells_its_image_marker_with_json_escapes_is_not_parsed_on_the_event_loop():
+    escaped_v2 = v2_body(datatype="BYTES", shape=(1,), data=["aGk="]).replace(b'"BYTES"', b'"\\u0042YTES"')
+    escaped_v1 = b'{"instances": [{"\\u0062\\u0036\\u0034": "aGk="}]}'
+    lines = b"\n".join((v2_body(), escaped_v2, escaped_v1))
+    checked = subprocess.run([str(serve_python()), "-c", INLINE_CHECK], input=lines, capture_output=True, timeout=60,
+                             cwd=ROOT, check=False)  # the serving environment: orjson, fastapi
+    assert checked.returncode == 0, checked.stderr.decode()[-2000:]
 
 
 def test_v1_bodies_that_are_not_objects_and_non_finite_binary_data(server):

@@ -111,6 +111,7 @@ def test_follows_promotions_refusals_and_rollbacks(start_server, versions, s3_se
     registry.rollback()
     wait_for(lambda: infer(client)[0] == "v1", "the rollback to v1")
     np.testing.assert_allclose(infer(client)[1], expected["v1"], rtol=0, atol=1e-5)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["v1", "v2"]  # the served and the one before
 
 
 def log_events(server, event: str) -> list[dict]:
