@@ -172,6 +172,6 @@ def discover_partition(
         decisions_per_class=tally.by_class(),
         judge_failure=getattr(judge, "failure", None),
     )
-    write_json(out / "discovery.json", {"partition": str(manifest_path), "samples": samples_digest(df["sample_id"]),
+    write_json(out / "discovery.json", {"partition": str(manifest_path), "samples": samples_digest(df),
                                         "counts": asdict(counts)})
     return counts

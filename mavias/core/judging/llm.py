@@ -364,8 +364,12 @@ class LLMJudge:
             raise JudgeResponseError(f"{self.judge_id} at {self.base_url}: {error}",
                                      hint="use a model that follows JSON instructions, or --judge offline") from error
         except openai.APIError as error:
-            if not _is_transient(error):
-                raise
+            if not _is_transient(error):  # refused for good (a content filter, a context too long, no credit)
+                status = getattr(error, "status_code", None)
+                raise JudgeResponseError(
+                    f"{self.judge_id} at {self.base_url} refused a request ({type(error).__name__}"
+                    f"{f', HTTP {status}' if status else ''})",  # not its text: a server may echo the request
+                    hint="check the model's limits and the account, or use --judge offline") from None
             attempts = self._max_retries + 1
             raise JudgeUnavailableError(
                 f"{self.base_url} failed {attempts} time(s) in a row; last: {type(error).__name__}: {error}",

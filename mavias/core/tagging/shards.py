@@ -52,6 +52,13 @@ def _shard_sample_ids(out_dir: Path, index: int, num_shards: int) -> set[str]:
     return set(pd.read_parquet(samples, columns=["sample_id"])["sample_id"]) if samples.exists() else set()
 
 
-def samples_digest(sample_ids: Iterable[str]) -> str:
-    """Which samples a partition held when it was discovered (its ``discovery.json`` keeps it)."""
-    return hashlib.sha256("\n".join(sorted(sample_ids)).encode()).hexdigest()[:16]
+def samples_digest(manifest: pd.DataFrame) -> str:
+    """What a partition held when it was discovered (its ``discovery.json`` keeps it): its samples, each with its label
+    and the tags it came with, so that a delivery correcting either is discovered again."""
+    tags = manifest["tags"].map(_tags_text) if "tags" in manifest.columns else ""
+    rows = manifest["sample_id"].astype(str) + "\t" + manifest["label"].astype(str) + "\t" + tags
+    return hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()[:16]
+
+
+def _tags_text(tags: Iterable[str] | None) -> str:
+    return ",".join(sorted(set(tags))) if tags is not None else ""

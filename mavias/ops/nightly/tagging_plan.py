@@ -18,9 +18,9 @@ log = logging.getLogger(__name__)
 
 
 def is_discovered(cfg: NightlyConfig, partition: str, manifest: Path) -> bool:
-    """Discovered with the samples its manifest holds now (not an earlier delivery under its name), and (with an LLM
-    judge) without decisions the offline judge made in the LLM's place. A record that cannot be read is discovered
-    again; one from before records kept their samples is checked against the partition's tag shards."""
+    """Discovered with the samples, labels and tags its manifest holds now (not an earlier delivery under its name),
+    and (with an LLM judge) without decisions the offline judge made in the LLM's place. A record that cannot be read
+    is discovered again; one from before records kept their samples is checked against the partition's tag shards."""
     record = layout(cfg).discovery.partition(partition) / "discovery.json"
     if not record.exists():
         return False
@@ -30,11 +30,12 @@ def is_discovered(cfg: NightlyConfig, partition: str, manifest: Path) -> bool:
         fallback = any(counts.get("fallback") for counts in decisions.values())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
-    ids = _sample_ids(manifest)
+    samples = load_manifest(manifest, check_files=False)
     if "samples" in document:
-        same = document["samples"] == samples_digest(ids)
+        same = document["samples"] == samples_digest(samples)
     else:
-        same = not missing_shards(layout(cfg).discovery.tags / partition, cfg.discovery.num_shards, ids)
+        tags_dir = layout(cfg).discovery.tags / partition
+        same = not missing_shards(tags_dir, cfg.discovery.num_shards, samples["sample_id"])
     return same and not (cfg.discovery.judge == "llm" and fallback)
 
 

@@ -1,3 +1,4 @@
+import json
 import re
 from collections import Counter
 
@@ -11,6 +12,8 @@ from mavias.core.encode import EmbeddingStore, bias_prompt
 from mavias.core.manifest import save_manifest
 from mavias.core.relevance import irrelevant_tags, load_relevance, names_class
 from mavias.core.tagging import ManifestTagger
+from mavias.core.tagging.base import read_tags
+from mavias.core.tagging.shards import samples_digest
 
 
 def _partition(df: pd.DataFrame, folder) -> pd.DataFrame:
@@ -63,6 +66,26 @@ def test_a_partition_costs_only_what_is_new_and_a_rerun_costs_nothing(scenes, of
                                          decisions_per_class=cached)  # every decision from the cache, none asked
     store = EmbeddingStore(Workspace(ws).embeddings(minilm_encoder.encoder_id))  # what training will find there
     assert len(store) == len(_prompts(first, relevance) | _prompts(second, relevance))
+
+
+def test_tags_a_delivery_corrects_are_read_again_and_another_partition_s_tags_for_an_image_are_not_reused(
+        scenes, offline_judge, minilm_encoder, tmp_path):
+    ws = tmp_path / "workspace"
+
+    def tags_of(folder) -> dict[str, set[str]]:
+        discover_partition(folder, ws, ManifestTagger(), offline_judge, minilm_encoder, num_shards=3, progress=False)
+        table = read_tags(ws / "tags" / folder.name / "tags.parquet")
+        return {sid: set(rows) for sid, rows in table.groupby("sample_id")["tag"]}
+
+    day1 = _partition(scenes.iloc[:12], tmp_path / "day1")
+    tags_of(tmp_path / "day1")
+    corrected = day1.assign(tags=[[*tags, "corrected"] for tags in day1["tags"]])
+    _partition(corrected, tmp_path / "day1")  # the same images delivered again under the name, their tags corrected
+    assert all("corrected" in tags for tags in tags_of(tmp_path / "day1").values())
+    record = json.loads((ws / "partitions" / "day1" / "discovery.json").read_text())
+    assert record["samples"] == samples_digest(corrected) != samples_digest(day1)  # a night discovers it again
+    other = _partition(day1.assign(tags=[["other"]] * len(day1)), tmp_path / "day2")  # the same images, other tags
+    assert tags_of(tmp_path / "day2") == {sid: {"other"} for sid in other["sample_id"]}
 
 
 def test_cli_prints_the_counts_of_a_rerun(scenes, offline_judge, minilm_encoder, tmp_path, monkeypatch):

@@ -132,6 +132,15 @@ def test_bad_credentials_or_unknown_model_fail_at_once_without_leaking_the_key(f
     assert len(fake_llm.requests) == 1
 
 
+@pytest.mark.parametrize("status", [400, 402, 413, 422])
+def test_a_request_refused_for_good_is_a_judge_error_sent_once_without_the_server_s_text(fake_llm, status):
+    fake_llm.default = lambda request: error(status, "context length exceeded for sk-test-secret-0042")
+    judge = make_judge(fake_llm)
+    with pytest.raises(JudgeResponseError, match=f"refused a request .*HTTP {status}") as raised:
+        judge.judge("bird", TAGS)  # a judge error: a night's guarded judge hands over to the offline judge
+    assert "sk-test-secret-0042" not in str(raised.value) and len(fake_llm.requests) == 1
+
+
 def test_batches_of_at_most_100_tags_each_cached_once(fake_llm, tmp_path):
     tags = [f"w{i:03d}" if i % 2 else f"t{i:03d}" for i in range(250)]
     judge = make_judge(fake_llm)

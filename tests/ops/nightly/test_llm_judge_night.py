@@ -23,10 +23,10 @@ def config(tmp_path, judge: str) -> NightlyConfig:
                          discovery={"judge": judge})
 
 
-def manifest(tmp_path, *sample_ids: str):
-    path = tmp_path / "-".join(sample_ids) / "manifest.parquet"
+def manifest(tmp_path, *sample_ids: str, label: str = "bird"):
+    path = tmp_path / f"{label}-{'-'.join(sample_ids)}" / "manifest.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"sample_id": list(sample_ids), "uri": [f"{s}.png" for s in sample_ids], "label": "bird",
+    pd.DataFrame({"sample_id": list(sample_ids), "uri": [f"{s}.png" for s in sample_ids], "label": label,
                   "split": "train"}).to_parquet(path)
     return path
 
@@ -34,7 +34,8 @@ def manifest(tmp_path, *sample_ids: str):
 def record(cfg: NightlyConfig, partition: str, decisions: dict, sample_ids=("a", "b")) -> None:
     folder = layout(cfg).discovery.partition(partition)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "discovery.json").write_text(json.dumps({"samples": samples_digest(sample_ids),
+    samples = pd.DataFrame({"sample_id": list(sample_ids), "label": "bird"})
+    (folder / "discovery.json").write_text(json.dumps({"samples": samples_digest(samples),
                                                        "counts": {"decisions_per_class": decisions}}))
 
 
@@ -54,6 +55,7 @@ def test_a_partition_delivered_again_with_other_images_is_discovered_again(tmp_p
     record(cfg, "night-1", {"bird": {"judge": 3}}, sample_ids=("a", "b"))
     assert is_discovered(cfg, "night-1", manifest(tmp_path, "b", "a"))  # the same images, in any order
     assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b", "c"))
+    assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b", label="boat"))  # labels corrected
     (layout(cfg).discovery.partition("night-1") / "discovery.json").write_text('{"counts": {}}')  # recorded before
     assert not is_discovered(cfg, "night-1", manifest(tmp_path, "a", "b"))  # and no tag shards of them: again
     (layout(cfg).discovery.partition("night-1") / "discovery.json").write_text('{"counts": ')  # cut by a kill
