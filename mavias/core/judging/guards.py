@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mavias.core.judging.base import JudgeBudgetSpentError
@@ -49,15 +50,18 @@ def implausible(relevant: set[str], tags: list[str]) -> bool:
 @dataclass
 class RequestBudget:
     """At most ``max_requests`` requests (``spent`` of them already made, e.g. by an earlier attempt of the same
-    night) until ``deadline`` (a ``time.monotonic()`` value; None: no deadline)."""
+    night) until ``deadline`` (a ``time.monotonic()`` value; None: no deadline). ``record`` is told the count before
+    each request is sent, so that an attempt killed meanwhile leaves it for the next one."""
 
     max_requests: int
     deadline: float | None = None
     spent: int = 0
+    record: Callable[[int], None] | None = None
 
     @classmethod
-    def lasting(cls, max_requests: int, seconds: float | None, spent: int = 0) -> RequestBudget:
-        return cls(max_requests, None if seconds is None else time.monotonic() + seconds, spent)
+    def lasting(cls, max_requests: int, seconds: float | None, spent: int = 0,
+                record: Callable[[int], None] | None = None) -> RequestBudget:
+        return cls(max_requests, None if seconds is None else time.monotonic() + seconds, spent, record)
 
     def remaining_seconds(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -72,3 +76,5 @@ class RequestBudget:
             raise JudgeBudgetSpentError("the judge's deadline has passed",
                                         hint="raise discovery.llm_deadline_minutes")
         self.spent += 1
+        if self.record is not None:
+            self.record(self.spent)

@@ -69,14 +69,16 @@ def tag_shard(cfg: NightlyConfig, job: TagJob) -> Tagged:
     return {"partition": job["partition"], "shard": job["shard"], **asdict(counts)}
 
 
-def _night_judge(cfg: NightlyConfig, usage: Path) -> tuple[RelevanceJudge, RequestBudget | None]:
-    """The configured judge; an LLM one with tonight's remaining budget and the offline judge to fall back on."""
+def _night_judge(cfg: NightlyConfig, usage: Path) -> RelevanceJudge:
+    """The configured judge; an LLM one with tonight's remaining budget (its count kept in ``usage`` before each
+    request) and the offline judge to fall back on."""
     settings = cfg.judge_settings()
     if settings.kind != "llm":
-        return make_judge(settings), None
+        return make_judge(settings)
     spent = json.loads(usage.read_text())["requests"] if usage.exists() else 0
-    budget = RequestBudget.lasting(cfg.discovery.llm_requests_per_night, cfg.discovery.llm_deadline_minutes * 60, spent)
-    return make_judge(settings, budget=budget, fall_back=True), budget
+    budget = RequestBudget.lasting(cfg.discovery.llm_requests_per_night, cfg.discovery.llm_deadline_minutes * 60, spent,
+                                   record=lambda count: write_json(usage, {"requests": count}))
+    return make_judge(settings, budget=budget, fall_back=True)
 
 
 def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[Tagged] | None) -> Discovered:
@@ -90,21 +92,17 @@ def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[Tagged] 
     if partitions:
         usage = layout(cfg).night(validated["night"]) / LLM_USAGE_NAME
         tagger, encoder = make_tagger(cfg), make_text_encoder(cfg)
-        judge, budget = _night_judge(cfg, usage)
-        try:
-            for name, manifest in partitions.items():
-                counts = discover_partition(
-                    manifest, layout(cfg).discovery.root, tagger, judge, encoder, name=name,
-                    num_shards=cfg.discovery.num_shards, batch_size=cfg.discovery.batch_size, progress=False,
-                )
-                for key in ("llm_requests", "tags_judged", "prompts_encoded"):
-                    totals[key] += getattr(counts, key)
-                for class_name, by_source in counts.decisions_per_class.items():
-                    decisions.setdefault(class_name, Counter()).update(by_source)
-                failure = failure or counts.judge_failure
-        finally:
-            if budget is not None:
-                write_json(usage, {"requests": budget.spent})
+        judge = _night_judge(cfg, usage)
+        for name, manifest in partitions.items():
+            counts = discover_partition(
+                manifest, layout(cfg).discovery.root, tagger, judge, encoder, name=name,
+                num_shards=cfg.discovery.num_shards, batch_size=cfg.discovery.batch_size, progress=False,
+            )
+            for key in ("llm_requests", "tags_judged", "prompts_encoded"):
+                totals[key] += getattr(counts, key)
+            for class_name, by_source in counts.decisions_per_class.items():
+                decisions.setdefault(class_name, Counter()).update(by_source)
+            failure = failure or counts.judge_failure
     log.info("discovery of %s: %s", sorted(partitions) or "nothing new", totals)
     return {"partitions": sorted(partitions), **totals, "judge": cfg.discovery.judge, "judge_failure": failure,
             "decisions": {name: dict(sorted(counts.items())) for name, counts in sorted(decisions.items())}}

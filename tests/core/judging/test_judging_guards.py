@@ -90,6 +90,13 @@ def test_the_budget_counts_requests_and_retries_and_keeps_a_deadline():
     with pytest.raises(JudgeBudgetSpentError, match="deadline"):
         late.charge()
     assert late.spent == 0 and RequestBudget.lasting(5, None).remaining_seconds() is None
+    recorded = []
+    counted = RequestBudget.lasting(3, None, spent=1, record=recorded.append)  # an earlier attempt sent one
+    counted.charge()
+    counted.charge()
+    with pytest.raises(JudgeBudgetSpentError):
+        counted.charge()
+    assert recorded == [2, 3]  # each count kept before its request went out: a kill loses none
 
 
 def test_a_spent_budget_hands_the_rest_to_the_offline_judge(fake_llm, offline, tmp_path):
