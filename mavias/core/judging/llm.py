@@ -188,11 +188,21 @@ def _retry_after(error: BaseException | None) -> float | None:
 
 
 def _refused_parameter(error: openai.APIStatusError) -> str | None:
-    """The request parameter a reasoning model refused ("max_tokens", "temperature"), if that is the error."""
-    if error.status_code != 400:
-        return None
+    """The request parameter a reasoning model refused as unsupported ("max_tokens", "temperature"), if that is the
+    error (not a value out of range, e.g. a max_tokens beyond a small context: those stay errors)."""
     text = f"{error.message} {error.body}".lower()
+    if error.status_code != 400 or not any(word in text for word in ("unsupported", "not supported", "doesn't support",
+                                                                     "does not support")):
+        return None
     return next((name for name in ("max_tokens", "temperature") if name in text.replace("max_completion", "")), None)
+
+
+def _asked(answered: str, by_key: dict[str, str]) -> str | None:
+    """The batch's tag an answer names: the same words up to case, or its singular or plural ("wings" for "wing"),
+    as models inflect what they copy; ``None`` for a tag not asked about."""
+    key = answered.strip().lower()
+    forms = (key, key.removesuffix("es"), key.removesuffix("s"), f"{key}s", f"{key}es")
+    return next((by_key[form] for form in forms if form in by_key), None)
 
 
 def majority(answers: list[set[str]]) -> set[str]:
@@ -289,8 +299,8 @@ class LLMJudge:
     def _judge_batch(self, class_name: str, tags: list[str]) -> set[str]:
         answer = self._with_retries(lambda: self._ask(class_name, tags))
         by_key = {tag.strip().lower(): tag for tag in tags}
-        chosen = {by_key.get(str(tag).strip().lower()) for tag in answer}
-        invented = {str(tag) for tag in answer if str(tag).strip().lower() not in by_key}
+        chosen = {_asked(str(tag), by_key) for tag in answer}
+        invented = {str(tag) for tag in answer if _asked(str(tag), by_key) is None}
         if invented:
             log.warning("%s: dropped %d tag(s) not in the batch: %s", class_name, len(invented), sorted(invented)[:5])
         self.stats.dropped_invented += len(invented)
@@ -332,7 +342,8 @@ class LLMJudge:
             completion = client.chat.completions.create(**request)
         except openai.APIStatusError as error:
             if not self.reasoning and _refused_parameter(error):
-                log.info("%s refused %r: switching to reasoning-model parameters", self.base_url, _refused_parameter(error))
+                log.info("%s refused %r: switching to reasoning-model parameters", self.base_url,
+                         _refused_parameter(error))
                 self.reasoning = True
                 return self._complete(class_name, tags, style)
             if style != "plain" and _is_style_error(error):

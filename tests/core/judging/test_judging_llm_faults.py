@@ -70,6 +70,13 @@ def test_invented_tags_are_dropped_and_counted(fake_llm):
     assert judge.stats.dropped_invented == 2
 
 
+def test_an_answer_that_inflects_an_asked_tag_names_it(fake_llm):
+    fake_llm.then(completion(json.dumps({"relevant_tags": ["Wings", "beaks", "skies"]})))
+    judge = make_judge(fake_llm)
+    assert judge.judge("bird", ["wing", "beak", "sky", "branch"]) == {"wing", "beak"}  # "skies": not a form it folds
+    assert judge.stats.dropped_invented == 1
+
+
 def test_malformed_json_is_retried_then_reported_and_nothing_is_cached(fake_llm, tmp_path):
     fake_llm.default = lambda request: completion("I think the wing is relevant")
     judge = make_judge(fake_llm, max_retries=2)
@@ -168,6 +175,15 @@ def test_a_reasoning_model_gets_its_parameters_after_one_400_and_keeps_them(fake
     assert len(fake_llm.requests) == 3  # one refused, then one per batch
     sent = fake_llm.requests[-1]
     assert "max_tokens" not in sent and "temperature" not in sent and sent["max_completion_tokens"] > 4096
+
+
+def test_a_max_tokens_beyond_a_small_context_is_no_reason_to_switch_to_reasoning_parameters(fake_llm):
+    fake_llm.default = lambda request: error(400, "'max_tokens' is too large: 4160. This model's maximum context "
+                                                 "length is 2048 tokens")
+    judge = LLMJudge(fake_llm.base_url, "small-context", max_retries=0)
+    with pytest.raises(JudgeResponseError, match="HTTP 400"):
+        judge.judge("car", ["wheel", "road"])
+    assert not judge.reasoning and len(fake_llm.requests) == 1
 
 
 def test_self_consistency_keeps_the_majority_and_counts_every_request(fake_llm):
