@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from mavias.core.devices import choose_device
 from mavias.core.encode.base import TokenLimitCounts, bias_prompt
 from mavias.core.encode.defaults import ENCODE_MODES, OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.errors import UserError
+from mavias.utils.disk import sha256_file
 from mavias.utils.progress import progress_bar
 from mavias.utils.torchfile import TORCH_LOAD_ERRORS, load_error_reason
 
@@ -34,14 +34,6 @@ _PROMPT_PREFIX = "a photo of "
 
 class WeightsNotFoundError(UserError, FileNotFoundError):
     """OpenCLIP weights that are neither a local file nor in the local cache (and downloading is not allowed)."""
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()[:16]
 
 
 def _hub_candidates(hf_hub: str) -> tuple[str, list[str]]:
@@ -144,7 +136,7 @@ def _locate_weights(
     if pretrained is None or pretrained.lower() in ("", "none", "random"):
         return _Weights(None, f"random-init-seed{seed}", {})
     if os.path.isfile(pretrained):
-        return _Weights(pretrained, f"file-{_file_digest(Path(pretrained))}", {})
+        return _Weights(pretrained, f"file-{sha256_file(pretrained)[:16]}", {})
     cfg = open_clip.get_pretrained_cfg(model, pretrained)
     if not cfg:
         known = ", ".join(open_clip.list_pretrained_tags_by_model(model)) or "none"

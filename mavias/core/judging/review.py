@@ -77,7 +77,7 @@ class ReviewedDecisions(BaseModel):
         absent = [f"{name}: {tag}" for name in sorted(set(self.decisions) & set(classes))
                   for tag in self._tags_absent(name, tags_by_class[name])]
         if absent:
-            warnings.append(f"the reviewed decisions name {len(absent)} tag(s) no image of their class carries "
+            warnings.append(f"the reviewed decisions name {len(absent)} tag(s) their class does not have "
                             f"({_first(absent)}): their verdicts apply to nothing; check their spelling against a "
                             "fresh `mavias judge export-review` (tags match case-insensitively)")
         return warnings

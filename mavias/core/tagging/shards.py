@@ -60,5 +60,5 @@ def samples_digest(manifest: pd.DataFrame) -> str:
     return hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()[:16]
 
 
-def _tags_text(tags: Iterable[str] | None) -> str:
-    return ",".join(sorted(set(tags))) if tags is not None else ""
+def _tags_text(tags: object) -> str:
+    return ",".join(sorted(set(tags))) if isinstance(tags, Iterable) and not isinstance(tags, str) else ""

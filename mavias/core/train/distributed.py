@@ -42,8 +42,8 @@ from mavias.errors import UserError
 from mavias.utils.csvfile import read_csv
 
 # Their losses are means of per-sample terms (MAVias's batch alignment takes the global batch's norms) and their state
-# does not follow the batches: a rank's share of a batch trains as the whole batch would. GroupDRO's group weights and LfF's loss averages follow every batch, FLAC's and
-# DebiAN's losses couple the samples of a batch.
+# does not follow the batches: a rank's share of a batch trains as the whole batch would. GroupDRO's group weights and
+# LfF's loss averages follow every batch, FLAC's and DebiAN's losses couple the samples of a batch.
 DATA_PARALLEL_METHODS = ("erm", "mavias", "jtt", "sd")
 JOB_NAME = "job.pt"
 ERROR_NAME = "error-rank{rank}.txt"

@@ -26,9 +26,9 @@ def mavias_loss(
     per_sample (paper): L_align_i = 1/2 (||z_main_i|| - lam ||z_tag_i||)^2.
     batch (as the public reference code): the mean-squared error (||Z_main||_F - lam ||Z_tag||_F)^2 of the two
     Frobenius norms over the batch, without the 1/2, z_tag detached. Under data parallelism the norms are the global
-    batch's (:func:`global_frobenius_norm`), so N processes train as one would, not with alpha / N. The one remaining difference: g is trained by a
-    parameter group of the main optimizer (lr x ``projection_lr_mult``), not by its own optimizer object -- the same
-    update for SGD/Adam, whose state is per parameter.
+    batch's (:func:`global_frobenius_norm`), so N processes train as one would, not with alpha / N. The one remaining
+    difference: g is trained by a parameter group of the main optimizer (lr x ``projection_lr_mult``), not by its own
+    optimizer object -- the same update for SGD/Adam, whose state is per parameter.
 
     With the per-sample form's gradient into g, g can meet the norm target with a class-independent offset
     (softmax-invariant, so CE never stops it) and carry no bias at all (BENCHMARKS.md, "Why MAVias trailed JTT"):

@@ -15,6 +15,7 @@ from mavias.core.judging.factory import JudgeSettings
 from mavias.core.tagging.factory import TaggerSettings
 from mavias.errors import UserError
 from mavias.utils.atomic import write_json
+from mavias.utils.disk import sha256_file
 
 PARTITION = "data"  # the audited data's partition name in the discovery workspace
 
@@ -64,7 +65,7 @@ def audit_version(inputs: dict[str, Any], review: str | None = None) -> str:
 def _digest(path: Path) -> str:
     if not path.is_file():
         raise UserError(f"{path} does not exist; check the path")
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return sha256_file(path)[:16]
 
 
 def _jsonable(value: Any) -> Any:

@@ -40,6 +40,7 @@ from mavias.ops.registry import CorruptPointer
 from mavias.ops.reporting.context import RelevanceChanges
 from mavias.storage.s3 import get_json
 from mavias.utils.atomic import atomic_path, write_json
+from mavias.utils.disk import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,7 @@ def _absolute(manifest_path: Path) -> pd.DataFrame:
 
 def _content_digest(path: str) -> str | None:
     try:
-        with open(path, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
+        return sha256_file(path)
     except OSError:
         return None  # a missing image: quarantined when the data is prepared
 

@@ -16,7 +16,7 @@ from typing import TypedDict
 
 from mavias.errors import ExplainedFailure, as_user_error
 from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.layout import layout
+from mavias.ops.nightly.layout import REPORTS_DIR, layout
 from mavias.storage.s3 import check_name
 from mavias.utils.atomic import write_json
 
@@ -70,9 +70,9 @@ def record_start(cfg: NightlyConfig, night: str) -> None:
 def unreported_nights(cfg: NightlyConfig, night: str) -> list[str]:
     """The nights before ``night``, since the last one that reported, that started but wrote no report: their run
     was stopped before its report task (its ``dagrun_timeout`` skips every unfinished task, the report's too)."""
-    folders = layout(cfg).nights
+    folders = layout(cfg).nights  # names are read, not checked: a volume's own folders (.snapshot) sit there too
     earlier = sorted(path.name for path in folders.glob("*") if path.is_dir() and path.name < night)
-    reported = [name for name in earlier if layout(cfg).night_reports(name).is_dir()]
+    reported = [name for name in earlier if (folders / name / REPORTS_DIR).is_dir()]
     since = reported[-1] if reported else ""
     return [name for name in earlier if name > since and (folders / name / STARTED_NAME).is_file()]
 

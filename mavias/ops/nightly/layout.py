@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # both import torch: imported where used, since the DAG file 
     from mavias.core.train.decoded import DecodedStore
 
 NIGHT_FORMAT = "%Y%m%dT%H%M%S"
+REPORTS_DIR = "report"  # nights/<night>/report/attempt-<n>/
 CHECKPOINT_NAME = "model.pt"  # the main model's checkpoint in a version folder
 DECODED_KEYS_NAME = "decoded.json"  # the decoded/<key>/ folders a dataset reads (retention keeps them)
 
@@ -73,7 +74,7 @@ class Layout:
 
     def night_reports(self, night: str) -> Path:
         """The night's report attempts (``attempt-<n>/``)."""
-        return self.night(night) / "report"
+        return self.night(night) / REPORTS_DIR
 
     @property
     def outbox(self) -> Outbox:

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from mavias.ops.nightly.artifacts import NightResults, Notified, Reported
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.failures import unreported_nights
-from mavias.ops.nightly.layout import layout, registry, reports_prefix, s3_client
+from mavias.ops.nightly.layout import REPORTS_DIR, layout, registry, reports_prefix, s3_client
 from mavias.ops.nightly.report_context import build_report_context
 from mavias.ops.registry import CorruptPointer
 from mavias.ops.reporting.history import HistoryEntry, append_history, history_from_document, load_history
@@ -114,7 +114,7 @@ def upload_pending_reports(cfg: NightlyConfig, client: BaseClient) -> list[str]:
     """Upload every report attempt of the workspace not uploaded yet (tonight's and those made while the bucket
     was unreachable); each file is created once, never overwritten. Returns the prefixes uploaded."""
     uploaded = []
-    for folder in sorted((layout(cfg).root / "nights").glob(f"*/report/{ATTEMPT_PREFIX}*")):
+    for folder in sorted(layout(cfg).nights.glob(f"*/{REPORTS_DIR}/{ATTEMPT_PREFIX}*")):
         marker = folder.with_name(folder.name + UPLOADED_SUFFIX)
         if not folder.is_dir() or marker.exists():
             continue

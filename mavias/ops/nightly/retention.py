@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from mavias.ops.nightly.config import NightlyConfig
-from mavias.ops.nightly.layout import DECODED_KEYS_NAME, layout, registry
+from mavias.ops.nightly.layout import DECODED_KEYS_NAME, REPORTS_DIR, layout, registry
 from mavias.ops.nightly.release import version_origin
 from mavias.ops.nightly.report import ATTEMPT_PREFIX, UPLOADED_SUFFIX
 from mavias.ops.registry import CorruptPointer
@@ -44,7 +44,7 @@ class RetentionIncomplete(RuntimeError):
 def _report_pending(night: Path) -> bool:
     """A report attempt of the night not uploaded yet (a later report uploads it)."""
     return any(not attempt.with_name(attempt.name + UPLOADED_SUFFIX).exists()
-               for attempt in night.glob(f"report/{ATTEMPT_PREFIX}*") if attempt.is_dir())
+               for attempt in night.glob(f"{REPORTS_DIR}/{ATTEMPT_PREFIX}*") if attempt.is_dir())
 
 
 def _newest(folders: list[Path], keep: int) -> set[Path]:
@@ -67,7 +67,7 @@ def _stale(cfg: NightlyConfig, tonight: str, digest: str | None, production: str
     trainings = [path for path in (root / "training").glob("*") if path.is_dir()]
     keep = _newest(trainings, cfg.retention.keep_datasets)
     keep |= {path for path in trainings if path.name == digest or (short_digest and path.name.startswith(short_digest))}
-    nights = sorted((path for path in (root / "nights").glob("*") if path.is_dir()), reverse=True)
+    nights = sorted((path for path in layout(cfg).nights.glob("*") if path.is_dir()), reverse=True)
     keys = set().union(*(_decoded_keys(path) for path in keep))
     return ([path for path in trainings if path not in keep]
             + [path for path in (root / "decoded").glob("*") if path.is_dir() and path.name not in keys]

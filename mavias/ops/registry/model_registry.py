@@ -205,10 +205,9 @@ class ModelRegistry:
         """Files a cut-off publish left must be this package's own, or the version is somebody else's."""
         if not there:
             return
-        local = local_files(local_dir)
-        prefix = f"{self.prefix}{version}/"
-        foreign = sorted(name for name, etag in there.items()
-                         if name not in local or not holds_file(self.client, self.settings, prefix + name, etag, local[name]))
+        local, prefix = local_files(local_dir), f"{self.prefix}{version}/"
+        foreign = sorted(name for name, etag in there.items() if name not in local
+                         or not holds_file(self.client, self.settings, prefix + name, etag, local[name]))
         if foreign:
             raise VersionExists(f"{self.version_uri(version)} holds files of an unfinished publish that differ from "
                                 f"this package ({', '.join(foreign[:3])}); publish under a new version name, or delete "

@@ -155,20 +155,28 @@ class Delivery:
 MAX_DELIVERY_TRIES = 5  # deliveries (each with its own SMTP retries) before a message becomes a dead letter
 
 
+MESSAGE_TOO_LARGE = 552  # the reply to MAIL FROM ... SIZE=n of a message over the server's limit
+
+
 def refuses_message(error: BaseException) -> bool:
-    """A refusal of this message no retry will change (a 5xx reply to its recipients or to its content)."""
+    """A refusal of this message no retry will change (a 5xx reply to its recipients, its size or its content, or
+    an address the server cannot take)."""
     if isinstance(error, smtplib.SMTPRecipientsRefused):
         return all(code >= 500 for code, _ in error.recipients.values())
+    if isinstance(error, smtplib.SMTPNotSupportedError):
+        return "SMTPUTF8" in str(error)
+    if isinstance(error, smtplib.SMTPSenderRefused) and error.smtp_code == MESSAGE_TOO_LARGE:
+        return True
     return isinstance(error, smtplib.SMTPDataError) and error.smtp_code >= 500
 
 
 def refuses_session(error: BaseException) -> bool:
     """A refusal of the session itself, so of every message alike: the SMTP settings are wrong (login, sender,
     security, greeting), not the message."""
-    if isinstance(error, smtplib.SMTPNotSupportedError):
-        return True
-    return (isinstance(error, smtplib.SMTPResponseException) and not isinstance(error, smtplib.SMTPDataError)
-            and error.smtp_code >= 500)
+    if refuses_message(error):
+        return False
+    return isinstance(error, smtplib.SMTPNotSupportedError) or (
+        isinstance(error, smtplib.SMTPResponseException) and error.smtp_code >= 500)
 
 
 class Outbox:
@@ -228,10 +236,11 @@ class Outbox:
         reasons = {address: f"{code} {reply.decode(errors='replace')}" for address, (code, reply) in refused.items()}
         later = [address for address, (code, _) in refused.items() if 400 <= code < 500]
         if never := sorted(set(refused) - set(later)):
-            self.put(f"{name}-refused", addressed_to(message, never))
+            copy = f"{name}-refused-{len(list(self.dead_folder.glob(f'{name}-refused-*.eml'))) + 1}"  # one per try
+            self.put(copy, addressed_to(message, never))
             reason = "recipient(s) refused for good: " + "; ".join(f"{a}: {reasons[a]}" for a in never)
-            self._bury(f"{name}-refused", reason)
-            delivery.dead[f"{name}-refused"] = reason
+            self._bury(copy, reason)
+            delivery.dead[copy] = reason
         if not later:
             return False
         self.put(name, addressed_to(message, later))

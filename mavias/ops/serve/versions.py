@@ -131,7 +131,6 @@ class RegistryFollower:
     def __init__(self, registry: ModelRegistry, slot: ModelSlot, cache_dir: Path, *, poll_s: float):
         self.registry, self.slot, self.cache_dir, self.poll_s = registry, slot, cache_dir, poll_s
         self.seen_etag: str | None = None
-        self._downloaded: set[str] = set()
         self.last_success = time.monotonic()  # the start counts: a registry down from the start is stale too
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registry-follower", daemon=True)
@@ -195,12 +194,11 @@ class RegistryFollower:
         self.seen_etag = record.etag  # only now: a transient S3 error above is retried at the next poll
 
     def _prune(self, keep: set[str]) -> None:
-        """Delete the versions this follower downloaded but ``keep`` (the one served, the one before): the cache
-        would otherwise grow with every promotion."""
-        for version in sorted(self._downloaded - keep):
-            shutil.rmtree(self.cache_dir / version, ignore_errors=True)  # a leftover is retried at the next swap
-            if not (self.cache_dir / version).exists():
-                self._downloaded.discard(version)
+        """Delete the downloaded versions (folders with a model card, also from before a restart) but ``keep`` (the
+        one served, the one before): the cache would otherwise grow with every promotion."""
+        for card in sorted(self.cache_dir.glob(f"*/{CARD_NAME}")):
+            if card.parent.name not in keep:
+                shutil.rmtree(card.parent, ignore_errors=True)  # a leftover goes at the next swap
 
     def _download(self, version: str) -> Path:
         """The version's card and the ONNX file it names (not the checkpoint) into the cache folder.
@@ -209,7 +207,6 @@ class RegistryFollower:
         errors propagate, to be retried at the next poll.
         """
         folder = self.cache_dir / version
-        self._downloaded.add(version)
         prefix = f"{self.registry.prefix}{version}/"
         client, settings = self.registry.client, self.registry.settings
         try:

@@ -67,7 +67,7 @@ def test_run_warns_when_the_review_names_a_tag_the_class_does_not_carry(tmp_path
     out = tmp_path / "relevance.parquet"
     result = invoke("run", "--classes", "car", "--vocabulary", tmp_path / "vocab.txt", "--out", out,
                     "--review", tmp_path / "review.yaml", "--no-cache")
-    assert "warning: the reviewed decisions name 1 tag(s) no image of their class carries (car: wheels)" in result.output
+    assert "warning: the reviewed decisions name 1 tag(s) their class does not have (car: wheels)" in result.output
     assert load_relevance(out).set_index("tag").loc["road", "source"] == "review"
 
 

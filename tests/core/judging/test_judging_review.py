@@ -61,7 +61,7 @@ def test_a_review_naming_a_tag_its_class_lacks_is_one_warning_naming_them(tmp_pa
                                           "irrelevant: [sky]}\n  car: {irrelevant: [sky]}\n")
     review = load_review(tmp_path / "review.yaml")
     [warning] = review.unmatched({"bird": {"wing", "sky"}, "car": {"road"}})
-    assert "2 tag(s) no image of their class carries (bird: feathr, car: sky)" in warning
+    assert "2 tag(s) their class does not have (bird: feathr, car: sky)" in warning
     assert "Wing" not in warning  # tags match case-insensitively
     assert review.unmatched({"bird": {"wing", "feathr", "sky"}, "car": {"sky"}}) == []
 

@@ -159,6 +159,6 @@ def test_discover_with_random_weights_warns_that_its_tags_are_noise(photos_parti
     assert "warning: the tags come from a randomly initialised model (--pretrained none): they are noise" in output
     # the default threshold, 10 x uniform, is beyond reach with 3 tags: no tag is kept
     assert "0 tags kept for all 6 images" in output and "lower --threshold" in output
-    assert "the reviewed decisions name 1 tag(s) no image of their class carries (dog: grass)" in output
+    assert "the reviewed decisions name 1 tag(s) their class does not have (dog: grass)" in output
     assert f"tags: {tmp_path / 'ws' / 'tags' / 'ds' / 'tags.parquet'}" in output
     assert f"next: mavias train --manifest {photos_partition / 'manifest.parquet'}" in output

@@ -78,7 +78,7 @@ def test_an_audit_names_the_planted_shortcut_and_resumes(tmp_path):
     review = tmp_path / "review.yaml"
     review.write_text(f"version: 1\ndecisions:\n  {name}:\n    relevant: [{tag}, {tag}s]\n")
     reviewed = ok(mavias(*args, "--review", review, cache=tmp_path / "cache"))
-    assert f"1 tag(s) no image of their class carries ({name}: {tag}s)" in " ".join(reviewed.split())
+    assert f"1 tag(s) their class does not have ({name}: {tag}s)" in " ".join(reviewed.split())
     assert "erm epoch" not in reviewed and "mavias epoch 1/10: train_loss" in reviewed  # only MAVias trains again
     assert biased_pairs(out / "biased_tags.csv") == found - {(name, tag)}
     assert "1 decision(s) of them overridden by the review" in " ".join((out / "report.html").read_text().split())

@@ -186,6 +186,7 @@ def test_a_night_stopped_before_its_report_is_named_by_the_next_report_once(
     reported(1)
     ingest.sense(cfg, datetime(2025, 3, 2))  # the run timed out: Airflow skipped its report
     ingest.sense(cfg, datetime(2025, 3, 3))  # and so did the next one's
+    (tmp_path / "ws" / "nights" / ".snapshot").mkdir()  # a volume's own folder beside the nights
     second = reported(4)
     assert "The night(s) 20250302T000000, 20250303T000000 started but sent no report" in second
     assert "airflow.dagrun_timeout_h = 20 h" in second and "20250301T000000" not in second
@@ -223,7 +224,7 @@ def test_the_report_lists_the_relevance_decisions_changed_since_the_previous_nig
     seed_partition(s3_client, s3_settings, "p2", ["car", "car"], tags=[["road", "traffic light"], ["wheel"]])
     second_cfg = cfg.model_copy(update={"discovery": cfg.discovery.model_copy(update={"review": review})})
     second = _judge_night(second_cfg, datetime(2025, 3, 2))
-    assert "1 tag(s) no image of their class carries (car: raod)" in caplog.text  # a typo decides nothing: said
+    assert "1 tag(s) their class does not have (car: raod)" in caplog.text  # a typo decides nothing: said
     path = Path(second["dataset"]["relevance_changes"])
     decoded_second = {path: path.stat().st_mtime_ns for path in (tmp_path / "ws" / "decoded").rglob("*.pt")}
     assert {path.name for path in set(decoded_second) - set(decoded_first)} == {"partitions__p2.pt"}

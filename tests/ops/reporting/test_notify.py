@@ -200,11 +200,33 @@ def test_recipients_refused_for_now_get_the_email_later_and_those_refused_for_go
         first = outbox.deliver(settings(server.port))
         assert [e.rcpt_tos for e in inbox.envelopes] == [["ml-team@example.org"]]
         assert "oncall@example.org: 450" in first.failed["20250101-report"] and outbox.pending() == ["20250101-report"]
-        assert "gone@example.org: 550" in first.dead["20250101-report-refused"]
-        assert list(outbox.unreported_dead()) == ["20250101-report-refused"]  # named in the next report
+        assert "gone@example.org: 550" in first.dead["20250101-report-refused-1"]
+        assert list(outbox.unreported_dead()) == ["20250101-report-refused-1"]  # named in the next report
         second = outbox.deliver(settings(server.port))
     assert second.sent == ["20250101-report"] and not second.failed and outbox.pending() == []
     assert [e.rcpt_tos for e in inbox.envelopes] == [["ml-team@example.org"], ["oncall@example.org"]]
+
+
+class SizeLimited(Inbox):
+    """Refuses the first message at MAIL FROM as too large (552), as Postfix does from the SIZE it is told."""
+
+    async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        if not self.calls:
+            self.calls += 1
+            return "552 5.3.4 Message size exceeds fixed limit"
+        envelope.mail_from = address
+        return "250 OK"
+
+
+def test_an_email_too_large_for_the_server_is_a_dead_letter_not_a_refused_session(email, tmp_path):
+    outbox = Outbox(tmp_path / "outbox")
+    for name in ("20250101-report", "20250102-report"):
+        outbox.put(name, email_message(email, RECIPIENTS, "mavias@example.org"))
+    inbox = SizeLimited()
+    with smtp_server(inbox) as server:
+        delivery = outbox.deliver(settings(server.port))
+    assert delivery.refused_session is None and "552" in delivery.dead["20250101-report"]
+    assert delivery.sent == ["20250102-report"] and outbox.pending() == []  # the later email was not blocked
 
 
 def test_a_try_counter_a_kill_left_unreadable_counts_again_from_its_start(email, tmp_path):
