@@ -30,6 +30,7 @@ from mavias.core.tagging.base import (
     class_tag_counts,
     empty_tags_table,
     read_tags,
+    tag_lists,
     tags_table,
     write_tags,
 )
@@ -211,7 +212,8 @@ def tag_partition(
         num_shards = shard[1]
     wanted = [shard[0]] if shard is not None else list(range(num_shards))
     to_tag = missing_shards(out_dir, num_shards, manifest_df["sample_id"])  # also those of other samples
-    if tagger.preprocess is None:  # tags that come with the data: read again where the manifest changed them
+    brings_tags = tagger.preprocess is None and "tags" in manifest_df.columns  # tags that come with the data
+    if brings_tags:  # read again where the manifest changed them
         to_tag += _changed_manifest_tags(manifest_df, out_dir, num_shards, [i for i in wanted if i not in to_tag])
     committed = [i for i in wanted if i not in to_tag]
     for index in committed:
@@ -220,9 +222,9 @@ def tag_partition(
     assignment = manifest_df["sample_id"].map(lambda s: shard_of(s, num_shards))
     pending_ids = manifest_df.loc[assignment.isin(pending), "sample_id"].tolist()
     known, reused = store.lookup(tagger.tagger_id, pending_ids) if store and pending else (set(), empty_tags_table())
-    if tagger.preprocess is None:  # another partition's manifest may give the same image other tags
-        stored, brought = _tag_sets(reused), _manifest_tag_sets(manifest_df)
-        known = {sid for sid in known if stored.get(sid, frozenset()) == brought[sid]}
+    if brings_tags:  # another partition's manifest may give the same image other tags
+        ids = sorted(known)
+        known = {sid for sid, same in zip(ids, _tagged_as_brought(reused, ids, manifest_df)) if same}
         reused = reused[reused["sample_id"].isin(known)]
     loader = _LoaderOptions(batch_size, num_workers, progress)
     counts = TagCounts(shards_skipped=len(committed))
@@ -234,26 +236,20 @@ def tag_partition(
     return counts
 
 
-def _manifest_tag_sets(manifest_df: pd.DataFrame) -> dict[str, frozenset[str]]:
-    tags = manifest_df["tags"] if "tags" in manifest_df.columns else pd.Series(None, index=manifest_df.index)
-    return {sid: frozenset(t) if isinstance(t, Iterable) and not isinstance(t, str) else frozenset()
-            for sid, t in zip(manifest_df["sample_id"], tags)}
-
-
-def _tag_sets(tags: pd.DataFrame) -> dict[str, frozenset[str]]:
-    return {str(sid): frozenset(rows) for sid, rows in tags.groupby("sample_id")["tag"]}
+def _tagged_as_brought(tags: pd.DataFrame, sample_ids: list[str], manifest_df: pd.DataFrame) -> list[bool]:
+    """Per sample, whether ``tags`` holds the tags its manifest row brings (both sorted, deduplicated lists)."""
+    brought = dict(zip(manifest_df["sample_id"], manifest_df["tags"]))
+    return [list(stored) == list(brought.get(sid, [])) for sid, stored in zip(sample_ids, tag_lists(tags, sample_ids))]
 
 
 def _changed_manifest_tags(manifest_df: pd.DataFrame, out_dir: Path, num_shards: int, shards: list[int]) -> list[int]:
     """The committed ``shards`` where a sample tagged from the manifest now comes with other tags."""
-    wanted = _manifest_tag_sets(manifest_df)
     changed = []
     for index in shards:
         samples_path, tags_path = shard_paths(out_dir, index, num_shards)
         samples = pd.read_parquet(samples_path)
-        tagged = samples.loc[samples["status"].isin([TAGGED, REUSED]), "sample_id"]
-        stored = _tag_sets(read_tags(tags_path))
-        if any(stored.get(sid, frozenset()) != wanted.get(sid, frozenset()) for sid in tagged):
+        tagged = samples.loc[samples["status"].isin([TAGGED, REUSED]), "sample_id"].tolist()
+        if not all(_tagged_as_brought(read_tags(tags_path), tagged, manifest_df)):
             changed.append(index)
     return changed
 

@@ -55,10 +55,6 @@ def _shard_sample_ids(out_dir: Path, index: int, num_shards: int) -> set[str]:
 def samples_digest(manifest: pd.DataFrame) -> str:
     """What a partition held when it was discovered (its ``discovery.json`` keeps it): its samples, each with its label
     and the tags it came with, so that a delivery correcting either is discovered again."""
-    tags = manifest["tags"].map(_tags_text) if "tags" in manifest.columns else ""
+    tags = manifest["tags"].map(lambda cell: ",".join(sorted(cell))) if "tags" in manifest.columns else ""
     rows = manifest["sample_id"].astype(str) + "\t" + manifest["label"].astype(str) + "\t" + tags
     return hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()[:16]
-
-
-def _tags_text(tags: object) -> str:
-    return ",".join(sorted(set(tags))) if isinstance(tags, Iterable) and not isinstance(tags, str) else ""
