@@ -187,7 +187,8 @@ def report(
 ) -> Reported:
     """Render the night's HTML report from whatever steps completed as a new attempt
     (``nights/<night>/report/attempt-<n>/``, uploaded to ``models/<name>/reports/<night>/attempt-<n>/``) and queue its
-    email (``notify`` sends it; ``smtp`` gives its sender address). The bucket being unreachable or stalled
+    email (``notify`` sends it, in place of an earlier attempt of the night still queued; ``smtp`` gives its sender
+    address). The bucket being unreachable or stalled
     (``report.storage_deadline_s``) loses nothing: the report is made from local state and uploaded later.
     ``failure`` is set when the night failed (``finish`` then fails the run)."""
     client = s3_client(cfg, "report", cfg.report.storage_deadline_s)
@@ -223,7 +224,8 @@ def report(
     name = f"{night}-{ATTEMPT_PREFIX}{attempt}"
     queued = None
     if cfg.report.recipients:  # also without SMTP settings (a connection unreadable now): notify adds the sender
-        layout(cfg).outbox.put(name, email_message(email, cfg.report.recipients, smtp and smtp.from_addr))
+        layout(cfg).outbox.put_newest(name, email_message(email, cfg.report.recipients, smtp and smtp.from_addr),
+                                      of=f"{night}-{ATTEMPT_PREFIX}")
         queued = name
     layout(cfg).outbox.mark_reported(list(dead))
     status = ("promoted" if context.promoted else "not promoted") + (

@@ -192,6 +192,18 @@ class Outbox:
     def put(self, name: str, message: EmailMessage) -> Path:
         return write_bytes(self.folder / f"{name}.eml", message.as_bytes(policy=policy.SMTP))
 
+    def put_newest(self, name: str, message: EmailMessage, *, of: str) -> Path:
+        """Queue ``message`` as ``name`` in place of the still-queued ones whose names start with ``of`` (earlier
+        attempts of the same report, never sent): a report made again before notify ran goes out once, as its
+        newest attempt."""
+        path = self.put(name, message)
+        for older in self.pending():
+            if older.startswith(of) and older != name:
+                (self.folder / f"{older}.eml").unlink(missing_ok=True)
+                (self.folder / f"{older}.tries").unlink(missing_ok=True)
+                log.info("email %s replaced by %s, a newer attempt of the same report", older, name)
+        return path
+
     def pending(self) -> list[str]:
         return sorted(p.stem for p in self.folder.glob("*.eml"))
 

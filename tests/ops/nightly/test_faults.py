@@ -427,6 +427,20 @@ def test_smtp_failure_after_promotion_queues_the_notification_and_sends_it_later
     assert b"promoted" in mail.read_bytes()
 
 
+def test_a_report_made_again_before_its_email_went_out_is_emailed_once_as_the_newest_attempt(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    cfg = _report_config(s3_settings, tmp_path / "ws")
+    first = _report(cfg, _smtp(free_port()), promoted=True)  # queued, not sent: nothing listens on that port
+    again = _report(cfg, _smtp(free_port()))  # the report task retried before notify sent it
+    assert (first["queued"], again["queued"]) == ("20250401T000000-attempt-1", "20250401T000000-attempt-2")
+    assert layout.layout(cfg).outbox.pending() == [again["queued"]]
+    with smtp_server(tmp_path / "mail") as port:
+        assert report.notify(cfg, _smtp(port))["sent"] == [again["queued"]]
+    (mail,) = (tmp_path / "mail").glob("*.eml")
+    assert b"rerun, attempt 2" in mail.read_bytes()
+
+
 def test_a_report_made_while_the_smtp_connection_cannot_be_read_is_queued_and_sent_with_its_sender_later(
     s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
