@@ -10,6 +10,9 @@ for their hidden reasoning, and refuse any temperature but the default: a 400 na
 request shape once and the judge keeps it for its endpoint (``reasoning=True`` sets it from the start).
 With ``samples`` > 1 each batch is asked that many times at ``SAMPLING_TEMPERATURE`` and a tag is relevant when a
 strict majority of the answers lists it (self-consistency); every request counts in ``stats.requests``.
+An unreadable answer is asked again at ``SAMPLING_TEMPERATURE`` (at temperature 0 the same request would get the
+same answer), one cut off at its token limit (``finish_reason`` "length") with twice the room, up to ``MAX_ROOM``
+times the first; the judge keeps the larger room for its later batches.
 """
 
 from __future__ import annotations
@@ -18,8 +21,6 @@ import ipaddress
 import json
 import logging
 import os
-import re
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +28,13 @@ from urllib.parse import urlsplit
 import openai
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
+from mavias.core.judging.answers import (
+    CutOffAnswerError,
+    UnreadableAnswerError,
+    asked_tag,
+    majority,
+    parse_relevant_tags,
+)
 from mavias.core.judging.base import (
     BATCH_SIZE,
     JudgeConfigError,
@@ -45,7 +53,7 @@ NO_KEY = "no-key"  # local servers need none, but the client insists on one
 STYLES = ("json_schema", "json_object", "plain")  # structured-output styles, most to least strict
 REASONING_TOKENS = 4096  # room for a reasoning model's hidden reasoning, on top of the answer's own tokens
 SAMPLING_TEMPERATURE = 0.7  # self-consistency needs different answers to vote on
-MAX_ANSWER_CHARS = 65_536  # an answer is read only this far: far beyond any batch's list, short of a flood
+MAX_ROOM = 8  # a cut-off answer doubles the token allowance up to this many times the first
 
 # The supplement's system prompt (Fig. "System Prompt"), word for word; USER_TEMPLATE adds the class, the tags and the
 # exact JSON form the answer's schema enforces.
@@ -74,10 +82,6 @@ Tags: {tags}
 List only the tags that describe the {class_name} itself (its kinds, parts, defining features, essential \
 behaviours); leave out background, scene, lighting, colours and other objects. Reply with JSON only: \
 {{"relevant_tags": [...]}}"""
-
-
-class _UnreadableAnswerError(ValueError):
-    pass
 
 
 class _StyleUnsupportedError(Exception):
@@ -115,51 +119,6 @@ def _max_tokens(tags: list[str]) -> int:
     return 32 + sum(4 + len(tag) // 3 for tag in tags)
 
 
-# --- reading the answer ----------------------------------------------------------------------------------------
-
-
-
-_KEY = re.compile(r'"relevant[_ ]tags"\s*:', re.IGNORECASE)
-
-
-def _json_values(text: str):
-    """Every JSON value embedded in ``text`` (code fences and chatter around it are skipped)."""
-    decoder = json.JSONDecoder()
-    for start, char in enumerate(text):
-        if char in "{[":
-            try:
-                yield decoder.raw_decode(text, start)[0]
-            except json.JSONDecodeError:
-                continue
-
-
-def parse_relevant_tags(content: str) -> list[str]:
-    """The tag list of an answer: a JSON object (or a bare list of strings) anywhere in it. Anything else is an
-    unreadable answer, retried and then left to the caller: no list, a list of more than strings, nesting too deep
-    to read, or a list cut off (e.g. by max_tokens), whose missing tags would silently count as irrelevant."""
-    content = (content or "")[:MAX_ANSWER_CHARS]
-    try:
-        return _relevant_tags(content)
-    except RecursionError:
-        raise _UnreadableAnswerError("the answer nests too deeply to read") from None
-
-
-def _relevant_tags(content: str) -> list[str]:
-    bare_lists = []
-    for value in _json_values(content):
-        if isinstance(value, dict):
-            found = next((v for k, v in value.items() if k.lower().replace(" ", "_") == "relevant_tags"), None)
-            if isinstance(found, list):
-                if all(isinstance(tag, str) for tag in found):
-                    return found
-                raise _UnreadableAnswerError(f"relevant_tags holds more than strings: {content[:200]!r}")
-        elif isinstance(value, list) and all(isinstance(tag, str) for tag in value):
-            bare_lists.append(value)
-    if bare_lists and not _KEY.search(content):  # a list inside a broken {"relevant_tags": ...} is a fragment
-        return bare_lists[0]
-    raise _UnreadableAnswerError(f"no complete relevant_tags list of strings in the answer: {content[:200]!r}")
-
-
 # --- errors and retries ----------------------------------------------------------------------------------------
 
 
@@ -174,7 +133,7 @@ def _is_style_error(error: openai.APIStatusError) -> bool:
 def _is_transient(error: BaseException) -> bool:
     if isinstance(error, openai.APIStatusError):
         return error.status_code in (408, 409, 429) or error.status_code >= 500
-    return isinstance(error, (openai.APIConnectionError, _UnreadableAnswerError))  # timeouts are connection errors
+    return isinstance(error, (openai.APIConnectionError, UnreadableAnswerError))  # timeouts are connection errors
 
 
 def _retry_after(error: BaseException | None) -> float | None:
@@ -195,20 +154,6 @@ def _refused_parameter(error: openai.APIStatusError) -> str | None:
                                                                      "does not support")):
         return None
     return next((name for name in ("max_tokens", "temperature") if name in text.replace("max_completion", "")), None)
-
-
-def _asked(answered: str, by_key: dict[str, str]) -> str | None:
-    """The batch's tag an answer names: the same words up to case, or its singular or plural ("wings" for "wing"),
-    as models inflect what they copy; ``None`` for a tag not asked about."""
-    key = answered.strip().lower()
-    forms = (key, key.removesuffix("es"), key.removesuffix("s"), f"{key}s", f"{key}es")
-    return next((by_key[form] for form in forms if form in by_key), None)
-
-
-def majority(answers: list[set[str]]) -> set[str]:
-    """Tags listed by more than half of the answers."""
-    counts = Counter(tag for answer in answers for tag in answer)
-    return {tag for tag, count in counts.items() if 2 * count > len(answers)}
 
 
 def key_may_travel(base_url: str) -> bool:
@@ -273,6 +218,8 @@ class LLMJudge:
         self.style: str | None = None  # the structured-output style this endpoint accepted
         self.reasoning = reasoning  # max_completion_tokens and the default temperature (learnt from a 400 too)
         self.samples = samples
+        self.room = 1  # times the answer's own token allowance (doubled by a cut-off answer, up to MAX_ROOM)
+        self._resample = False  # this batch's last answer was unreadable: ask again at SAMPLING_TEMPERATURE
         self.budget = budget  # every request is charged to it, retries included
         self._timeout = timeout
         self._max_retries = max_retries
@@ -297,10 +244,11 @@ class LLMJudge:
         return majority(answers)
 
     def _judge_batch(self, class_name: str, tags: list[str]) -> set[str]:
+        self._resample = False
         answer = self._with_retries(lambda: self._ask(class_name, tags))
         by_key = {tag.strip().lower(): tag for tag in tags}
-        chosen = {_asked(str(tag), by_key) for tag in answer}
-        invented = {str(tag) for tag in answer if _asked(str(tag), by_key) is None}
+        chosen = {asked_tag(str(tag), by_key) for tag in answer}
+        invented = {str(tag) for tag in answer if asked_tag(str(tag), by_key) is None}
         if invented:
             log.warning("%s: dropped %d tag(s) not in the batch: %s", class_name, len(invented), sorted(invented)[:5])
         self.stats.dropped_invented += len(invented)
@@ -317,17 +265,32 @@ class LLMJudge:
                 log.info("%s does not take response_format style %r; trying the next", self.base_url, style)
                 continue
             self.style = style
-            return parse_relevant_tags(content)
+            return self._read(content, tags)
         self.style = STYLES[-1]
-        return parse_relevant_tags(self._complete(class_name, tags, self.style))
+        return self._read(self._complete(class_name, tags, self.style), tags)
 
-    def _complete(self, class_name: str, tags: list[str], style: str) -> str:
+    def _read(self, answer: tuple[str, bool], tags: list[str]) -> list[str]:
+        content, cut_off = answer
+        try:
+            return parse_relevant_tags(content)
+        except UnreadableAnswerError:
+            if not cut_off:
+                raise
+            limit = self._token_limit(tags)
+            self.room = min(MAX_ROOM, self.room * 2)
+            raise CutOffAnswerError(f"the answer was cut off at its limit of {limit} tokens (finish_reason 'length')")
+
+    def _token_limit(self, tags: list[str]) -> int:
+        return self.room * ((REASONING_TOKENS if self.reasoning else 0) + _max_tokens(tags))
+
+    def _complete(self, class_name: str, tags: list[str], style: str) -> tuple[str, bool]:
+        """The answer's text, and whether it was cut off at its token limit."""
         request: dict[str, Any] = {"model": self.model, "messages": self._messages(class_name, tags)}
         if self.reasoning:
-            request["max_completion_tokens"] = REASONING_TOKENS + _max_tokens(tags)
+            request["max_completion_tokens"] = self._token_limit(tags)
         else:
-            request["max_tokens"] = _max_tokens(tags)
-            request["temperature"] = SAMPLING_TEMPERATURE if self.samples > 1 else 0
+            request["max_tokens"] = self._token_limit(tags)
+            request["temperature"] = SAMPLING_TEMPERATURE if self.samples > 1 or self._resample else 0
         response_format = _response_format(style, tags)
         if response_format is not None:
             request["response_format"] = response_format
@@ -352,7 +315,8 @@ class LLMJudge:
             if config_error is not None:
                 raise config_error from None  # the server's text may echo (part of) the key
             raise
-        return completion.choices[0].message.content or ""
+        choice = completion.choices[0]
+        return choice.message.content or "", choice.finish_reason == "length"
 
     def _messages(self, class_name: str, tags: list[str]) -> list[dict[str, str]]:
         user = USER_TEMPLATE.format(class_name=class_name, tags=json.dumps(tags, ensure_ascii=False))
@@ -371,7 +335,11 @@ class LLMJudge:
         )
         try:
             return retrying(call)
-        except _UnreadableAnswerError as error:
+        except CutOffAnswerError as error:
+            raise JudgeResponseError(f"{self.judge_id} at {self.base_url}: {error}",
+                                     hint="use a model whose answers (with any hidden reasoning) fit that limit, or "
+                                          "--judge offline") from error
+        except UnreadableAnswerError as error:
             raise JudgeResponseError(f"{self.judge_id} at {self.base_url}: {error}",
                                      hint="use a model that follows JSON instructions, or --judge offline") from error
         except openai.APIError as error:
@@ -396,4 +364,6 @@ class LLMJudge:
     def _count_retry(self, state: RetryCallState) -> None:
         self.stats.retries += 1
         error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, UnreadableAnswerError) and not isinstance(error, CutOffAnswerError):
+            self._resample = True
         log.warning("%s: attempt %d failed (%s); retrying", self.base_url, state.attempt_number, type(error).__name__)

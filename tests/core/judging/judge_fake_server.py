@@ -24,10 +24,10 @@ class Reply:
     delay: float = 0.0
 
 
-def completion(content: str) -> Reply:
+def completion(content: str, finish_reason: str = "stop") -> Reply:
     return Reply(body={"id": "x", "object": "chat.completion", "created": 0, "model": "fake",
                        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                    "finish_reason": "stop"}]})  # fmt: skip
+                                    "finish_reason": finish_reason}]})  # fmt: skip
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:

@@ -8,7 +8,8 @@ from judge_fake_server import FakeLLM, batch_tags, completion, delayed, error, r
 
 from mavias.core.judging.base import JudgeConfigError, JudgeResponseError, JudgeUnavailableError
 from mavias.core.judging.cache import DecisionCache, decide
-from mavias.core.judging.llm import SAMPLING_TEMPERATURE, LLMJudge, parse_relevant_tags
+from mavias.core.judging.answers import parse_relevant_tags
+from mavias.core.judging.llm import SAMPLING_TEMPERATURE, LLMJudge
 
 TAGS = ["beak", "sky", "water", "wing"]
 
@@ -85,6 +86,44 @@ def test_malformed_json_is_retried_then_reported_and_nothing_is_cached(fake_llm,
             decide(judge, "bird", TAGS, cache)
         assert len(cache) == 0
     assert len(fake_llm.requests) == 3 and judge.stats.retries == 2
+
+
+def test_an_unreadable_answer_is_asked_again_at_a_sampling_temperature_not_the_same_request(fake_llm):
+    fake_llm.then(completion("I think the wing is relevant"))
+    fake_llm.default = relevant_by(lambda tag: tag == "wing")
+    judge = make_judge(fake_llm, batch_size=2)
+    assert judge.judge("bird", TAGS) == {"wing"}
+    temperatures = [r["temperature"] for r in fake_llm.requests]
+    assert temperatures == [0, SAMPLING_TEMPERATURE, 0]  # the next batch is asked at 0 again
+
+
+def test_an_answer_cut_off_at_its_token_limit_is_asked_again_with_twice_the_room(fake_llm):
+    first_limit = None
+
+    def short_context(request):  # a model whose answer needs more than the first allowance
+        nonlocal first_limit
+        first_limit = first_limit or request["max_tokens"]
+        if request["max_tokens"] < 2 * first_limit:
+            return completion('{"relevant_tags": ["wa', finish_reason="length")
+        return relevant_by(lambda tag: tag in ("water", "wing"))(request)
+
+    fake_llm.default = short_context
+    judge = make_judge(fake_llm)
+    assert judge.judge("bird", TAGS) == {"water", "wing"}
+    assert [r["max_tokens"] for r in fake_llm.requests] == [first_limit, 2 * first_limit]
+    assert {r["temperature"] for r in fake_llm.requests} == {0}  # the same question, more room
+    judge.judge("bird", TAGS)
+    assert fake_llm.requests[-1]["max_tokens"] == 2 * first_limit and len(fake_llm.requests) == 3  # kept
+
+
+def test_an_answer_always_cut_off_says_so(fake_llm):
+    fake_llm.default = lambda request: completion('{"relevant_tags": ["wa', finish_reason="length")
+    judge = make_judge(fake_llm, max_retries=4)
+    with pytest.raises(JudgeResponseError, match="cut off at its limit") as raised:
+        judge.judge("bird", TAGS)
+    assert "fit that limit" in raised.value.hint
+    limits = [r["max_tokens"] for r in fake_llm.requests]
+    assert limits == [limits[0] * n for n in (1, 2, 4, 8, 8)]  # doubled up to MAX_ROOM times the first
 
 
 @pytest.mark.parametrize(
