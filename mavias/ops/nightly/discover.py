@@ -81,11 +81,20 @@ def _night_judge(cfg: NightlyConfig, usage: Path) -> RelevanceJudge:
     return make_judge(settings, budget=budget, fall_back=True)
 
 
+def images_tagged(tagged: Iterable[Tagged]) -> int:
+    """The images tonight's shards tagged, each shard once: after a cleared plan, Airflow also hands over results
+    that map indexes of an earlier try left, a shard among them twice."""
+    per_shard: dict[tuple[str, int], int] = {}
+    for result in tagged:
+        key = (result["partition"], result["shard"])
+        per_shard[key] = max(per_shard.get(key, 0), result["images_tagged"])
+    return sum(per_shard.values())
+
+
 def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[Tagged] | None) -> Discovered:
     """Judge and encode the partitions to discover (their shards are tagged by now); what tonight cost and who
     decided each (class, tag) pair."""
-    totals = {"images_tagged": sum(t["images_tagged"] for t in tagged or []), "llm_requests": 0, "tags_judged": 0,
-              "prompts_encoded": 0}
+    totals = {"images_tagged": images_tagged(tagged or []), "llm_requests": 0, "tags_judged": 0, "prompts_encoded": 0}
     decisions: dict[str, Counter[str]] = {}
     failure: str | None = None
     partitions = partitions_to_discover(cfg, validated)

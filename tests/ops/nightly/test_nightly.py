@@ -193,6 +193,16 @@ def test_a_night_stopped_before_its_report_is_named_by_the_next_report_once(
     assert "sent no report" not in reported(5)  # said once: the nights since the last report
 
 
+def test_images_tagged_counts_each_shard_once_whatever_results_an_earlier_try_left() -> None:
+    def shard(partition: str, index: int, images: int) -> dict:
+        return {"partition": partition, "shard": index, "images_tagged": images, "images_reused": 0,
+                "images_quarantined": 0, "shards_done": 1}
+
+    earlier_try = [shard("p1", 0, 5), shard("p1", 1, 4)]
+    tonight = [shard("p1", 0, 0), shard("p2", 0, 3)]  # p1 shard 0 committed by the earlier try: nothing to tag
+    assert discover.images_tagged(earlier_try + tonight) == 5 + 4 + 3
+
+
 def _judge_night(cfg: NightlyConfig, when: datetime) -> dict:
     """sense -> pull + validate -> discover (manifest tags, offline judge) -> prepare_dataset, as the DAG runs them."""
     validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, when))
