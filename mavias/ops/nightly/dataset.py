@@ -71,7 +71,7 @@ def _discovered_tables(cfg: NightlyConfig, names: Iterable[str]) -> tuple[pd.Dat
 
 def _previous_relevance(cfg: NightlyConfig, night: str) -> Path | None:
     """The relevance table of the latest night before ``night`` that recorded one (a night that judged)."""
-    earlier = [path for path in (layout(cfg).root / "nights").glob(f"*/{RELEVANCE_NAME}") if path.parent.name < night]
+    earlier = [path for path in layout(cfg).nights.glob(f"*/{RELEVANCE_NAME}") if path.parent.name < night]
     return max(earlier, key=lambda path: path.parent.name, default=None)
 
 
