@@ -10,12 +10,17 @@ confused or steered model).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
 
 from mavias.core.judging.base import JudgeBudgetSpentError
+from mavias.utils.atomic import write_json
 
 MAX_TAG_CHARS = 48
 MAX_TAG_WORDS = 5
@@ -50,31 +55,54 @@ def implausible(relevant: set[str], tags: list[str]) -> bool:
 @dataclass
 class RequestBudget:
     """At most ``max_requests`` requests (``spent`` of them already made, e.g. by an earlier attempt of the same
-    night) until ``deadline`` (a ``time.monotonic()`` value; None: no deadline). ``record`` is told the count before
-    each request is sent, so that an attempt killed meanwhile leaves it for the next one."""
+    night) until ``deadline`` (a ``time.monotonic()`` value; None: no deadline). ``claim``, when given, keeps the count
+    outside this process (:class:`FileRequestCount`): each request is claimed from it before it is sent, so that an
+    attempt killed meanwhile leaves it for the next one and two attempts running at once share one budget."""
 
     max_requests: int
     deadline: float | None = None
     spent: int = 0
-    record: Callable[[int], None] | None = None
+    claim: Callable[[int], int | None] | None = None  # one more request under the limit: the new count, None if none
 
     @classmethod
     def lasting(cls, max_requests: int, seconds: float | None, spent: int = 0,
-                record: Callable[[int], None] | None = None) -> RequestBudget:
-        return cls(max_requests, None if seconds is None else time.monotonic() + seconds, spent, record)
+                claim: Callable[[int], int | None] | None = None) -> RequestBudget:
+        return cls(max_requests, None if seconds is None else time.monotonic() + seconds, spent, claim)
 
     def remaining_seconds(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
     def charge(self) -> None:
         """Count one request, or raise :class:`JudgeBudgetSpentError` when none is left."""
-        if self.spent >= self.max_requests:
-            raise JudgeBudgetSpentError(f"the judge's budget of {self.max_requests} request(s) is spent",
-                                        hint="raise discovery.llm_requests_per_night")
         remaining = self.remaining_seconds()
         if remaining is not None and remaining <= 0:
             raise JudgeBudgetSpentError("the judge's deadline has passed",
                                         hint="raise discovery.llm_deadline_minutes")
-        self.spent += 1
-        if self.record is not None:
-            self.record(self.spent)
+        if self.claim is not None:
+            count = self.claim(self.max_requests)
+        else:
+            count = self.spent + 1 if self.spent < self.max_requests else None
+        if count is None:
+            raise JudgeBudgetSpentError(f"the judge's budget of {self.max_requests} request(s) is spent",
+                                        hint="raise discovery.llm_requests_per_night")
+        self.spent = count
+
+
+class FileRequestCount:
+    """A request count kept in a JSON file (``{"requests": n}``) and claimed under a file lock: shared by every
+    process that judges for the same budget (a night's discover attempt and a zombie of an earlier one)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = FileLock(f"{self.path}.lock")
+
+    def spent(self) -> int:
+        return json.loads(self.path.read_text())["requests"] if self.path.exists() else 0
+
+    def claim(self, limit: int) -> int | None:
+        with self._lock:
+            count = self.spent()
+            if count >= limit:
+                return None
+            write_json(self.path, {"requests": count + 1})
+            return count + 1

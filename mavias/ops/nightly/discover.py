@@ -10,7 +10,6 @@ pairs it missed (its earlier decisions come from the cache); the night's LLM req
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -21,7 +20,7 @@ from mavias.core.discovery import discover_partition
 from mavias.core.encode import TextEncoder, make_encoder
 from mavias.core.judging.base import RelevanceJudge
 from mavias.core.judging.factory import make_judge
-from mavias.core.judging.guards import RequestBudget
+from mavias.core.judging.guards import FileRequestCount, RequestBudget
 from mavias.core.manifest import load_manifest
 from mavias.core.tagging import Tagger
 from mavias.core.tagging.factory import TaggerSettings
@@ -32,7 +31,6 @@ from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import layout
 from mavias.ops.nightly.tagging_plan import partitions_to_discover
 from mavias.ops.nightly.weights import weights_dir
-from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +68,14 @@ def tag_shard(cfg: NightlyConfig, job: TagJob) -> Tagged:
 
 
 def _night_judge(cfg: NightlyConfig, usage: Path) -> RelevanceJudge:
-    """The configured judge; an LLM one with tonight's remaining budget (its count kept in ``usage`` before each
-    request) and the offline judge to fall back on."""
+    """The configured judge; an LLM one with tonight's remaining budget (each request claimed from the count in
+    ``usage`` before it is sent, under a lock another attempt shares) and the offline judge to fall back on."""
     settings = cfg.judge_settings()
     if settings.kind != "llm":
         return make_judge(settings)
-    spent = json.loads(usage.read_text())["requests"] if usage.exists() else 0
-    budget = RequestBudget.lasting(cfg.discovery.llm_requests_per_night, cfg.discovery.llm_deadline_minutes * 60, spent,
-                                   record=lambda count: write_json(usage, {"requests": count}))
+    count = FileRequestCount(usage)
+    budget = RequestBudget.lasting(cfg.discovery.llm_requests_per_night, cfg.discovery.llm_deadline_minutes * 60,
+                                   count.spent(), claim=count.claim)
     return make_judge(settings, budget=budget, fall_back=True)
 
 

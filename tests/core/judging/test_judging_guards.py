@@ -1,16 +1,19 @@
 """The LLM judge's guards against a real local HTTP server: tags it must not see, one-sided answers, a request
 budget with a deadline, the offline judge standing in, answers that cannot be read, and where the key may go."""
 
+import json
+import multiprocessing
 import time
+from pathlib import Path
 
 import pytest
 from judge_fake_server import FakeLLM, batch_tags, completion, error, relevant_by
 
+from mavias.core.judging.answers import UnreadableAnswerError, parse_relevant_tags
 from mavias.core.judging.base import JudgeBudgetSpentError, JudgeConfigError, JudgeUnavailableError
 from mavias.core.judging.cache import DecisionCache, DecisionTally, decide
 from mavias.core.judging.guarded import GuardedJudge
-from mavias.core.judging.guards import RequestBudget, implausible, unsafe_tag_reason
-from mavias.core.judging.answers import UnreadableAnswerError, parse_relevant_tags
+from mavias.core.judging.guards import FileRequestCount, RequestBudget, implausible, unsafe_tag_reason
 from mavias.core.judging.llm import LLMJudge, key_may_travel
 from mavias.core.judging.offline import OfflineJudge
 
@@ -91,13 +94,32 @@ def test_the_budget_counts_requests_and_retries_and_keeps_a_deadline():
     with pytest.raises(JudgeBudgetSpentError, match="deadline"):
         late.charge()
     assert late.spent == 0 and RequestBudget.lasting(5, None).remaining_seconds() is None
-    recorded = []
-    counted = RequestBudget.lasting(3, None, spent=1, record=recorded.append)  # an earlier attempt sent one
-    counted.charge()
-    counted.charge()
-    with pytest.raises(JudgeBudgetSpentError):
-        counted.charge()
-    assert recorded == [2, 3]  # each count kept before its request went out: a kill loses none
+
+
+def _claim_all(path: Path, limit: int, claimed) -> None:  # noqa: ANN001 - a multiprocessing queue
+    count = FileRequestCount(path)
+    budget = RequestBudget.lasting(limit, None, count.spent(), claim=count.claim)
+    while True:
+        try:
+            budget.charge()
+        except JudgeBudgetSpentError:
+            return
+        claimed.put(budget.spent)
+
+
+def test_a_budget_counted_in_a_file_is_shared_by_processes_judging_at_once(tmp_path: Path):
+    usage = tmp_path / "llm_requests.json"
+    FileRequestCount(usage).claim(100)  # an earlier attempt sent one before it was killed
+    context = multiprocessing.get_context("fork")
+    claimed = context.Queue()
+    workers = [context.Process(target=_claim_all, args=(usage, 100, claimed)) for _ in range(2)]  # an attempt and
+    for worker in workers:  # a zombie of the one before it
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    counts = sorted(claimed.get(timeout=5) for _ in range(99))
+    assert counts == list(range(2, 101))  # each request claimed once, none past the budget
+    assert claimed.empty() and json.loads(usage.read_text()) == {"requests": 100}
 
 
 def test_a_spent_budget_hands_the_rest_to_the_offline_judge(fake_llm, offline, tmp_path):

@@ -6,9 +6,9 @@ import time
 import pytest
 from judge_fake_server import FakeLLM, batch_tags, completion, delayed, error, relevant_by
 
+from mavias.core.judging.answers import parse_relevant_tags
 from mavias.core.judging.base import JudgeConfigError, JudgeResponseError, JudgeUnavailableError
 from mavias.core.judging.cache import DecisionCache, decide
-from mavias.core.judging.answers import parse_relevant_tags
 from mavias.core.judging.llm import SAMPLING_TEMPERATURE, LLMJudge
 
 TAGS = ["beak", "sky", "water", "wing"]
