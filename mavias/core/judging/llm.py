@@ -231,7 +231,10 @@ class LLMJudge:
 
     @property
     def judge_id(self) -> str:
-        return f"llm:{self.model}" + (f"+vote{self.samples}" if self.samples > 1 else "")
+        """The model and the server that answers for it (local servers answer any model name with what they load),
+        so decisions cached from one endpoint are never taken for another's."""
+        vote = f"+vote{self.samples}" if self.samples > 1 else ""
+        return f"llm:{self.model}{vote}@{urlsplit(self.base_url).netloc}"
 
     def judge(self, class_name: str, tags: list[str]) -> set[str]:
         return {tag for batch in batches(tags, self.batch_size) for tag in self._vote(class_name, batch)}
@@ -336,17 +339,17 @@ class LLMJudge:
         try:
             return retrying(call)
         except CutOffAnswerError as error:
-            raise JudgeResponseError(f"{self.judge_id} at {self.base_url}: {error}",
+            raise JudgeResponseError(f"{self.model} at {self.base_url}: {error}",
                                      hint="use a model whose answers (with any hidden reasoning) fit that limit, or "
                                           "--judge offline") from error
         except UnreadableAnswerError as error:
-            raise JudgeResponseError(f"{self.judge_id} at {self.base_url}: {error}",
+            raise JudgeResponseError(f"{self.model} at {self.base_url}: {error}",
                                      hint="use a model that follows JSON instructions, or --judge offline") from error
         except openai.APIError as error:
             if not _is_transient(error):  # refused for good (a content filter, a context too long, no credit)
                 status = getattr(error, "status_code", None)
                 raise JudgeResponseError(
-                    f"{self.judge_id} at {self.base_url} refused a request ({type(error).__name__}"
+                    f"{self.model} at {self.base_url} refused a request ({type(error).__name__}"
                     f"{f', HTTP {status}' if status else ''})",  # not its text: a server may echo the request
                     hint="check the model's limits and the account, or use --judge offline") from None
             attempts = self._max_retries + 1

@@ -232,4 +232,4 @@ def test_self_consistency_keeps_the_majority_and_counts_every_request(fake_llm):
     assert judge.judge("car", ["wheel", "road", "sky"]) == {"wheel"}
     assert judge.stats.requests == 3 and judge.stats.tags_judged == 3
     assert {r["temperature"] for r in fake_llm.requests} == {SAMPLING_TEMPERATURE}
-    assert judge.judge_id == "llm:fake+vote3"
+    assert judge.judge_id == f"llm:fake+vote3@{fake_llm.base_url.split('/')[2]}"

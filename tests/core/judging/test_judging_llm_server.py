@@ -16,7 +16,7 @@ def test_llama_cpp_server_protocol_batches_and_cache(llama_server, tmp_path):
     with DecisionCache(tmp_path / "decisions.sqlite") as cache:
         table = decide(judge, "bird", TAGS, cache, batch_size=4)
         assert table["tag"].tolist() == TAGS
-        assert set(table["source"]) == {"llm:gemma3-270m"}
+        assert set(table["source"]) == {f"llm:gemma3-270m@{llama_server.split('/')[2]}"}
         assert judge.style == "json_object"  # llama.cpp answers HTTP 500 to json_schema
         assert judge.stats.requests == 1 + 3  # the refused json_schema try, then ceil(10 / 4) batches
         assert judge.stats.tags_judged == len(TAGS)
