@@ -121,6 +121,12 @@ def group_table(
     return table[GROUP_TABLE_COLUMNS]
 
 
+def worst_first(table: pd.DataFrame) -> pd.DataFrame:
+    """Groups from the least accurate; of groups tied, the largest first (its size says how sure the minimum is),
+    then by name."""
+    return table.sort_values(["accuracy", "n", "group"], ascending=[True, False, True])
+
+
 def worst_group(
     pred: pd.DataFrame,
     group_col: Groups,
@@ -130,7 +136,8 @@ def worst_group(
     min_support: int = MIN_SUPPORT,
     include_small: bool = True,
 ) -> WorstGroup:
-    """Worst-group accuracy (min over groups, ties broken by group name) with a 95% percentile bootstrap interval.
+    """Worst-group accuracy (min over groups; the first of :func:`worst_first` names it) with a 95% percentile
+    bootstrap interval.
 
     Each replicate resamples every group within itself (stratified, with replacement) and takes the minimum group
     accuracy. Groups with n < min_support take part in the minimum unless ``include_small=False``; the result
@@ -143,7 +150,7 @@ def worst_group(
     candidates = table if include_small else table[~table["small"]]
     if candidates.empty:
         raise ValueError(f"every group has fewer than min_support={min_support} samples")
-    worst = candidates.sort_values(["accuracy", "group"]).iloc[0]
+    worst = worst_first(candidates).iloc[0]
     # Drawing n_g rows with replacement from a group with accuracy a_g yields Binomial(n_g, a_g) correct rows.
     sizes = candidates["n"].to_numpy()
     rng = np.random.default_rng(seed)

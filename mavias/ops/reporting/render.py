@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from mavias.core.evaluate.metrics import worst_first
 from mavias.core.evaluate.shortcuts import MIN_CROSS_AUC, MIN_CROSS_SUPPORT, MIN_ODDS_RATIO
 from mavias.core.judging.quality import ClassChanges
 from mavias.ops.gates import GateResult
@@ -196,7 +197,7 @@ def group_comparison(candidate: pd.DataFrame, reference: pd.DataFrame) -> pd.Dat
         reference[["group", "accuracy"]], on="group", how="left", suffixes=("", "_reference")
     )
     merged["delta"] = merged["accuracy"] - merged["accuracy_reference"]
-    return merged.sort_values(["accuracy", "group"]).reset_index(drop=True)
+    return worst_first(merged).reset_index(drop=True)
 
 
 def _validation_rows(context: ReportContext) -> list[dict[str, Any]]:

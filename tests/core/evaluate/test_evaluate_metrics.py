@@ -71,9 +71,11 @@ def test_worst_group_point_estimate_and_small_flag(three_groups, predictions):
         worst_group(with_tiny, "g", include_small=False, min_support=1000)
 
 
-def test_worst_group_ties_break_by_name(predictions):
-    pred = predictions((20, 10, {"g": "b"}), (40, 20, {"g": "a"}), (20, 20, {"g": "c"}))
-    assert worst_group(pred, "g").group == "a"
+def test_worst_group_ties_go_to_the_largest_group_then_by_name(predictions):
+    pred = predictions((5, 4, {"g": "a"}), (500, 400, {"g": "b"}), (20, 20, {"g": "c"}))
+    assert (worst_group(pred, "g").group, worst_group(pred, "g").n) == ("b", 500)  # its size, not its name, decides
+    same_size = predictions((40, 20, {"g": "b"}), (40, 20, {"g": "a"}), (20, 20, {"g": "c"}))
+    assert worst_group(same_size, "g").group == "a"
 
 
 def test_bootstrap_interval_matches_binomial_width_of_the_worst_group(predictions):

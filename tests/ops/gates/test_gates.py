@@ -144,6 +144,23 @@ def test_production_regression_uses_the_candidate_ci(candidate_ci, expected):
     assert gate.value == candidate_ci[1] and gate.threshold == pytest.approx(0.83)
 
 
+def test_a_candidate_as_good_as_production_passes_though_its_interval_of_a_minimum_lies_below_it():
+    production = evaluation(0.80)
+    same = evaluation(0.80, (0.70, 0.76))  # 20 groups near 80%: the bootstrapped minimum's interval is biased low
+    gate = next(r for r in evaluate_gates(same, evaluation(0.6), production, CONFIG).results
+                if r.name == "max_regression_vs_production")
+    assert (gate.status, gate.value) == ("passed", 0.80)
+
+
+@pytest.mark.parametrize(("candidate", "reference"), [(0.8, 0.7), (0.3, 0.2)])
+def test_a_margin_met_exactly_is_a_tie_whatever_the_float_rounding(candidate, reference):
+    config = CONFIG.model_copy(update={"reference_margin": 0.1, "min_worst_group_accuracy": reference + 0.1})
+    results = {r.name: r.status for r in evaluate_gates(evaluation(candidate), evaluation(reference), None,
+                                                        config).results}
+    assert results["must_beat_reference"] == "failed"  # more than the margin is asked for
+    assert results["min_worst_group_accuracy"] == "passed"  # at least the threshold
+
+
 def test_disabled_gates_are_reported_as_skipped():
     config = CONFIG.model_copy(update={"min_worst_group_accuracy": None, "must_beat_reference": False})
     report = evaluate_gates(evaluation(0.1), evaluation(0.9), None, config)
