@@ -40,6 +40,12 @@ def publish(cfg: NightlyConfig, packaged: Packaged) -> Published:
     except VersionExists:
         if version not in reg.versions():
             raise
+        if (there := reg.published_onnx_sha256(version)) != packaged["onnx_sha256"]:
+            raise VersionExists(
+                f"{reg.version_uri(version)} was published before from another model (ONNX sha256 {str(there)[:12]}, "
+                f"tonight's candidate {packaged['onnx_sha256'][:12]}): the candidate was trained again after that "
+                f"publish. Nothing was promoted; promote the published one with `mavias registry promote {version} "
+                f"--name {cfg.model_name}`, or run a new night to publish tonight's") from None
         log.info("%s was published before (rerun of the night)", version)
         uri = reg.version_uri(version)
     return {"version": version, "uri": uri}

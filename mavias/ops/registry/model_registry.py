@@ -34,6 +34,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from mavias.errors import UserError
+from mavias.ops.registry.model_card import CARD_NAME
 from mavias.storage.s3 import (
     S3Settings,
     UnsafeName,
@@ -265,6 +266,12 @@ class ModelRegistry:
         from one read: a promotion or rollback between two reads would pair one pointer's record with another's."""
         history, etag = self._read_pointer()
         return (history[-1].model_copy(update={"etag": etag}) if history else None), etag
+
+    def published_onnx_sha256(self, version: str) -> str | None:
+        """The sha256 of the ONNX graph ``version``'s model card names, if it has a readable card."""
+        card = get_json(self.client, self.settings, f"{self.prefix}{version}/{CARD_NAME}")
+        onnx = card[0].get("onnx") if card is not None and isinstance(card[0], dict) else None
+        return onnx.get("sha256") if isinstance(onnx, dict) else None
 
     def _published_gates_passed(self, version: str) -> bool:
         gates = get_json(self.client, self.settings, f"{self.prefix}{version}/gates.json")

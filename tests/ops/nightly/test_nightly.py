@@ -17,8 +17,9 @@ from mavias.errors import UserError
 from mavias.ops.nightly import dataset, discover, ingest, release, report
 from mavias.ops.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.ops.nightly.dataset import dataset_digest
-from mavias.ops.registry import ModelRegistry
+from mavias.ops.registry import ModelRegistry, VersionExists
 from mavias.storage.s3 import S3Settings, get_json
+from mavias.utils.disk import sha256_file
 from tests.support.s3server import (  # noqa: F401 - fixtures
     moto_endpoint,
     s3_client,
@@ -191,6 +192,28 @@ def test_a_night_stopped_before_its_report_is_named_by_the_next_report_once(
     assert "The night(s) 20250302T000000, 20250303T000000 started but sent no report" in second
     assert "airflow.dagrun_timeout_h = 20 h" in second and "20250301T000000" not in second
     assert "sent no report" not in reported(5)  # said once: the nights since the last report
+
+
+def _version_folder(root: Path, onnx: bytes) -> dict:
+    """A packaged version folder: its ONNX file and a card naming its sha256."""
+    root.mkdir(parents=True)
+    (root / "model.onnx").write_bytes(onnx)
+    sha = sha256_file(root / "model.onnx")
+    (root / "model_card.json").write_text(json.dumps({"onnx": {"file": "model.onnx", "sha256": sha}}))
+    return {"version": "20250301T000000-abcdef12", "dir": str(root), "onnx_sha256": sha}
+
+
+def test_a_rerun_publishes_nothing_twice_and_refuses_a_candidate_trained_again_under_a_published_version(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    cfg = NightlyConfig(model_name="m", s3=s3_settings, workspace=tmp_path / "ws")
+    first = _version_folder(tmp_path / "first", b"graph one")
+    assert release.publish(cfg, first)["version"] == first["version"]
+    assert release.publish(cfg, first)["uri"].endswith(f"/{first['version']}/")  # the rerun finds it published
+    retrained = _version_folder(tmp_path / "retrained", b"graph two")
+    with pytest.raises(VersionExists, match="published before from another model") as raised:
+        release.publish(cfg, retrained)
+    assert f"mavias registry promote {first['version']} --name m" in str(raised.value)
 
 
 def test_images_tagged_counts_each_shard_once_whatever_results_an_earlier_try_left() -> None:
