@@ -29,8 +29,9 @@ class ExportError(RuntimeError):
 
 
 def cpu_eval_copy(model: MainModel) -> MainModel:
-    """A CPU copy in eval mode, so neither the caller's device nor its train/eval mode changes."""
-    return copy.deepcopy(model).cpu().eval()
+    """A float32 CPU copy in eval mode (the graph's input and the served model are float32), so neither the caller's
+    device, dtype nor its train/eval mode changes."""
+    return copy.deepcopy(model).cpu().float().eval()
 
 
 def require_image_model(model: object) -> MainModel:

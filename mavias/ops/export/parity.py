@@ -53,15 +53,20 @@ def verify_onnx(
         raise ValueError("verification needs at least one held-out image")
     reference = cpu_eval_copy(require_image_model(model))
     session = make_session(onnx_path, providers=providers)
-    max_diff, argmax_equal, scale = 0.0, True, 0.0
+    max_diff, argmax_equal, scale, finite = 0.0, True, 0.0, True
     with torch.inference_mode():
         for batch in x.split(batch_size):
             expected = reference(batch).numpy()
             (got,) = session.run([OUTPUT_NAME], {INPUT_NAME: batch.numpy()})
-            max_diff = max(max_diff, float(np.abs(got - expected).max()))
-            scale = max(scale, float(np.abs(expected).max()))
+            finite &= bool(np.isfinite(got).all() and np.isfinite(expected).all())
+            if finite:
+                max_diff = max(max_diff, float(np.abs(got - expected).max()))
+                scale = max(scale, float(np.abs(expected).max()))
             argmax_equal &= bool((got.argmax(1) == expected.argmax(1)).all())
-    result = VerificationResult(max_diff, argmax_equal, len(x), session.get_providers(), atol, rtol, scale)
+    result = VerificationResult(max_diff, argmax_equal, len(x), session.get_providers(), atol, rtol, scale, finite)
+    if not finite:
+        raise ExportVerificationError(f"{onnx_path}: NaN or infinite logits (ONNX Runtime or PyTorch) on {len(x)} "
+                                      "held-out images: the model cannot be served", result)
     if not result.passed:
         raise ExportVerificationError(
             f"{onnx_path}: ONNX Runtime disagrees with PyTorch on {len(x)} images (max |logit diff| {max_diff:.2e}, "

@@ -17,6 +17,7 @@ class VerificationResult:
     atol: float
     rtol: float = 0.0
     logit_scale: float = 0.0  # max |logit| of PyTorch on the images
+    finite: bool = True  # every logit of both finite (a NaN or inf would slip through any difference)
 
     @property
     def tolerance(self) -> float:
@@ -24,7 +25,7 @@ class VerificationResult:
 
     @property
     def passed(self) -> bool:
-        return self.argmax_equal and self.max_abs_diff <= self.tolerance
+        return self.finite and self.argmax_equal and self.max_abs_diff <= self.tolerance
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"passed": self.passed}

@@ -15,11 +15,12 @@ from torch import nn
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import BackboneConfig, TrainConfig
 from mavias.core.train.model import MainModel, build_main_model, build_projection
+from mavias.errors import UserError
 from mavias.ops.export.exporter import ExportError, describe_onnx, export_onnx
 from mavias.ops.export.latency import export_latency_benchmark
 from mavias.ops.export.parity import ExportVerificationError, VerificationResult, verify_onnx
 from mavias.ops.export.session import make_session
-from mavias.ops.export.version import build_model_card
+from mavias.ops.export.version import build_model_card, export_checkpoint
 from mavias.ops.gates import evaluate_gates
 from mavias.ops.registry.model_card import lineage_from_files, write_model_card
 from mavias.utils.disk import sha256_file
@@ -121,6 +122,36 @@ def test_mavias_checkpoint_exports_without_the_projection(tmp_path):
         p = p.detach().numpy()
         assert not any(w.shape == p.shape and np.allclose(w, p) for w in weights)
     assert classes == CLASSES
+
+
+def _checkpoint(path, model: MainModel):
+    torch.save({"modules": {"model": model.state_dict()}, "config": TRAIN_CONFIG.model_dump(mode="json"),
+                "classes": CLASSES}, path)
+    return path
+
+
+def test_nan_logits_never_pass_verification_and_never_replace_a_verified_graph(tmp_path):
+    out = tmp_path / "v1" / "model.onnx"
+    out.parent.mkdir()
+    export_checkpoint(_checkpoint(tmp_path / "good.pt", _model()), out, name="m", version="v1")
+    verified = out.read_bytes()
+    broken = _model()
+    with torch.no_grad():
+        broken.head.bias[0] = float("nan")
+    with pytest.raises(ExportVerificationError, match="NaN or infinite logits") as raised:
+        verify_onnx(export_onnx(broken, tmp_path / "nan.onnx", image_size=SIZE), broken, torch.rand(4, 3, SIZE, SIZE))
+    assert not raised.value.result.passed and not raised.value.result.finite
+    with pytest.raises(UserError, match="NaN or infinite logits"):
+        export_checkpoint(_checkpoint(tmp_path / "nan.pt", broken), out, name="m", version="v1")
+    assert out.read_bytes() == verified and sorted(p.name for p in out.parent.iterdir()) == ["model.onnx",
+                                                                                            "model_card.json"]
+
+
+def test_a_model_in_double_precision_exports_as_the_float32_graph_served(tmp_path):
+    model = _model().double()
+    path = export_onnx(model, tmp_path / "model.onnx", image_size=SIZE)
+    assert verify_onnx(path, model, torch.rand(3, 3, SIZE, SIZE)).passed
+    assert next(model.parameters()).dtype == torch.float64  # the caller's model is left as it was
 
 
 class _WithProjection(nn.Module):
