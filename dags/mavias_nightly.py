@@ -353,6 +353,7 @@ def mavias_nightly() -> None:
         candidate_metrics=evaluated["candidate"],
         reference_metrics=evaluated["reference"],
         production_metrics=evaluated["production"],
+        production_not_compared=evaluated["production_not_compared"],
         gates_path=str(CONFIG.gates),
     )
     packaged = package(dataset, candidate, evaluated, gates.output)

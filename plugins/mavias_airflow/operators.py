@@ -27,7 +27,8 @@ class QualityGateOperator(BaseOperator):
     before promotion) and the report explains.
     """
 
-    template_fields: Sequence[str] = ("candidate_metrics", "reference_metrics", "production_metrics", "output_path")
+    template_fields: Sequence[str] = ("candidate_metrics", "reference_metrics", "production_metrics",
+                                      "production_not_compared", "output_path")
     ui_color = "#fde68a"
 
     def __init__(
@@ -36,6 +37,7 @@ class QualityGateOperator(BaseOperator):
         candidate_metrics: str,
         reference_metrics: str,
         production_metrics: str | None = None,
+        production_not_compared: str | None = None,
         gates_path: str | Path = DEFAULT_GATES_PATH,
         output_path: str | None = None,
         fail_on_block: bool = False,
@@ -45,6 +47,7 @@ class QualityGateOperator(BaseOperator):
         self.candidate_metrics = candidate_metrics
         self.reference_metrics = reference_metrics
         self.production_metrics = production_metrics
+        self.production_not_compared = production_not_compared  # why production has no metrics though there is one
         self.gates_path = str(gates_path)
         self.output_path = output_path
         self.fail_on_block = fail_on_block
@@ -55,6 +58,7 @@ class QualityGateOperator(BaseOperator):
             _read_json(self.reference_metrics),
             _read_json(self.production_metrics),
             load_gate_config(self.gates_path),
+            no_production=self.production_not_compared or None,
         )
         for gate in report.results:
             self.log.info("gate %-30s %-7s value=%s threshold=%s %s", gate.name, gate.status, gate.value,

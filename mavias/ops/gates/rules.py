@@ -214,12 +214,13 @@ def _beat_reference(wg: Mapping[str, Any], reference_wg: Mapping[str, Any], conf
     return _compared(name, wg["worst_group_accuracy"], ">", reference + config.reference_margin, detail)
 
 
-def _no_regression(wg: Mapping[str, Any], production: Mapping[str, Any] | None, config: GateConfig) -> GateResult:
+def _no_regression(wg: Mapping[str, Any], production: Mapping[str, Any] | None, config: GateConfig,
+                   no_production: str) -> GateResult:
     name, tolerance = "max_regression_vs_production", config.max_regression_vs_production
     if tolerance is None:
         return _skipped(name, DISABLED, ">=")
     if production is None:
-        return _skipped(name, "no production model yet", ">=")
+        return _skipped(name, no_production, ">=")
     production_wg = _wg_section(production, config.wg_source, "production")["worst_group_accuracy"]
     detail = (
         f"upper 95% CI bound of the candidate's WG ({wg['worst_group_accuracy']:.1%}) against production WG "
@@ -245,8 +246,11 @@ def evaluate_gates(
     reference_metrics: Mapping[str, Any],
     production_metrics: Mapping[str, Any] | None,
     config: GateConfig,
+    *,
+    no_production: str | None = None,
 ) -> GateReport:
-    """Every gate of ``config`` on the candidate; raises :class:`GateError` when the inputs cannot be compared."""
+    """Every gate of ``config`` on the candidate; raises :class:`GateError` when the inputs cannot be compared.
+    ``no_production`` says why there are no production metrics where it is not that there is no production model."""
     wg = _wg_section(candidate_metrics, config.wg_source, "candidate")
     reference_wg = _wg_section(reference_metrics, config.wg_source, "reference")
     _check_same_evaluation(candidate_metrics, reference_metrics, "the ERM reference")
@@ -257,7 +261,7 @@ def evaluate_gates(
         _min_support(wg, config),
         *_gap_gates(candidate_metrics.get("urbancars"), config),
         _beat_reference(wg, reference_wg, config),
-        _no_regression(wg, production_metrics, config),
+        _no_regression(wg, production_metrics, config, no_production or "no production model yet"),
         _validation_drop(candidate_metrics, reference_metrics, config),
     ]
     return GateReport(config, results)

@@ -144,6 +144,7 @@ class Evaluated(TypedDict):
     production: str | None
     production_version: str | None
     production_etag: str | None  # promotion succeeds only if the pointer still has it
+    production_not_compared: str | None  # why production has no metrics though there is one (e.g. other classes)
     logit_summary: str  # CSV of the logit plot
     shortcut_status: NotRequired[str]  # CSV: per class, its shortcuts or why it has none (STATUS_COLUMNS)
     production_problem: NotRequired[str | None]  # a corrupt production pointer: promotion refused, the night fails

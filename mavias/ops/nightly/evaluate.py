@@ -87,12 +87,13 @@ def evaluate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, 
     metrics = {"candidate": run("candidate", candidate["checkpoint"]), "reference": run("reference", ref.checkpoint)}
     notes: list[str] = []
     production, pointer_etag = _production_and_etag(cfg, client, notes)
-    problem = notes[0] if notes else None
+    problem, not_compared = (notes[0] if notes else None), None
     if production is not None:
         try:
             metrics["production"] = run("production", _production_checkpoint(cfg, client, production.version))
         except ValueError as err:  # e.g. production was trained on other classes: not comparable
-            notes.append(f"production {production.version} not compared: {err}")
+            not_compared = f"production {production.version} could not be compared: {err}"
+            notes.append(not_compared)
     summary = _logit_summaries(data, ref.biased_tags, {"ERM reference": ref.checkpoint,
                                                         "MAVias": candidate["checkpoint"]})
     write_csv(summary, out / "logit_summary.csv")
@@ -103,6 +104,7 @@ def evaluate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, 
         "production": metrics.get("production"),
         "production_version": production.version if production else None,
         "production_etag": pointer_etag,
+        "production_not_compared": not_compared,
         "logit_summary": str(out / "logit_summary.csv"),
         "shortcut_status": str(out / SHORTCUT_STATUS),
         "production_problem": problem,

@@ -161,6 +161,16 @@ def test_a_margin_met_exactly_is_a_tie_whatever_the_float_rounding(candidate, re
     assert results["min_worst_group_accuracy"] == "passed"  # at least the threshold
 
 
+def test_a_production_model_that_could_not_be_compared_is_named_as_such_not_as_no_production():
+    why = "production v1 could not be compared: it was trained on other classes"
+    gates = {r.name: r for r in evaluate_gates(evaluation(0.8), evaluation(0.6), None, CONFIG,
+                                               no_production=why).results}
+    assert (gates["max_regression_vs_production"].status, gates["max_regression_vs_production"].detail) == (
+        "skipped", why)
+    plain = {r.name: r for r in evaluate_gates(evaluation(0.8), evaluation(0.6), None, CONFIG).results}
+    assert plain["max_regression_vs_production"].detail == "no production model yet"
+
+
 def test_disabled_gates_are_reported_as_skipped():
     config = CONFIG.model_copy(update={"min_worst_group_accuracy": None, "must_beat_reference": False})
     report = evaluate_gates(evaluation(0.1), evaluation(0.9), None, config)
