@@ -83,7 +83,16 @@ def small_group_caveats(metrics: Mapping[str, Any], what: str, *, groups: bool =
         shown = ", ".join(small[:4]) + (" …" if len(small) > 4 else "")
         caveats.append(f"{len(small)} of {metrics['n_groups']} {what} groups have fewer than {min_support} samples "
                        f"({shown}): their accuracies, and the averages over them, are noisy")
-    return caveats
+    return caveats + empty_group_caveats(metrics, what)
+
+
+def empty_group_caveats(metrics: Mapping[str, Any], what: str) -> list[str]:
+    """The open-set groups without a sample in the evaluation set, as one caveat (none when every group has one)."""
+    if not (empty := list(metrics.get("empty_groups") or [])):
+        return []
+    shown = ", ".join(empty[:4]) + (" …" if len(empty) > 4 else "")
+    return [f"{len(empty)} {what} group(s) have no sample in the evaluation set ({shown}): the worst group is taken "
+            "over the others and may look better than the model is; add images of those groups to the evaluation set"]
 
 
 def trust_lines(*, tags_from: str, tags_quality: str | None, judged_by: str, judge_quality: str | None,

@@ -124,11 +124,16 @@ def decoy_groups(pred: pd.DataFrame, sample_tags: pd.Series, biased: pd.DataFram
 
 def openset_report(pred: pd.DataFrame, irrelevant_tags: pd.Series, sample_tags: pd.Series | None,
                    biased: pd.DataFrame, class_names: Sequence[str], **report) -> tuple[dict, pd.DataFrame]:
-    """Metrics and group table over the aligned, conflicting and (with ``sample_tags``) decoy groups."""
+    """Metrics and group table over the aligned, conflicting and (with ``sample_tags``) decoy groups; ``empty_groups``
+    names the 2·p groups without a sample (a class whose every sample is aligned has no conflicting group to take the
+    minimum over, and the worst group looks better than the model is)."""
     groups = openset_groups(pred, irrelevant_tags, biased, class_names)
+    expected = {f"{name}{GROUP_SEPARATOR}{CONFLICTING}" for name in class_names} | {
+        f"{name}{GROUP_SEPARATOR}{ALIGNED}" for name in _biased_by_class(biased, class_names)}
     if sample_tags is not None:
         groups = pd.concat([groups, decoy_groups(pred, sample_tags, biased, class_names)])
     rows = pred.loc[groups.index].reset_index(drop=True).assign(group=groups.to_numpy())
     metrics, table = evaluation_report(rows, "group", **report)
-    metrics.update(n_samples=len(pred), accuracy=accuracy(pred), n_decoy_rows=int(groups.str.endswith(DECOYS).sum()))
+    metrics.update(n_samples=len(pred), accuracy=accuracy(pred), n_decoy_rows=int(groups.str.endswith(DECOYS).sum()),
+                   empty_groups=sorted(expected - set(groups)))
     return metrics, table

@@ -6,12 +6,14 @@ over :func:`mavias.ops.gates.evaluate_gates`) and the report; and why each class
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 from botocore.client import BaseClient
 
+from mavias.core.evaluate.explain import empty_group_caveats
 from mavias.core.evaluate.metrics import MIN_SUPPORT
 from mavias.core.evaluate.shortcut_status import class_status
 from mavias.core.protocol import Reference, evaluate_checkpoint, load_reference, write_run_evaluation
@@ -88,6 +90,7 @@ def evaluate(cfg: NightlyConfig, dataset: Dataset, reference: TrainedReference, 
     notes: list[str] = []
     production, pointer_etag = _production_and_etag(cfg, client, notes)
     problem, not_compared = (notes[0] if notes else None), None
+    notes += empty_group_caveats(json.loads(Path(metrics["candidate"]).read_text()).get("open_set", {}), "label-free")
     if production is not None:
         try:
             metrics["production"] = run("production", _production_checkpoint(cfg, client, production.version))

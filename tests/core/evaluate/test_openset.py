@@ -2,6 +2,7 @@ import pandas as pd
 import pytest
 
 from mavias.core.evaluate import decoy_groups, find_biased_tags, openset_groups, openset_report
+from mavias.core.evaluate.explain import small_group_caveats
 from mavias.core.evaluate.openset import biased_tag_recovery
 
 CLASSES = ["cat", "dog"]
@@ -137,3 +138,15 @@ def test_a_class_missing_from_the_evaluation_set_has_no_group_and_the_report_goe
     metrics, table = openset_report(pred, tags, tags, biased, classes, n_boot=20, min_support=5)
     assert not any(group.startswith("fox|") and not group.endswith("decoys") for group in table["group"])
     assert "fox|decoys" in set(table["group"]) and metrics["n_samples"] == 40
+    assert metrics["empty_groups"] == ["fox|aligned", "fox|conflicting"]
+
+
+def test_a_class_whose_every_sample_is_aligned_has_its_missing_conflicting_group_named(predictions):
+    biased = pd.DataFrame({"class": ["cat"], "tag": ["sofa"]})
+    pred = predictions((20, 20, {"label": 0}), (20, 15, {"label": 1}))
+    tags = pd.Series([["sofa"]] * 20 + [[]] * 20)  # every cat on a sofa: no cat without one to measure
+    metrics, _ = openset_report(pred, tags, None, biased, CLASSES, n_boot=20, min_support=5)
+    assert metrics["empty_groups"] == ["cat|conflicting"] and metrics["worst_group"] == "dog|conflicting"
+    (caveat,) = small_group_caveats(metrics, "label-free")
+    assert caveat.startswith("1 label-free group(s) have no sample in the evaluation set (cat|conflicting)")
+    assert "add images of those groups" in caveat
