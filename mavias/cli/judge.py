@@ -27,6 +27,7 @@ from mavias.cli.options import (
     console,
     warn,
     writable_file,
+    writable_table,
 )
 from mavias.core.judging.base import BATCH_SIZE, JudgeStats, RelevanceJudge
 from mavias.core.judging.cache import DecisionCache, decide_all
@@ -142,8 +143,9 @@ def run(
         str | None, typer.Option(help="comma-separated classes: judge a whole vocabulary instead")
     ] = None,
     vocabulary: Annotated[Path | None, typer.Option(help="vocabulary for --classes (default: built-in)")] = None,
-    out: Annotated[Path, typer.Option(help="relevance table to write", callback=writable_file)] = Path(
-        "relevance.parquet"),
+    out: Annotated[
+        Path, typer.Option(help="relevance table to write (.parquet or .csv)", callback=writable_table)
+    ] = Path("relevance.parquet"),
     judge: JudgeKind = "offline",
     base_url: LlmBaseUrl = DEFAULT_BASE_URL,
     llm_model: LlmModel = DEFAULT_LLM_MODEL,

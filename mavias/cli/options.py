@@ -49,6 +49,13 @@ def writable_file(path: Path | None) -> Path | None:
     return writable(path)
 
 
+def writable_table(path: Path | None) -> Path | None:
+    """:func:`writable_file`, for a table: a ``.parquet`` or ``.csv`` file."""
+    if path is not None and path.suffix not in (".parquet", ".csv"):
+        raise typer.BadParameter(f"{path}: a table is written as .parquet or .csv; name the file with one of them")
+    return writable_file(path)
+
+
 def model_name(name: str | None) -> str | None:
     """A model name the registry accepts (it names S3 keys), checked as the option is read."""
     from mavias.storage.s3 import UnsafeName, check_name

@@ -73,9 +73,13 @@ def load_relevance(path: str | Path, *, default_source: str | None = None) -> pd
 
 
 def save_relevance(table: pd.DataFrame, path: str | Path) -> Path:
+    """Write ``table``, validated, as CSV where ``path`` ends in ``.csv`` (``relevant`` as true/false), else Parquet."""
     table = validate_relevance(table)
     with atomic_path(path) as tmp:
-        table.to_parquet(tmp, index=False)
+        if Path(path).suffix == ".csv":
+            table.assign(relevant=table["relevant"].map({True: "true", False: "false"})).to_csv(tmp, index=False)
+        else:
+            table.to_parquet(tmp, index=False)
     return Path(path)
 
 

@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from mavias.cli import app
 from mavias.core.datasets.generate import write_imagefolder
+from mavias.core.relevance import load_relevance
 from mavias.core.train.config import TrainConfig, preset_names, save_config
 
 runner = CliRunner()
@@ -37,6 +38,18 @@ def test_a_relevance_table_as_csv_is_accepted(files):
     result = runner.invoke(app, ["judge", "export-review", str(files / "truth.csv"), "--out", str(files / "r.yaml")])
     assert result.exit_code == 0, result.output
     assert (files / "r.yaml").exists()
+
+
+def test_a_relevance_table_is_written_in_the_format_its_name_says(files):
+    args = ["judge", "run", "--classes", "car,bird", "--tags", "wheel,road,wing", "--no-cache", "--out"]
+    for name in ("r.csv", "r.parquet"):
+        result = runner.invoke(app, [*args, str(files / name)])
+        assert result.exit_code == 0, result.output
+    written = pd.read_csv(files / "r.csv", dtype=str)
+    assert set(written["relevant"]) == {"true", "false"}
+    pd.testing.assert_frame_equal(load_relevance(files / "r.csv"), load_relevance(files / "r.parquet"))
+    fails_cleanly(*args, files / "r.txt", expect="written as .parquet or .csv")
+    assert not (files / "r.txt").exists()
 
 
 def test_a_nonexistent_path(files):
