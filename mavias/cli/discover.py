@@ -32,6 +32,7 @@ from mavias.cli.options import (
     console,
     counts_table,
     warn,
+    writable,
 )
 from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.core.encode.factory import MINILM
@@ -50,9 +51,8 @@ app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=Tru
 @app.callback()
 def discover(
     partition: Annotated[Path, typer.Option(help="partition folder with manifest.parquet, or a manifest file")],
-    workspace: Annotated[Path, typer.Option(help="workspace accumulating tags, decisions, embeddings")] = Path(
-        "runs/discovery"
-    ),
+    workspace: Annotated[Path, typer.Option(help="workspace accumulating tags, decisions, embeddings",
+                                            callback=writable)] = Path("runs/discovery"),
     name: Annotated[str | None, typer.Option(help="partition name (default: the manifest's folder name)")] = None,
     tagger: TaggerKind = "auto",
     tagger_model: TaggerModel = OPENCLIP_MODEL,

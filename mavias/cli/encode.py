@@ -9,7 +9,16 @@ from typing import Annotated
 
 import typer
 
-from mavias.cli.options import AllowDownload, Device, EncodeMode, EncoderSpec, WeightsDir, console, counts_table
+from mavias.cli.options import (
+    AllowDownload,
+    Device,
+    EncodeMode,
+    EncoderSpec,
+    WeightsDir,
+    console,
+    counts_table,
+    writable,
+)
 from mavias.core.encode.factory import MINILM
 
 app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=True)
@@ -20,7 +29,8 @@ def encode(
     manifest: Annotated[Path, typer.Option(help="manifest (.parquet or .csv)")],
     relevance: Annotated[Path, typer.Option(help="relevance table (class, tag, relevant, source)")],
     workspace: Annotated[Path, typer.Option(help="workspace whose embedding store receives the vectors (the "
-                                                 "--workspace of `mavias train`)")] = Path(".mavias"),
+                                                 "--workspace of `mavias train`)",
+                                            callback=writable)] = Path(".mavias"),
     tags: Annotated[Path | None, typer.Option(help="tags table (default: the manifest's tags column)")] = None,
     encoder: EncoderSpec = MINILM,
     mode: EncodeMode = "collective",

@@ -28,8 +28,15 @@ console = make_console()
 
 
 def writable(path: Path | None) -> Path | None:
-    """An output path the command can create: checked as the option is read, before any work that a late
+    """An output folder the command can create: checked as the option is read, before any work that a late
     failure to write would waste."""
+    if path is not None and path.exists() and not path.is_dir():
+        raise typer.BadParameter(f"{path} is a file; name a folder to write into (a new one, or an existing folder)")
+    return _creatable(path)
+
+
+def _creatable(path: Path | None) -> Path | None:
+    """A path whose nearest existing ancestor is a folder this user can write to."""
     if path is None:
         return None
     existing = next(p for p in (path, *path.parents) if p.exists() or p == p.parent)
@@ -46,7 +53,7 @@ def writable_file(path: Path | None) -> Path | None:
     """:func:`writable`, for an output that is a file: an existing folder there is refused."""
     if path is not None and path.is_dir():
         raise typer.BadParameter(f"{path} is a folder; name the file to write (inside it, or elsewhere)")
-    return writable(path)
+    return _creatable(path)
 
 
 def writable_table(path: Path | None) -> Path | None:

@@ -24,6 +24,7 @@ from mavias.cli.options import (
     console,
     counts_table,
     warn,
+    writable,
 )
 from mavias.core.encode.defaults import OPENCLIP_MODEL, OPENCLIP_PRETRAINED
 from mavias.core.manifest import load_manifest
@@ -37,7 +38,7 @@ app = typer.Typer(help=__doc__, invoke_without_command=True, no_args_is_help=Tru
 @app.callback()
 def tag(
     manifest: Annotated[Path, typer.Option(help="manifest (.parquet or .csv)")],
-    out: Annotated[Path, typer.Option(help="output folder of this partition's tags")],
+    out: Annotated[Path, typer.Option(help="output folder of this partition's tags", callback=writable)],
     tagger: TaggerKind = "auto",
     tagger_model: TaggerModel = OPENCLIP_MODEL,
     pretrained: Pretrained = OPENCLIP_PRETRAINED,
@@ -47,7 +48,8 @@ def tag(
     device: Device = "auto",
     shard: Annotated[str | None, typer.Option(help="tag only shard i/n (several workers split one partition)")] = None,
     num_shards: Annotated[int, typer.Option(help="shards when --shard is not given", min=1)] = DEFAULT_NUM_SHARDS,
-    store: Annotated[Path | None, typer.Option(help="folder of earlier partitions' tag outputs to reuse")] = None,
+    store: Annotated[Path | None, typer.Option(help="folder of earlier partitions' tag outputs to reuse", exists=True,
+                                               file_okay=False)] = None,
     batch_size: ImageBatchSize = 32,
     workers: Workers = 2,
     cache_dir: CacheDir = None,

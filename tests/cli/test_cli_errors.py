@@ -280,6 +280,38 @@ def test_an_output_inside_a_file_is_refused_before_any_work(files):
     assert "notes.txt is a file, so" in result.output and "choose another path" in result.output
 
 
+@pytest.mark.parametrize("command", [
+    ["tag", "--manifest", "{files}/manifest.csv", "--tagger", "manifest", "--out", "{files}/notes.txt"],
+    ["encode", "--manifest", "{files}/manifest.csv", "--relevance", "{files}/truth.csv", "--workspace",
+     "{files}/notes.txt"],
+    ["discover", "--partition", "{files}/manifest.csv", "--workspace", "{files}/notes.txt"],
+])
+def test_an_output_folder_that_is_a_file_is_refused_before_any_work(files, command):
+    fails_cleanly(*(arg.format(files=files) for arg in command), expect="notes.txt is a file; name a folder")
+
+
+def test_a_discovery_under_a_name_that_leaves_the_workspace_or_takes_another_partitions_place_is_refused(tmp_path):
+    for name in ("a", "b"):
+        images = write_imagefolder(tmp_path / name / "imgs", {"cat": 3, "dog": 3}, size=16)
+        sidecar = "image,tags\n" + "".join(f"{p.relative_to(images).as_posix()},{name};grass\n"
+                                             for p in sorted(images.rglob("*.*")))
+        (tmp_path / name / "tags.csv").write_text(sidecar)
+        result = runner.invoke(app, ["data", "import", "imagefolder", str(images), "--out",
+                                     str(tmp_path / name / "part"), "--tags", str(tmp_path / name / "tags.csv")])
+        assert result.exit_code == 0, result.output
+    discover = ["discover", "--workspace", str(tmp_path / "ws"), "--tagger", "manifest", "--partition"]
+    fails_cleanly(*discover, tmp_path / "a" / "part", "--name", "../../x", expect="cannot name a folder")
+    assert runner.invoke(app, [*discover, str(tmp_path / "a" / "part")]).exit_code == 0
+    fails_cleanly(*discover, tmp_path / "b" / "part", expect="pass --name")  # both folders are named 'part'
+    assert runner.invoke(app, [*discover, str(tmp_path / "b" / "part"), "--name", "b"]).exit_code == 0
+    assert runner.invoke(app, [*discover, str(tmp_path / "a" / "part")]).exit_code == 0  # its own again
+
+
+def test_a_tags_store_that_does_not_exist_is_refused(files):
+    fails_cleanly("tag", "--manifest", files / "manifest.csv", "--tagger", "manifest", "--out", files / "t",
+                  "--store", files / "no-store", expect="does not exist")
+
+
 @pytest.mark.parametrize(("error", "expect"), [
     (PermissionError(13, "Permission denied", "/srv/out"), "/srv/out cannot be used: permission denied"),
     (FileExistsError(17, "File exists", "photos/cat/0.png"), "photos/cat/0.png already exists and is in the way"),

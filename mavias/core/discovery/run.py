@@ -13,6 +13,7 @@ judge, and tag sets never encoded by this encoder. Re-running a partition costs 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from mavias.core.tagging.run import (
     tag_partition,
 )
 from mavias.core.tagging.shards import samples_digest
+from mavias.errors import UserError
 from mavias.utils.atomic import write_json
 
 MANIFEST_NAME = "manifest.parquet"
@@ -98,8 +100,24 @@ def manifest_file(partition: str | Path) -> Path:
 
 
 def partition_name(partition: str | Path, name: str | None = None) -> str:
-    """``name``, else the manifest's folder name."""
-    return name or manifest_file(partition).parent.name
+    """``name``, else the manifest's folder name: one plain folder name of the workspace."""
+    chosen = name or manifest_file(partition).resolve().parent.name
+    if chosen in ("", ".", "..") or any(char in chosen for char in "/\\\0"):
+        raise UserError(f"partition name {chosen!r} cannot name a folder of the workspace",
+                        hint="pass --name with a plain name (letters, digits, '-', '_', '.')")
+    return chosen
+
+
+def _check_same_partition(record: Path, manifest_path: Path, df: pd.DataFrame, name: str) -> None:
+    """A partition named after its folder must not take the place of another folder's of the same name."""
+    try:
+        earlier = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return
+    elsewhere = Path(str(earlier.get("partition", manifest_path))).resolve() != manifest_path.resolve()
+    if elsewhere and earlier.get("samples") != samples_digest(df):
+        raise UserError(f"the workspace's partition {name!r} was discovered from {earlier['partition']}, another "
+                        f"manifest than {manifest_path}", hint="pass --name to discover this one under its own name")
 
 
 def _tag(
@@ -143,11 +161,13 @@ def discover_partition(
 
     ``review`` holds human-reviewed verdicts, which win over the judge's.
     """
-    manifest_path = manifest_file(partition)
+    manifest_path, given_name = manifest_file(partition), name
     name = partition_name(partition, name)
     ws = Workspace(Path(workspace))
     df = load_manifest(manifest_path, check_files=False)  # missing images are quarantined by the tagging step
     out = ws.partition(name)
+    if given_name is None:
+        _check_same_partition(out / "discovery.json", manifest_path, df, name)
 
     tagged, usable, sample_tags = _tag(
         df, manifest_path.parent, tagger, ws.tags / name, TagsStore(ws.tags), num_shards,
@@ -172,6 +192,6 @@ def discover_partition(
         decisions_per_class=tally.by_class(),
         judge_failure=getattr(judge, "failure", None),
     )
-    write_json(out / "discovery.json", {"partition": str(manifest_path), "samples": samples_digest(df),
+    write_json(out / "discovery.json", {"partition": str(manifest_path.resolve()), "samples": samples_digest(df),
                                         "counts": asdict(counts)})
     return counts
