@@ -19,6 +19,7 @@ from mavias.cli.options import (
     TaggerCheckpointOption,
     TaggerQualityOption,
     TagsOption,
+    command_line,
     discovery_sources,
     writable,
 )
@@ -195,8 +196,9 @@ def _run(out: Path, root: Path | None, make: Callable[[], ImportResult], tags: P
         console.print(f"[bold red]warning:[/] {warning}", soft_wrap=True)
     console.print(f"{result.info.name}: {result.summary()}\nwrote {path} (quarantine: {out / 'quarantine.csv'})",
                   soft_wrap=True)
-    console.print(f"next: mavias discover --partition {out} --workspace {out.parent / 'workspace'}  (or every step "
-                  f"at once: mavias audit {path} --out {out.parent / 'audit'})", soft_wrap=True)
+    discover = command_line("mavias", "discover", "--partition", out, "--workspace", out.parent / "workspace")
+    audit = command_line("mavias", "audit", path, "--out", out.parent / "audit")
+    console.print(f"next: {discover}  (or every step at once: {audit})", soft_wrap=True)
 
 
 @import_app.command("imagefolder")

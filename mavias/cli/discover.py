@@ -29,6 +29,7 @@ from mavias.cli.options import (
     VocabularyPath,
     WeightsDir,
     Workers,
+    command_line,
     console,
     counts_table,
     warn,
@@ -110,6 +111,7 @@ def discover(
          + (reviewed.unmatched(tags_of_classes(load_relevance(ws.relevance(part)), manifest["label"]))
             if reviewed else []))
     console.print(f"tags: {ws.tags_table(part)}\nrelevance decisions: {ws.relevance(part)}\n"
-                  f"next: mavias train --manifest {manifest_path} --relevance {ws.relevance(part)} "
-                  f"--tags {ws.tags_table(part)} --workspace {workspace} --set method=erm --out runs/erm",
+                  "next: " + command_line("mavias", "train", "--manifest", manifest_path, "--relevance",
+                                          ws.relevance(part), "--tags", ws.tags_table(part), "--workspace", workspace,
+                                          "--set", "method=erm", "--out", "runs/erm"),
                   soft_wrap=True)

@@ -5,11 +5,13 @@ into the library's settings. Nothing here imports torch: a command's ``--help`` 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
 from mavias.core.encode.defaults import ENCODE_MODES
@@ -25,6 +27,12 @@ if TYPE_CHECKING:
 
 console = make_console()
 
+
+
+def command_line(*words: object) -> str:
+    """A command to print for the user to run: each word quoted for the shell where it needs it (a path with spaces),
+    and escaped for the console's markup (a folder named ``[raw]``)."""
+    return escape(shlex.join(str(word) for word in words))
 
 
 def writable(path: Path | None) -> Path | None:

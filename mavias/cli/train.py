@@ -19,6 +19,7 @@ from mavias.cli.options import (
     Relevance,
     Tags,
     Workspace,
+    command_line,
     console,
     parse_overrides,
     prepare_data,
@@ -78,7 +79,8 @@ def train(
         console.print(f"[green]ERM reference trained[/]: {len(found.biased_tags)} biased tag(s) in "
                       f"{out / BIASED_TAGS_FILE}")
         warn([f"B' is empty: {reason}" for reason in [empty_reason(found, data, min_support=min_support)] if reason])
-    console.print(f"best checkpoints: {json.dumps(result.best)}\nnext: mavias evaluate --run {out} --manifest {manifest} ...")
+    console.print(f"best checkpoints: {json.dumps(result.best)}\n"
+                  f"next: {command_line('mavias', 'evaluate', '--run', out, '--manifest', manifest)} ...")
 
 
 def evaluate(

@@ -18,6 +18,7 @@ from mavias.cli.options import (
     Relevance,
     Tags,
     Workspace,
+    command_line,
     console,
     parse_overrides,
     prepare_data,
@@ -75,5 +76,6 @@ def tune_command(
     console.print(f"best: {result.choice(base.selection)}: {json.dumps(result.best_params)}")
     if result.selection_fallback:
         console.print(f"[yellow]{base.selection} was constant over epochs; the checkpoint is {result.selection_fallback}'s[/]")
+    evaluate = command_line("mavias", "evaluate", "--run", result.best_dir, "--manifest", manifest)
     console.print(f"trials: {out / 'trials.csv'}; pruning: the trials cost {result.cost_ratio:.0%} of as many full "
-                  f"trainings\nnext: mavias evaluate --run {result.best_dir} --manifest {manifest} ...")
+                  f"trainings\nnext: {evaluate} ...")

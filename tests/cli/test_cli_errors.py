@@ -1,6 +1,7 @@
 """Every user mistake on the command line ends in one readable red line and exit status 2, never a traceback."""
 
 import os
+import shlex
 
 import pandas as pd
 import pytest
@@ -189,6 +190,17 @@ def test_an_import_warns_of_a_class_too_small_to_validate_and_points_at_discover
     tmp_path, output = photos
     assert "class 'owl' has 1 image(s) and no val or test image" in output
     assert f"next: mavias discover --partition {tmp_path / 'ds'}" in output and "mavias audit" in output
+
+
+def test_the_next_command_is_printed_ready_to_paste_whatever_the_folder_is_called(tmp_path):
+    root = write_imagefolder(tmp_path / "photos", {"cat": 3, "dog": 3})
+    out = tmp_path / "my [best] run"
+    result = runner.invoke(app, ["data", "import", "imagefolder", str(root), "--out", str(out)],
+                           env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("next: "))
+    words = shlex.split(line.removeprefix("next: ").split("  (or every step")[0])
+    assert words == ["mavias", "discover", "--partition", str(out), "--workspace", str(tmp_path / "workspace")]
 
 
 def test_training_without_tags_says_where_they_come_from(photos):
