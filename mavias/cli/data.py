@@ -177,8 +177,8 @@ Out = Annotated[Path, typer.Option("--out", help="output folder for manifest.par
                                    callback=writable)]
 SplitFrom = Annotated[bool, typer.Option("--split-from", help="take splits from train/ val/ test/ sub-folders")]
 Seed = Annotated[int, typer.Option("--seed", help="seed of the stratified split / subsampling")]
-Val = Annotated[float, typer.Option("--val", help="validation fraction of the stratified split")]
-Test = Annotated[float, typer.Option("--test", help="test fraction of the stratified split")]
+Val = Annotated[float | None, typer.Option("--val", help="validation fraction of the stratified split [default: 0.1]")]
+Test = Annotated[float | None, typer.Option("--test", help="test fraction of the stratified split [default: 0.1]")]
 Tags = Annotated[Path | None, typer.Option("--tags", help="tags sidecar: CSV image,tags ('a;b', image relative to the "
                                                           "folder) or Parquet with a list column tags")]
 
@@ -201,11 +201,19 @@ def _run(out: Path, root: Path | None, make: Callable[[], ImportResult], tags: P
     console.print(f"next: {discover}  (or every step at once: {audit})", soft_wrap=True)
 
 
+def _split_options(split_from: bool, seed: int, val: float | None, test: float | None) -> SplitOptions:
+    if split_from and (val is not None or test is not None):
+        raise UserError("--val and --test size a stratified split, and --split-from takes the splits from the "
+                        "train/ val/ test/ folders", hint="drop --split-from, or --val and --test")
+    return SplitOptions(split_from, seed, 0.1 if val is None else val, 0.1 if test is None else test)
+
+
 @import_app.command("imagefolder")
-def imagefolder(root: Root, out: Out, split_from: SplitFrom = False, seed: Seed = 0, val: Val = 0.1,
-                test: Test = 0.1, tags: Tags = None) -> None:
+def imagefolder(root: Root, out: Out, split_from: SplitFrom = False, seed: Seed = 0, val: Val = None,
+                test: Test = None, tags: Tags = None) -> None:
     """ROOT/<class>/<image> (or ROOT/{train,val,test}/<class>/<image> with --split-from)."""
-    _run(out, root, lambda: import_imagefolder(root, SplitOptions(split_from, seed, val, test)), tags)
+    options = _split_options(split_from, seed, val, test)
+    _run(out, root, lambda: import_imagefolder(root, options), tags)
 
 
 @import_app.command("s3")
@@ -214,8 +222,8 @@ def s3(
     out: Out,
     split_from: SplitFrom = False,
     seed: Seed = 0,
-    val: Val = 0.1,
-    test: Test = 0.1,
+    val: Val = None,
+    test: Test = None,
     endpoint_url: Annotated[str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (MinIO…)")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML with an s3: section (else MAVIAS_S3_*)")] = None,
     tags: Tags = None,
@@ -225,9 +233,10 @@ def s3(
 
     from mavias.storage.mistakes import storage_user_error
 
+    options = _split_options(split_from, seed, val, test)
     settings = settings_for(uri, config=None if config is None else str(config), endpoint_url=endpoint_url)
     try:
-        _run(out, None, lambda: import_s3(uri, settings, SplitOptions(split_from, seed, val, test)), tags, uri)
+        _run(out, None, lambda: import_s3(uri, settings, options), tags, uri)
     except (BotoCoreError, ClientError) as err:
         if isinstance(err, ClientError) and err.response.get("Error", {}).get("Code") == "NoSuchBucket":
             raise UserError(f"the bucket of {uri} does not exist", hint="check the URI, or --endpoint-url") from None
@@ -245,12 +254,18 @@ def celeba(
     root: Root,
     out: Out,
     biased: Annotated[bool, typer.Option("--biased", help="Biased-CelebA: subsample training bias-conflicting images")] = False,
-    bias_ratio: Annotated[float, typer.Option("--bias-ratio", help="aligned fraction per class with --biased")] = 0.9,
+    bias_ratio: Annotated[float | None, typer.Option("--bias-ratio", min=0.5, max=0.999,
+                                                     help="aligned fraction per class with --biased [default: 0.9]")
+                          ] = None,
     seed: Seed = 0,
     tags: Tags = None,
 ) -> None:
     """CelebA (BlondHair target, attr_male) from the txt or csv attribute/partition files."""
-    _run(out, root, lambda: import_celeba(root, biased=biased, bias_ratio=bias_ratio, seed=seed), tags)
+    if bias_ratio is not None and not biased:
+        raise UserError("--bias-ratio sets how biased --biased makes the training split", hint="add --biased, or drop "
+                        "--bias-ratio for the full CelebA")
+    ratio = 0.9 if bias_ratio is None else bias_ratio
+    _run(out, root, lambda: import_celeba(root, biased=biased, bias_ratio=ratio, seed=seed), tags)
 
 
 @import_app.command("urbancars")

@@ -203,6 +203,22 @@ def test_the_next_command_is_printed_ready_to_paste_whatever_the_folder_is_calle
     assert words == ["mavias", "discover", "--partition", str(out), "--workspace", str(tmp_path / "workspace")]
 
 
+def test_split_folders_without_a_validation_split_or_with_split_fractions_are_refused(tmp_path):
+    root = write_imagefolder(tmp_path / "photos", {"cat": 3, "dog": 3}, splits=("train",))
+    fails_cleanly("data", "import", "imagefolder", root, "--out", tmp_path / "a", "--split-from",
+                  expect="found no val/<class>/ images")
+    fails_cleanly("data", "import", "imagefolder", root, "--out", tmp_path / "b", "--split-from", "--val", "0.3",
+                  expect="drop --split-from, or --val and --test")
+
+
+def test_a_bias_ratio_without_biased_or_out_of_range_is_refused(tmp_path):
+    (tmp_path / "celeba").mkdir()
+    fails_cleanly("data", "import", "celeba", tmp_path / "celeba", "--out", tmp_path / "o", "--bias-ratio", "0.8",
+                  expect="add --biased")
+    fails_cleanly("data", "import", "celeba", tmp_path / "celeba", "--out", tmp_path / "o", "--biased",
+                  "--bias-ratio", "7", expect="--bias-ratio")
+
+
 def test_training_without_tags_says_where_they_come_from(photos):
     tmp_path, _ = photos
     fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),

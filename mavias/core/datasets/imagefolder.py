@@ -56,6 +56,10 @@ def layout_rows(names: Iterable[str], options: SplitOptions) -> pd.DataFrame:
         )
     if options.split_from and not (frame["split"] == "train").any():
         raise UserError("--split-from found no train/<class>/ images; drop --split-from for a class-folder layout")
+    if options.split_from and not (frame["split"] == "val").any():
+        raise UserError("--split-from found no val/<class>/ images: training selects its checkpoint and finds "
+                        "shortcuts on a validation split", hint="add ROOT/val/<class>/ folders, or drop --split-from "
+                        "to hold back a stratified share of the images")
     return frame
 
 
