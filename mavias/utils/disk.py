@@ -1,9 +1,22 @@
-"""Files on disk: the size of a folder tree, the digest of a file."""
+"""Files on disk: the files of a folder tree, its size, the digest of a file."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
+
+from mavias.errors import UserError
+
+
+def files_under(root: Path) -> list[Path]:
+    """Every file under ``root`` (links to folders not followed); a sub-folder that cannot be read is a
+    :class:`UserError` naming it, where ``Path.rglob`` would skip it and lose its images without a word."""
+    def refuse(error: OSError) -> None:
+        raise UserError(f"{error.filename} cannot be read ({error.strerror or error}): its images would be left out",
+                        hint="fix its permissions, or move it out of the dataset folder") from None
+
+    return [Path(folder) / name for folder, _, names in os.walk(root, onerror=refuse) for name in sorted(names)]
 
 
 def sha256_file(path: str | Path) -> str:

@@ -21,6 +21,7 @@ from mavias.core.datasets.base import (
 )
 from mavias.core.manifest import SPLITS, DatasetInfo
 from mavias.errors import UserError
+from mavias.utils.disk import files_under
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def layout_rows(names: Iterable[str], options: SplitOptions) -> pd.DataFrame:
 
 def import_imagefolder(root: str | Path, options: SplitOptions = SplitOptions(), *, progress: bool = True) -> ImportResult:
     root = require_path(Path(root), "one sub-folder per class").resolve()
-    names = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    names = [p.relative_to(root).as_posix() for p in files_under(root)]
     rows = layout_rows(names, options)
     if rows.empty:
         raise UserError(f"no images found in {root}: a class folder holds one sub-folder per class with its images "

@@ -14,6 +14,7 @@ from mavias.core.datasets.base import ImportResult, build_import, is_image_name,
 from mavias.core.datasets.imagefolder import SplitOptions, layout_rows
 from mavias.core.manifest import DatasetInfo
 from mavias.errors import UserError
+from mavias.utils.disk import files_under
 
 VARIANTS = ("original", "mixed_same", "mixed_rand", "mixed_next", "no_fg", "only_bg_b", "only_bg_t", "only_fg")
 
@@ -30,12 +31,12 @@ def import_imagenet9(root: str | Path, *, train_root: str | Path | None = None, 
     frames = []
     for variant in variants:
         base = challenge / variant / "val"
-        names = [p.relative_to(base).as_posix() for p in base.rglob("*") if p.is_file() and is_image_name(p.name)]
+        names = [p.relative_to(base).as_posix() for p in files_under(base) if is_image_name(p.name)]
         rows = layout_rows(names, SplitOptions(val=0.0, test=0.0))
         frames.append(rows.assign(split=variant, uri=[str(base / n) for n in rows["name"]]))
     if train_root is not None:
         train_base = require_path(Path(train_root), "IN-9L train/<class>/ and val/<class>/").resolve()
-        names = [p.relative_to(train_base).as_posix() for p in train_base.rglob("*") if p.is_file()]
+        names = [p.relative_to(train_base).as_posix() for p in files_under(train_base)]
         rows = layout_rows(names, SplitOptions(split_from=True))
         frames.append(rows.assign(uri=[str(train_base / n) for n in rows["name"]]))
     info = DatasetInfo(name="imagenet9", protocol="imagenet9", eval_splits=list(variants),

@@ -15,6 +15,7 @@ import pandas as pd
 from mavias.core.datasets.base import ImportResult, build_import, is_image_name, require_path
 from mavias.core.manifest import SPLITS, DatasetInfo
 from mavias.errors import UserError
+from mavias.utils.disk import files_under
 
 GROUP_FOLDER = re.compile(r"^obj-(?P<obj>urban|country)_bg-(?P<bg>urban|country)_co_occur_obj-(?P<co>urban|country)$")
 RATIO_FOLDER = re.compile(r"^bg-[0-9.]+_co_occur_obj-[0-9.]+$")
@@ -39,7 +40,7 @@ def import_urbancars(root: str | Path, *, progress: bool = True) -> ImportResult
 
 def _split_rows(split_dir: Path) -> list[dict]:
     rows = []
-    for path in sorted(p for p in split_dir.rglob("*") if p.is_file() and is_image_name(p.name)):
+    for path in sorted(p for p in files_under(split_dir) if is_image_name(p.name)):
         match = GROUP_FOLDER.match(path.parent.name) if path.parent.parent == split_dir else None
         if match is None:
             rows.append({"uri": str(path), "label": "", "split": split_dir.name,
