@@ -130,7 +130,17 @@ ImageBatchSize = Annotated[int, typer.Option(help="images per batch", min=1)]
 Workers = Annotated[int, typer.Option(help="data-loading worker processes", min=0)]
 
 # --- the relevance judge ---------------------------------------------------------------------------------------
-JudgeKind = Annotated[str, typer.Option("--judge", help="offline (WordNet + MiniLM, no network) or llm")]
+def judge_kind(kind: str) -> str:
+    """A judge the library has, checked as the option is read, before any work."""
+    from mavias.core.judging.factory import JUDGE_KINDS
+
+    if kind not in JUDGE_KINDS:
+        raise typer.BadParameter(f"unknown judge {kind!r}: use one of {', '.join(JUDGE_KINDS)}")
+    return kind
+
+
+JudgeKind = Annotated[str, typer.Option("--judge", help="offline (WordNet + MiniLM, no network) or llm",
+                                        callback=judge_kind)]
 LlmBaseUrl = Annotated[str, typer.Option(
     "--base-url", envvar="MAVIAS_LLM_BASE_URL",
     help="OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp); its key: $MAVIAS_LLM_API_KEY or "

@@ -59,11 +59,13 @@ def train(
         require_reference_for_selection,
         train_method,
     )
+    from mavias.core.devices import choose_device
     from mavias.core.train.distributed import check_supported
     from mavias.core.train.model import weights_file
 
     cfg = load_config(config, preset=preset, overrides=parse_overrides(set_))
     check_supported(cfg, nproc)
+    choose_device(cfg.device)  # a device this machine lacks fails now, not after the images are loaded
     require_reference_for_selection(cfg, reference)
     weights_file(cfg.backbone)  # a missing pretrained file fails now, not after the data is prepared
     if reference is not None:

@@ -226,6 +226,22 @@ def test_training_without_tags_says_where_they_come_from(photos):
                   "that `mavias discover` printed (--tags")  # fmt: skip
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has the CUDA device asked for")
+def test_a_device_this_machine_lacks_is_refused_before_the_images_are_read(photos):
+    tmp_path, _ = photos
+    result = fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance",
+                           files_truth(tmp_path), "--out", tmp_path / "run", "--set", "device=cuda",
+                           expect="no CUDA device is available")
+    assert "loading" not in result.output
+
+
+def test_an_unknown_judge_is_refused_before_any_work(photos):
+    tmp_path, _ = photos
+    result = fails_cleanly("audit", tmp_path / "photos", "--out", tmp_path / "audit", "--judge", "bogus",
+                           expect="unknown judge 'bogus'")
+    assert not (tmp_path / "audit").exists()
+
+
 def files_truth(tmp_path):
     path = tmp_path / "truth.csv"
     path.write_text("class,tag,relevant,source\ncat,grass,false,gt\ndog,grass,false,gt\n")
