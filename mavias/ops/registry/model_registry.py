@@ -123,11 +123,15 @@ class PointerState:
     problem: str | None = None
 
 
+class InvalidName(RegistryError, UserError):
+    """A model or version name the registry cannot store (it names S3 keys): the user's to fix."""
+
+
 def _check_name(kind: str, value: str) -> str:
     try:
         return check_name(kind, value)
     except UnsafeName as err:
-        raise RegistryError(str(err)) from None
+        raise InvalidName(str(err)) from None
 
 
 def production_stack_or_none(history: list[PointerRecord]) -> list[str] | None:

@@ -200,3 +200,6 @@ def test_cli(s3_settings, registry, model_dir, monkeypatch):
     assert invoke("show", "--json").output == history
     misspelt = runner.invoke(root, ["registry", "list", "--name", "resnt"], env=env)
     assert misspelt.exit_code == 0 and "no published version of 'resnt' under" in misspelt.output
+    for args in (["list", "--name", "../x"], ["promote", "../v1"]):  # a user's mistake: exit status 2, as every one
+        unsafe = runner.invoke(root, ["registry", *args], env=env)
+        assert unsafe.exit_code == 2 and "invalid" in unsafe.output and "Traceback" not in unsafe.output
