@@ -219,6 +219,15 @@ def test_a_bias_ratio_without_biased_or_out_of_range_is_refused(tmp_path):
                   "--bias-ratio", "7", expect="--bias-ratio")
 
 
+def test_a_manifest_folder_or_a_table_that_is_not_a_manifest_says_what_to_pass(photos, files):
+    tmp_path, _ = photos
+    fails_cleanly("train", "--manifest", tmp_path / "ds", "--relevance", files_truth(tmp_path), "--out",
+                  tmp_path / "run", expect=f"pass {tmp_path / 'ds' / 'manifest.parquet'}")
+    (files / "notes.csv").write_text("image,label\na.png,cat\n")
+    fails_cleanly("train", "--manifest", files / "notes.csv", "--relevance", files / "truth.csv", "--out",
+                  files / "run", expect="`mavias data import` writes one")
+
+
 def test_training_without_tags_says_where_they_come_from(photos):
     tmp_path, _ = photos
     fails_cleanly("train", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),

@@ -18,14 +18,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mavias.core.manifest import DatasetInfo, content_sample_id, save_manifest, write_dataset_info
+from mavias.core.manifest import MANIFEST_NAME, DatasetInfo, content_sample_id, save_manifest, write_dataset_info
 from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, image_problem
 from mavias.errors import UserError
 from mavias.utils.csvfile import write_csv
 from mavias.utils.progress import progress_bar
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
-MANIFEST_NAME = "manifest.parquet"
 QUARANTINE_NAME = "quarantine.csv"
 ReadBytes = Callable[[str], bytes]
 

@@ -24,7 +24,7 @@ from mavias.core.encode import EmbeddingStore, TextEncoder, bias_embeddings
 from mavias.core.judging.base import RelevanceJudge
 from mavias.core.judging.cache import DecisionCache, DecisionTally, decide_all
 from mavias.core.judging.review import ReviewedDecisions
-from mavias.core.manifest import load_manifest
+from mavias.core.manifest import MANIFEST_NAME, load_manifest
 from mavias.core.relevance import save_relevance
 from mavias.core.tagging.base import Tagger, tag_lists
 from mavias.core.tagging.run import (
@@ -41,7 +41,6 @@ from mavias.core.tagging.shards import samples_digest
 from mavias.errors import UserError
 from mavias.utils.atomic import write_json
 
-MANIFEST_NAME = "manifest.parquet"
 RELEVANCE_NAME = "relevance.parquet"
 
 

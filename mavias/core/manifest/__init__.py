@@ -12,6 +12,7 @@ from mavias.core.manifest.checks import small_class_warnings
 from mavias.core.manifest.info import DatasetInfo, read_dataset_info, write_dataset_info
 from mavias.core.manifest.io import (
     ATTR_PREFIX,
+    MANIFEST_NAME,
     SPLITS,
     ManifestError,
     content_sample_id,
@@ -26,6 +27,7 @@ from mavias.core.manifest.quarantine import quarantine_undecodable
 __all__ = [
     "ATTR_PREFIX",
     "DatasetInfo",
+    "MANIFEST_NAME",
     "SPLITS",
     "ManifestError",
     "content_sample_id",

@@ -18,6 +18,9 @@ REQUIRED_COLUMNS = ("sample_id", "uri", "label", "split")
 ATTR_PREFIX = "attr_"
 
 
+MANIFEST_NAME = "manifest.parquet"  # the file name of a folder's manifest (an import's, a partition's)
+
+
 class ManifestError(UserError, ValueError):
     """A manifest that breaks the contract; the message lists every problem found."""
 
@@ -59,7 +62,9 @@ def validate_manifest(
     problems: list[str] = []
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
-        raise ManifestError(f"missing required column(s): {', '.join(missing)}")
+        raise ManifestError(f"missing required column(s): {', '.join(missing)}",
+                            hint="a manifest has the columns sample_id, uri, label, split; `mavias data import` writes "
+                                 "one from a folder of images")
     if df.empty:
         raise ManifestError("manifest has no rows")
     df = df.copy()
@@ -110,6 +115,9 @@ def _normalise_tags(value) -> list[str]:
 def load_manifest(path: str | Path, *, check_files: bool = True) -> pd.DataFrame:
     """Load and validate a manifest (Parquet or CSV with ``|``-separated tags)."""
     path = Path(path)
+    if path.is_dir() and (path / MANIFEST_NAME).is_file():
+        raise ManifestError(f"{path} is a folder; the manifest is {path / MANIFEST_NAME}",
+                            hint=f"pass {path / MANIFEST_NAME}")
     df = read_manifest_table(path)
     info = read_dataset_info(path)
     try:

@@ -30,9 +30,9 @@ from pydantic import BaseModel
 from mavias.core.judging.cache import decide_all
 from mavias.core.judging.factory import JudgeSettings, make_judge
 from mavias.core.judging.quality import evaluate_relevance
-from mavias.core.manifest import load_manifest, save_manifest
+from mavias.core.manifest import MANIFEST_NAME, load_manifest, save_manifest
 from mavias.core.relevance import RELEVANCE_COLUMNS, load_relevance, save_relevance
-from mavias.core.synthetic.synthetic_scenes import INFO_NAME, MANIFEST_NAME, RELEVANCE_NAME
+from mavias.core.synthetic.synthetic_scenes import INFO_NAME, RELEVANCE_NAME
 from mavias.core.synthetic.tagger import TaggingSamples, benchmark_tagger
 from mavias.core.tagging.base import read_tags, tag_lists, tags_table, write_tags
 from mavias.core.tagging.trained import TrainedTagger

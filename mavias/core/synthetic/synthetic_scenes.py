@@ -22,13 +22,12 @@ import pandas as pd
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mavias.core.manifest import ATTR_PREFIX, content_sample_id, save_manifest
+from mavias.core.manifest import ATTR_PREFIX, MANIFEST_NAME, content_sample_id, save_manifest
 from mavias.core.relevance import save_relevance
 from mavias.core.synthetic._sampling import balanced_labels, stratified_flags
 from mavias.core.synthetic.scene_drawing import RGB, SceneSpec, encode_png, render_scene
 from mavias.utils.atomic import sync_all, write_bytes, write_json
 
-MANIFEST_NAME = "manifest.parquet"
 RELEVANCE_NAME = "relevance.parquet"
 INFO_NAME = "benchmark.json"
 SPLIT_NUMBERS = {"train": 0, "val": 1, "test": 2}

@@ -29,6 +29,7 @@ from mavias.core.tune.space import Param, current_values, known_space, search_sp
 from mavias.errors import UserError
 from mavias.utils.atomic import write_json
 from mavias.utils.csvfile import write_csv
+from mavias.utils.userfiles import read_text
 
 if TYPE_CHECKING:
     from mavias.core.protocol import Reference
@@ -73,8 +74,8 @@ def load_warm_start(path: Path, base: TrainConfig, space: list[Param] | None = N
     ranges = {param.key: param for param in (space or known_space(base))}
     keys = searched_keys(base.method)
     try:
-        params = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
+        params = json.loads(read_text(path, what="--warm-start"))
+    except ValueError as err:
         raise UserError(f"--warm-start {path}: cannot read it as JSON ({err}); give a JSON object such as "
                         '{"optim.lr": 0.05, "epochs": 20}') from None
     if not isinstance(params, dict) or not params:
