@@ -19,12 +19,13 @@ import numpy as np
 import pandas as pd
 
 from mavias.core.manifest import MANIFEST_NAME, DatasetInfo, content_sample_id, save_manifest, write_dataset_info
-from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, image_problem
+from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, image_problem, is_machine_read_fault
 from mavias.errors import UserError
 from mavias.utils.csvfile import write_csv
 from mavias.utils.progress import progress_bar
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+MAX_IMAGE_BYTES = 256 * 2**20  # one image file; a larger one is quarantined unread
 QUARANTINE_NAME = "quarantine.csv"
 ReadBytes = Callable[[str], bytes]
 
@@ -41,8 +42,19 @@ class ImportResult:
         return f"{len(self.manifest)} images ({per_split}), {len(self.quarantined)} quarantined"
 
 
+class FileTooLarge(Exception):
+    """A file larger than any one image: not read (a mistake of the layout, or not an image)."""
+
+
+def check_image_bytes(size: int) -> None:
+    if size > MAX_IMAGE_BYTES:
+        raise FileTooLarge(f"too large: {size:,} bytes, more than the {MAX_IMAGE_BYTES:,} of any one image")
+
+
 def read_local(uri: str) -> bytes:
-    return Path(uri).read_bytes()
+    path = Path(uri)
+    check_image_bytes(path.stat().st_size)
+    return path.read_bytes()
 
 
 def is_image_name(name: str) -> bool:
@@ -87,7 +99,11 @@ def _inspect(uri: str, read: ReadBytes) -> tuple[str, str | None]:
         data = read(uri)
     except FileNotFoundError:
         return "", "file not found"
+    except FileTooLarge as err:
+        return "", str(err)
     except OSError as err:
+        if is_machine_read_fault(err):
+            raise
         return "", f"cannot read: {type(err).__name__}: {err}"
     return content_sample_id(data), image_problem(BytesIO(data))
 

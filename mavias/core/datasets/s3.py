@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from mavias.core.datasets.base import ImportResult, build_import
+from mavias.core.datasets.base import ImportResult, build_import, check_image_bytes
 from mavias.core.datasets.imagefolder import SplitOptions, layout_rows
 from mavias.core.manifest import DatasetInfo
 from mavias.errors import UserError
@@ -42,9 +42,11 @@ def import_s3(uri: str, settings: S3Settings, options: SplitOptions = SplitOptio
     def read(object_uri: str) -> bytes:
         key = object_uri[len(f"s3://{settings.bucket}/") :]
         try:
-            return client.get_object(Bucket=settings.bucket, Key=key)["Body"].read()
+            response = client.get_object(Bucket=settings.bucket, Key=key)
         except client.exceptions.NoSuchKey:
             raise FileNotFoundError(object_uri) from None
+        check_image_bytes(response["ContentLength"])
+        return response["Body"].read()
 
     info = DatasetInfo(name=prefix.strip("/").rsplit("/", 1)[-1] or settings.bucket, source=uri)
     return build_import(rows.drop(columns="name"), info, read=read, workers=settings.max_workers * 2, progress=progress)

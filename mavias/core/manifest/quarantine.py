@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Collection
 from pathlib import Path
 from typing import IO
@@ -13,6 +14,8 @@ from mavias.core.manifest.io import resolve_uri
 from mavias.utils.csvfile import read_csv, write_csv
 
 QUARANTINE_COLUMNS = ["sample_id", "uri", "reason"]
+MACHINE_READ_ERRNOS = frozenset({errno.EIO, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+MAX_IMAGE_PIXELS = 64_000_000  # one image (an 8000 x 8000 photo): beyond it, decoding alone would take GBs
 
 
 def decode_problem(path: Path) -> str | None:
@@ -23,15 +26,29 @@ def decode_problem(path: Path) -> str | None:
 
 
 def image_problem(source: Path | IO[bytes]) -> str | None:
-    """Why the image (a path or a binary file object) cannot be decoded, or ``None`` when it decodes."""
+    """Why the image (a path or a binary file object) cannot be decoded, or ``None`` when it decodes. Its size is
+    read from the header and checked before a pixel is decoded; a fault of the machine (:func:`is_machine_read_fault`)
+    is raised, never blamed on the image."""
     try:
         with Image.open(source) as img:
+            if img.width * img.height > MAX_IMAGE_PIXELS:
+                return (f"too large: {img.width}x{img.height} pixels, more than {MAX_IMAGE_PIXELS:,} (a "
+                        "decompression bomb, or a photo to resize before importing)")
             img.load()
             if img.width == 0 or img.height == 0:
                 return "empty image"
+    except MemoryError:
+        raise
     except Exception as err:  # PIL raises many unrelated types for broken files
+        if is_machine_read_fault(err):
+            raise
         return f"cannot decode: {type(err).__name__}: {err}"
     return None
+
+
+def is_machine_read_fault(err: BaseException) -> bool:
+    """A read that failed for the machine (an I/O error, too many open files, no memory), not for the file."""
+    return isinstance(err, OSError) and err.errno in MACHINE_READ_ERRNOS
 
 
 def quarantine_undecodable(

@@ -1,8 +1,12 @@
+import errno
+import io
+
 import pandas as pd
 import pytest
 from PIL import Image
 
 from mavias.core.manifest import ManifestError, content_sample_id, load_manifest, quarantine_undecodable, save_manifest
+from mavias.core.manifest.quarantine import decode_problem, image_problem
 
 
 def _image(path, color=(255, 0, 0)) -> bytes:
@@ -90,3 +94,23 @@ def test_undecodable_images_are_quarantined_with_a_reason(folder):
     # re-running does not duplicate the quarantine list
     quarantine_undecodable(df, root, root / "quarantine.csv")
     assert len(pd.read_csv(root / "quarantine.csv")) == 1
+
+
+def test_an_image_too_large_to_decode_is_quarantined_from_its_header_alone(tmp_path):
+    Image.new("1", (12_000, 12_000)).save(tmp_path / "bomb.png")  # a small file of 144 million pixels
+    assert (tmp_path / "bomb.png").stat().st_size < 1_000_000
+    assert decode_problem(tmp_path / "bomb.png").startswith("too large: 12000x12000 pixels")
+
+
+class _FailingDisk(io.BytesIO):
+    """A file whose reads fail as a failing disk's do."""
+
+    def read(self, *args):  # noqa: ANN002
+        raise OSError(errno.EIO, "Input/output error")
+
+
+def test_a_machine_fault_while_reading_is_raised_but_a_folder_in_place_of_an_image_is_quarantined(tmp_path):
+    with pytest.raises(OSError, match="Input/output error"):
+        image_problem(_FailingDisk())
+    (tmp_path / "folder.png").mkdir()
+    assert decode_problem(tmp_path / "folder.png").startswith("cannot decode: IsADirectoryError")
