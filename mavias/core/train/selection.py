@@ -48,6 +48,21 @@ def robust_selection_score(
     return float(0.5 * class_acc.mean() + 0.5 * np.mean(worst))
 
 
+def validation_scores(correct: np.ndarray, labels: np.ndarray, tag_groups: np.ndarray | None,
+                      true_groups: np.ndarray | None) -> dict[str, float]:
+    """An epoch's selection criteria from its validation correctness: ``val_acc``, ``val_balanced``, ``val_robust``,
+    and with the reference's tag groups ``val_tag_wg``, with the true groups ``val_true_wg`` (the oracle's, recorded
+    for every run)."""
+    frame = pd.Series(correct)
+    scores = {"val_acc": float(correct.mean()), "val_balanced": float(frame.groupby(labels).mean().mean()),
+              "val_robust": robust_selection_score(correct, labels, tag_groups)}
+    if tag_groups is not None:
+        scores["val_tag_wg"] = float(frame.groupby(tag_groups).mean().min())
+    if true_groups is not None:
+        scores["val_true_wg"] = float(frame.groupby(true_groups).mean().min())
+    return scores
+
+
 def _worst_shrunk_group(part: pd.DataFrame, class_acc: float, min_support: int, prior_strength: float) -> float:
     sizes = part["group"].map(part["group"].value_counts())
     pooled = part["group"].where(sizes >= min_support, POOLED)
@@ -63,6 +78,11 @@ def selection_key(score: float, val_acc: float) -> tuple[float, float]:
     """Ties of a worst-group score (frequent: small groups give few distinct values) go to the higher val accuracy:
     between a run's epochs and between a search's trials."""
     return (score, val_acc)
+
+
+def is_perfect(scores: Sequence[tuple[float, float]]) -> bool:
+    """A perfect selection score and val accuracy: no later validation can beat it."""
+    return max(scores, default=(0.0, 0.0)) >= selection_key(1.0, 1.0)
 
 
 def is_uninformative(scores: Sequence[float]) -> bool:

@@ -27,7 +27,7 @@ from mavias.core.train.model import MainModel, build_main_model
 from mavias.core.train.optim import batches_per_epoch, drop_last, make_optimizer, make_scheduler
 from mavias.core.train.recipe import ResolvedRecipe, as_recipe
 from mavias.core.train.sanity import chance_warnings, check_finite
-from mavias.core.train.selection import is_uninformative, robust_selection_score, selection_key
+from mavias.core.train.selection import is_perfect, is_uninformative, selection_key, validation_scores
 from mavias.core.train.warm import load_initial_weights
 from mavias.utils.atomic import atomic_path, write_json
 from mavias.utils.csvfile import write_csv
@@ -161,6 +161,7 @@ class Trainer:
             "config": self.cfg.model_dump(mode="json"),
             "classes": self.classes,
             "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
         }
 
     def save_checkpoint(self) -> None:
@@ -170,7 +171,9 @@ class Trainer:
             torch.save(self._state(), tmp)
 
     def load_checkpoint(self, path: Path) -> None:
-        state = torch.load(path, map_location=self.device, weights_only=True)
+        # on the CPU: modules and the optimizer move their state to their device as they load it, the methods keep
+        # theirs on the CPU, and an RNG state must be a CPU tensor
+        state = torch.load(path, map_location="cpu", weights_only=True)
         if state["config"] != self.cfg.model_dump(mode="json"):
             raise ConfigError(f"{path} was written with another config; use a fresh output folder or the same config")
         for key, module in self.method.modules().items():
@@ -181,6 +184,20 @@ class Trainer:
         self.method.load_state_dict(state["method"])
         self.epoch, self.history, self.best = state["epoch"], state["history"], state["best"]
         torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") and self.device.type == "cuda" and len(state["cuda_rng"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self._mend_best_files()
+
+    def _mend_best_files(self) -> None:
+        """A best checkpoint a kill left behind ``last.pt`` (which names the epoch each must hold) is written again
+        from the model ``last.pt`` holds, when that is the epoch it names."""
+        for criterion, best in self.best.items():
+            path = self.checkpoint_path(criterion)
+            if best["epoch"] != self.epoch:
+                continue
+            held = torch.load(path, map_location="cpu", weights_only=True).get("epoch") if path.exists() else None
+            if held != self.epoch:
+                self._save_model(path, best["score"])
 
     def _best_key(self, criterion: str) -> tuple[float, float]:
         best = self.best.get(criterion)
@@ -198,10 +215,6 @@ class Trainer:
                  "config": self.cfg.model_dump(mode="json")},
                 tmp,
             )
-
-    def _save_best(self, criterion: str, score: float, val_acc: float) -> None:
-        self._save_model(self.checkpoint_path(criterion), score)
-        self.best[criterion] = {"epoch": self.epoch, "score": score, "val_acc": val_acc}
 
     # --- loop ----------------------------------------------------------------------------------------------
     def _run_epoch(self, method: Method, epoch: int, optimizer: torch.optim.Optimizer, desc: str,
@@ -240,15 +253,11 @@ class Trainer:
 
     def _validate(self) -> dict[str, float]:
         logits = predict_logits(self.model, self.val_split, batch_size=max(256, self.cfg.batch_size))
+        if not torch.isfinite(logits).all():  # the epoch's last step made the weights NaN: neither scored nor saved
+            check_finite(float("nan"), self.epoch, self.optimizer.param_groups[0]["lr"])
         correct = (logits.argmax(1) == self.val_split.labels).numpy()
-        metrics = {"val_acc": float(correct.mean()),
-                   "val_balanced": float(pd.Series(correct).groupby(self.val_split.labels.numpy()).mean().mean()),
-                   "val_robust": robust_selection_score(correct, self.val_split.labels.numpy(), self.val_groups)}
-        if self.val_groups is not None:
-            metrics["val_tag_wg"] = float(pd.Series(correct).groupby(self.val_groups).mean().min())
-        if self.val_split.groups is not None:  # the true groups: the oracle's criterion, recorded for every run
-            metrics["val_true_wg"] = float(pd.Series(correct).groupby(self.val_split.groups.numpy()).mean().min())
-        return metrics
+        true_groups = None if self.val_split.groups is None else self.val_split.groups.numpy()
+        return validation_scores(correct, self.val_split.labels.numpy(), self.val_groups, true_groups)
 
     def _fall_back_where_uninformative(self) -> None:
         """A criterion constant over all epochs selected nothing: use the val_acc checkpoint and say so."""
@@ -308,7 +317,7 @@ class Trainer:
         return self._finish()
 
     def _stop_reason(self) -> str:
-        if not _perfect(self._selection_scores()):
+        if not is_perfect(self._selection_scores()):
             return f"no better {self.cfg.selection} in its last {self.cfg.patience} validations"
         scores = "val_acc is" if self.cfg.selection == "val_acc" else f"{self.cfg.selection} and val_acc are"
         return f"{scores} perfect, nothing later can be selected"
@@ -324,7 +333,7 @@ class Trainer:
         scores = self._selection_scores()
         if not self.cfg.patience or not scores:
             return False
-        if _perfect(scores) and self.epoch >= early_epoch(self.cfg.epochs):
+        if is_perfect(scores) and self.epoch >= early_epoch(self.cfg.epochs):
             return True
         if 2 * self.epoch < self.cfg.epochs:
             return False
@@ -345,10 +354,13 @@ class Trainer:
 
     def _record(self, row: dict, writer: SummaryWriter) -> None:
         self.history.append(row)
-        for criterion in CRITERIA:
-            if criterion in row and selection_key(row[criterion], row["val_acc"]) > self._best_key(criterion):
-                self._save_best(criterion, row[criterion], row["val_acc"])
-        self.save_checkpoint()
+        improved = [criterion for criterion in CRITERIA
+                    if criterion in row and selection_key(row[criterion], row["val_acc"]) > self._best_key(criterion)]
+        for criterion in improved:
+            self.best[criterion] = {"epoch": self.epoch, "score": row[criterion], "val_acc": row["val_acc"]}
+        self.save_checkpoint()  # first: it names the epoch each best file holds (a kill before they are written
+        for criterion in improved:  # is mended on resume)
+            self._save_model(self.checkpoint_path(criterion), row[criterion])
         self._log(writer, row)
 
     def _finish(self) -> TrainResult:
@@ -386,10 +398,3 @@ def epoch_line(method: str, epochs: int, row: dict) -> str:
     """One epoch as one line of a log: its losses, validation scores, learning rate and time."""
     scores = ", ".join(f"{key} {row[key]:.4f}" for key in EPOCH_LINE_KEYS if key in row)
     return f"{method} epoch {row['epoch']}/{epochs}: {scores}, lr {row['lr']:.3g}, {row['seconds']:.1f} s"
-
-
-def _perfect(scores: list[tuple[float, float]]) -> bool:
-    """A perfect selection score and val accuracy: no later validation can beat it."""
-    return max(scores, default=(0.0, 0.0)) >= selection_key(1.0, 1.0)
-
-

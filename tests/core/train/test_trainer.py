@@ -6,6 +6,7 @@ import torch
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import attach_groups, feature_split
+from mavias.core.train.sanity import TrainingDiverged
 from tests.support.training import erm_checkpoint, make_trainer
 
 CLASSES = ["a", "b"]
@@ -111,3 +112,24 @@ def test_worst_group_ties_are_broken_by_validation_accuracy(splits, tmp_path):
     assert result.best["val_tag_wg"]["fallback"] == "val_acc"  # constant over epochs: reported, val_acc used
     assert "fallback" not in result.best["val_robust"] and result.history["val_robust"].nunique() > 1
     assert result.best["val_acc"]["epoch"] == int(result.history["val_acc"].idxmax()) + 1 > 1
+
+
+def test_a_best_checkpoint_a_kill_left_behind_last_pt_is_mended_on_resume(splits, tmp_path):
+    train, val = splits
+    make_trainer(_cfg("erm"), train, val, CLASSES, tmp_path, progress=False).fit(stop_after=1)
+    best = tmp_path / "best_val_acc.pt"
+    stale = torch.load(best, weights_only=True)
+    torch.save(stale | {"epoch": 0}, best)  # killed after last.pt named epoch 1 the best, before its file was written
+    make_trainer(_cfg("erm"), train, val, CLASSES, tmp_path, progress=False).load_checkpoint(tmp_path / "last.pt")
+    held = torch.load(best, weights_only=True)
+    assert held["epoch"] == 1 and held["model"].keys() == stale["model"].keys()
+    assert all(torch.equal(held["model"][k], v) for k, v in stale["model"].items())  # last.pt's model of epoch 1
+
+
+def test_weights_that_turned_nan_on_an_epochs_last_step_are_neither_scored_nor_saved(splits, tmp_path):
+    train, val = splits
+    trainer = make_trainer(_cfg("erm"), train, val, CLASSES, tmp_path, progress=False)
+    with torch.no_grad():
+        next(trainer.model.parameters()).fill_(float("nan"))  # as an exploding last step leaves them
+    with pytest.raises(TrainingDiverged, match="diverged"):
+        trainer._validate()
