@@ -63,11 +63,10 @@ def tune_command(
     require_reference_for_selection(base, reference)
     if warm_start is not None:  # what can be checked before any data is prepared
         load_warm_start(warm_start, base)
-    if reference is not None:
-        reference_checkpoint(reference)
+    checkpoint = None if reference is None else reference_checkpoint(reference)
     loaded = load_manifest(manifest, check_files=False)
     require_trainable(loaded, manifest)
-    request = search_request(base, loaded)
+    request = search_request(base, loaded, [path for path in (relevance, tags, checkpoint) if path is not None])
     check_same_search(out, request)  # before the data is prepared into that folder
     data = prepare_data(manifest, relevance, tags, workspace, base, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data, min_support=min_support)

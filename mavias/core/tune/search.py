@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from mavias.core.tune.space import Param, current_values, known_space, search_sp
 from mavias.errors import UserError
 from mavias.utils.atomic import write_json
 from mavias.utils.csvfile import write_csv
+from mavias.utils.disk import sha256_file
 from mavias.utils.userfiles import read_text
 
 if TYPE_CHECKING:
@@ -44,6 +46,8 @@ BEST_DIR = "best"
 BASE_DIR = "base"
 TUNE_SUMMARY = "tune.json"
 MIN_TRIALS = 2  # the starting settings and at least one other
+START_ATTR = "start"  # the trial of the starting settings (the latest, in a study searched night after night)
+PROGRESS_STEPS = 10  # a trial reports its best score at each tenth of its run (progress_step)
 
 
 @dataclass
@@ -100,6 +104,7 @@ def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference | No
     cfg = suggest_config(trial, base, space)
     run_dir = trial_dir(out_dir, cfg)
     trial.set_user_attr("run_dir", str(run_dir))
+    reported: set[int] = set()
     while True:
         try:
             result = protocol.train_method(data, cfg, run_dir, reference, progress=progress, stop_after=1)
@@ -112,11 +117,13 @@ def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference | No
         if cfg.selection not in result.best:  # not validated yet (a small epoch is validated every few)
             continue
         score = result.best[cfg.selection]["score"]
-        trial.report(score, step=len(result.history))
         if result.completed:
             return score
-        if trial.should_prune():
-            raise optuna.TrialPruned()
+        if (step := progress_step(len(result.history), cfg.epochs)) not in reported:
+            reported.add(step)
+            trial.report(score, step=step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
 
 
 def startup_trials(trials: int) -> int:
@@ -125,11 +132,11 @@ def startup_trials(trials: int) -> int:
     return max(2, min(10, trials // 2))
 
 
-def pruning_warmup(epochs: int) -> int:
-    """Epochs a trial always trains before the pruner may stop it: the first half. Settings that debias start
-    slower (a faster projection layer takes the shortcut away from the main model first), and pruning on early
-    epochs stopped exactly those."""
-    return max(1, epochs // 2)
+def progress_step(epochs_done: int, epochs: int) -> int:
+    """The step a trial reports its best score at: the tenths of its own run it has done. The number of epochs is
+    searched too, and at one epoch a short run's schedule has annealed where a long one's has not: trials of
+    different lengths are compared at the same share of their runs."""
+    return PROGRESS_STEPS * epochs_done // epochs
 
 
 def _sampler(seed: int, n_startup: int) -> optuna.samplers.TPESampler:
@@ -140,11 +147,12 @@ def _storage(out_dir: Path) -> str:
     return f"sqlite:///{out_dir / STORAGE_FILE}"
 
 
-def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_startup: int = 10,
-               prune_after: int = 2) -> optuna.Study:
+def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_startup: int = 10) -> optuna.Study:
     """Create or reopen the study in ``out_dir``; with ``requeue_stale`` (one search process at a time) trials left
     RUNNING by a killed search are marked failed and queued again with the same settings. A trial below the median
-    of the finished ones may be pruned only after ``prune_after`` epochs."""
+    of the finished ones at the same share of their runs (:func:`progress_step`) may be pruned only in the second
+    half of its run: settings that debias start slower (a faster projection layer takes the shortcut away from the
+    main model first), and pruning early stopped exactly those."""
     out_dir.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per trial is the caller's to show, not Optuna's
     study = optuna.create_study(
@@ -152,7 +160,7 @@ def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_st
         storage=_storage(out_dir),
         direction="maximize",
         sampler=_sampler(seed, n_startup),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=prune_after),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=PROGRESS_STEPS // 2),
         load_if_exists=True,
     )
     if study.trials:  # resumed: a sampler seeded as the first process's was would draw its random settings again
@@ -161,8 +169,19 @@ def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_st
         for stale in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
             study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
             if stale.params:  # a trial killed before it sampled its settings has nothing to repeat
-                study.enqueue_trial(stale.params)
+                study.enqueue_trial(stale.params, user_attrs={k: v for k, v in stale.user_attrs.items()
+                                                              if k == START_ATTR})
     return study
+
+
+def enqueue_start(study: optuna.Study, params: dict) -> None:
+    """Queue the starting settings, marked as such, unless a trial of them finished, runs or waits (one that failed
+    is tried again: the search must not end without them)."""
+    live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING,
+            optuna.trial.TrialState.WAITING)
+    if not any(params in (t.params, t.system_attrs.get("fixed_params")) for t in study.get_trials(deepcopy=False,
+                                                                                                  states=live)):
+        study.enqueue_trial(params, user_attrs={START_ATTR: True})
 
 
 def finished_trials(study: optuna.Study) -> int:
@@ -191,11 +210,11 @@ def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out
     space = search_space(base)
     if isinstance(warm_start, Path):
         warm_start = load_warm_start(warm_start, base, space)
-    study = open_study(out_dir, seed, n_startup=startup_trials(trials), prune_after=pruning_warmup(base.epochs))
+    study = open_study(out_dir, seed, n_startup=startup_trials(trials))
     if request is not None:
         study.set_user_attr("request", request)
     # The starting settings go first, so the search never ends worse than them on its own criterion.
-    study.enqueue_trial(warm_start or current_values(base, space), skip_if_exists=True)
+    enqueue_start(study, warm_start or current_values(base, space))
     remaining = trials - finished_trials(study)
     if remaining > 0:
         study.optimize(lambda t: run_trial(t, data, reference, base, space, out_dir, progress), n_trials=remaining,
@@ -203,10 +222,13 @@ def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out
     return write_outcome(study, out_dir, base, timeout)
 
 
-def search_request(base: TrainConfig, manifest: pd.DataFrame) -> str:
-    """What a search folder searches: the settings asked for and the manifest's images (a resume asks the same)."""
+def search_request(base: TrainConfig, manifest: pd.DataFrame, inputs: Sequence[Path] = ()) -> str:
+    """What a search folder searches: the settings asked for, the manifest's images and the contents of the other
+    ``inputs`` the trials read (the relevance and tags behind the bias embeddings, the reference checkpoint behind the
+    criterion's groups); a resume asks the same."""
     rows = manifest[["sample_id", "label", "split"]].astype(str).sort_values(["split", "sample_id"])
-    payload = json.dumps({"config": base.model_dump(mode="json"), "rows": rows.to_numpy().tolist()})
+    payload = json.dumps({"config": base.model_dump(mode="json"), "rows": rows.to_numpy().tolist(),
+                          "inputs": [sha256_file(path) for path in inputs]})
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -224,15 +246,18 @@ def check_same_search(out_dir: Path, request: str) -> None:
                         "to resume it")
 
 
+def all_diverged(out_dir: Path, diverged: int) -> UserError:
+    return UserError(f"no trial of {out_dir} completed: {diverged} diverged (loss NaN or infinite); lower optim.lr "
+                     "(searched from a tenth to 10x of it), or leave it unset so a range test chooses it, and search "
+                     "into a new --out folder")
+
+
 def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout: float | None = None) -> TuneResult:
     criterion = base.selection
     completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not completed:
-        diverged = sum("diverged" in t.user_attrs for t in study.get_trials(deepcopy=False))
-        if diverged:
-            raise UserError(f"no trial of {out_dir} completed: {diverged} diverged (loss NaN or infinite); lower "
-                            "optim.lr (searched from a tenth to 10x of it), or leave it unset so a range test "
-                            "chooses it, and search into a new --out folder")
+        if diverged := sum("diverged" in t.user_attrs for t in study.get_trials(deepcopy=False)):
+            raise all_diverged(out_dir, diverged)
         hint = f"--timeout {timeout:g} s ended it before" if timeout else "no trial finished"
         raise UserError(f"no trial of {out_dir} completed ({hint}); a trial trains up to {base.epochs} epochs: raise "
                         "--timeout or --trials and run the same command again (finished epochs are kept)")
@@ -246,7 +271,7 @@ def write_outcome(study: optuna.Study, out_dir: Path, base: TrainConfig, timeout
     summary = json.loads((best_dir / "train_summary.json").read_text())
     fallback = summary["best"][criterion].get("fallback")  # the criterion was constant over the best run's epochs
     ratio = cost_ratio(study, base.epochs)
-    start = next((float(trial.value) for trial in completed if trial.number == 0), None)
+    start = next((float(t.value) for t in reversed(completed) if t.user_attrs.get(START_ATTR, t.number == 0)), None)
     write_json(best_dir / TUNE_SUMMARY, {"trial": best.number, "params": best.params, "value": best.value,
                                          "start_value": start, "selection_fallback": fallback,
                                          "n_trials": len(study.trials), "cost_ratio": ratio,

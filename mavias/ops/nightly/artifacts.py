@@ -122,7 +122,8 @@ class TrialJob(TypedDict):
 
 class TrialResult(TypedDict):
     number: int
-    value: float  # the trial's best validation criterion
+    value: float | None  # the trial's best validation criterion; None: it diverged
+    diverged: NotRequired[str]  # why (the searched rate was too high for this data)
 
 
 class Candidate(TypedDict):

@@ -14,6 +14,7 @@ from mavias.core.train.prepare import prepare_image_data
 from mavias.core.tune.batch import finish_batch, plan_batch, run_planned_trial
 from mavias.core.tune.search import open_study
 from mavias.core.tune.space import current_values, search_space
+from mavias.errors import UserError
 
 BASE = TrainConfig.model_validate({"method": "mavias", "epochs": 2, "image_size": 16, "batch_size": 64,
                                    "optim": {"lr": 0.05}, "backbone": {"name": "small_cnn", "width": 8}})
@@ -64,3 +65,13 @@ def test_a_warm_start_asked_by_a_planner_killed_before_marking_it_is_planned_aga
     jobs = plan_batch(tmp_path, BASE, 2, batch="night-1", warm_start=warm)
     assert len(jobs) == 2 and jobs[0]["params"] == warm and orphan.number not in {job["number"] for job in jobs}
     assert open_study(tmp_path, requeue_stale=False).trials[orphan.number].state == TrialState.FAIL
+
+
+def test_diverged_trials_are_pruned_and_a_batch_where_all_diverged_says_what_to_do(tmp_path):
+    jobs = plan_batch(tmp_path, BASE, 2, batch="night-1")
+    results = [{"number": job["number"], "value": None, "diverged": "training diverged in epoch 1 (loss nan)"}
+               for job in jobs]
+    with pytest.raises(UserError, match="2 diverged"):
+        finish_batch(tmp_path, results, BASE)
+    states = {t.number: t.state for t in open_study(tmp_path, requeue_stale=False).trials}
+    assert [states[job["number"]] for job in jobs] == [TrialState.PRUNED, TrialState.PRUNED]

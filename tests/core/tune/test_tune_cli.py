@@ -110,22 +110,23 @@ def test_a_resumed_search_draws_new_settings(tmp_path):
     assert after[0] == after[1]
 
 
-def test_a_slow_starting_trial_is_not_pruned_in_the_first_half(tmp_path):
-    from mavias.core.tune.search import open_study, pruning_warmup
+def test_a_slow_starting_trial_is_not_pruned_in_the_first_half_of_its_own_run(tmp_path):
+    from mavias.core.tune.search import open_study, progress_step
 
-    epochs = 12
-    study = open_study(tmp_path, prune_after=pruning_warmup(epochs))
-    for _ in range(2):  # two finished trials that learned fast
+    study = open_study(tmp_path)
+    for _ in range(2):  # two finished trials of 12 epochs that learned fast
         fast = study.ask()
-        for step in range(1, epochs + 1):
-            fast.report(0.9, step)
+        for epoch in range(1, 13):
+            fast.report(0.9, progress_step(epoch, 12))
         study.tell(fast, 0.9)
-    slow = study.ask()
-    verdicts = []
-    for step in range(1, epochs + 1):
-        slow.report(0.5, step)
+    slow = study.ask()  # a trial of 18 epochs (the number of epochs is searched)
+    verdicts, reported = [], set()
+    for epoch in range(1, 19):
+        if (step := progress_step(epoch, 18)) not in reported:
+            reported.add(step)
+            slow.report(0.5, step)
         verdicts.append(bool(slow.should_prune()))
-    assert verdicts == [False] * 5 + [True] * 7  # judged after each epoch: stoppable once 6 are done
+    assert verdicts == [False] * 8 + [True] * 10  # stoppable once half of its own run is done: 9 of 18 epochs
 
 
 @pytest.mark.slow
@@ -144,3 +145,36 @@ def test_a_diverging_trial_stops_itself_not_the_search(tmp_path):
     assert "2 diverged" in result.stderr and "lower optim.lr" in result.stderr
     assert "Traceback" not in result.stderr
     assert _complete_trials(tmp_path / "search" / "study.db") == 0
+
+
+def test_starting_settings_that_failed_are_tried_again_and_marked_as_the_start(tmp_path):
+    from optuna.trial import TrialState
+
+    from mavias.core.tune.search import START_ATTR, enqueue_start, open_study
+
+    study = open_study(tmp_path)
+    start = {"optim.lr": 0.05, "epochs": 20}
+    enqueue_start(study, start)
+    enqueue_start(study, start)  # queued already: not twice
+    first = study.ask()
+    assert first.user_attrs[START_ATTR] and len(study.trials) == 1
+    study.tell(first, state=TrialState.FAIL)  # e.g. out of memory
+    enqueue_start(study, start)
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert len(waiting) == 1 and waiting[0].user_attrs == {START_ATTR: True}
+    assert waiting[0].system_attrs["fixed_params"] == start
+
+
+def test_a_search_is_known_by_the_contents_of_the_relevance_tags_and_reference_it_reads(tmp_path):
+    from mavias.core.train.config import TrainConfig
+    from mavias.core.tune.search import search_request
+
+    manifest = pd.DataFrame({"sample_id": ["a", "b"], "label": ["cat", "dog"], "split": ["train", "val"]})
+    relevance, reference = tmp_path / "relevance.csv", tmp_path / "best_val_acc.pt"
+    relevance.write_text("class,tag,relevant\ncat,sofa,false\n")
+    reference.write_bytes(b"reference one")
+    base = TrainConfig(method="mavias")
+    first = search_request(base, manifest, [relevance, reference])
+    assert search_request(base, manifest, [relevance, reference]) == first
+    reference.write_bytes(b"reference two")  # another --reference: other validation groups
+    assert search_request(base, manifest, [relevance, reference]) != first
