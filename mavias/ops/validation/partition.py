@@ -99,8 +99,10 @@ def _run_great_expectations(df: pd.DataFrame, expectations: dict[str, Any]) -> l
 def _check_from_ge(name: str, result: Any) -> CheckResult:
     """Observed value, threshold and a readable reason out of one GE expectation result."""
     config, payload = result.expectation_config, result.result
-    if result.exception_info.get("raised_exception"):
-        return CheckResult(name, False, details=f"error: {result.exception_info.get('exception_message')}")
+    if errors := _raised(result.exception_info or {}):
+        return CheckResult(name, False, details=f"error: {'; '.join(errors)}")
+    if not result.success and not payload:  # a check GX could not compute, whatever it said of why
+        return CheckResult(name, False, details="error: Great Expectations could not compute this check")
     if config.type == "expect_column_to_exist":
         return CheckResult(name, result.success, result.success, True, "" if result.success else "column missing")
     if config.type == "expect_column_values_to_not_be_null":
@@ -114,6 +116,12 @@ def _check_from_ge(name: str, result: Any) -> CheckResult:
     observed, minimum = payload.get("observed_value"), config.kwargs.get("min_value")  # row count
     details = "" if result.success else f"observed {observed}, required at least {minimum}"
     return CheckResult(name, result.success, observed, minimum, details)
+
+
+def _raised(exception_info: Mapping[str, Any]) -> list[str]:
+    """The messages of what a GX check raised: at the top level, or (GX 1.x) keyed by each metric that failed."""
+    infos = [exception_info, *(v for v in exception_info.values() if isinstance(v, Mapping))]
+    return [str(info.get("exception_message")) for info in infos if info.get("raised_exception")]
 
 
 def validate_partition(

@@ -158,3 +158,22 @@ def test_nightly_intake_quarantines_bad_partitions_and_processes_the_rest(s3_cli
     assert report["failed"] == ["labels_known_classes"] and "zebra" in report["summary"]
     assert ledger.quarantined() == {"p2-empty", "p3-new-class"}
     assert ledger.new_partitions() == []
+
+
+@pytest.mark.parametrize("exception_info", [
+    {"column_values.in_set.unexpected_count": {"raised_exception": True, "exception_message": "boom",
+                                               "exception_traceback": "tb"}},  # GX 1.x: keyed by the failing metric
+    {"raised_exception": True, "exception_message": "boom", "exception_traceback": "tb"},
+])
+def test_a_check_great_expectations_could_not_compute_fails_naming_why(exception_info):
+    from great_expectations.core import ExpectationValidationResult
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    from mavias.ops.validation.partition import _check_from_ge
+
+    config = ExpectationConfiguration(type="expect_column_values_to_be_in_set",
+                                      kwargs={"column": "label", "value_set": ["cat"]})
+    result = ExpectationValidationResult(success=False, expectation_config=config, result={},
+                                         exception_info=exception_info)
+    check = _check_from_ge("labels_known_classes", result)
+    assert not check.success and check.details == "error: boom"
