@@ -80,6 +80,7 @@ def validate_manifest(
             f"{int(bad_split.sum())} row(s) with an unknown split {values} (allowed: {', '.join(allowed)}; "
             f"declare further evaluation splits in {INFO_NAME})"
         )
+    problems += _label_problems(df["label"])
     dup = df["sample_id"].duplicated(keep=False)
     if dup.any():
         ids = sorted(df.loc[dup, "sample_id"].unique())[:5]
@@ -95,6 +96,21 @@ def validate_manifest(
     if problems:
         raise ManifestError("invalid manifest:\n  - " + "\n  - ".join(problems))
     return df.reset_index(drop=True)
+
+
+def _label_problems(labels: pd.Series) -> list[str]:
+    """Labels that would split one class in two: spaces around a name ('cat '), or one name in two cases."""
+    problems = []
+    padded = sorted({label for label in labels.unique() if label != label.strip()})
+    if padded:
+        problems.append(f"label(s) {', '.join(map(repr, padded[:5]))} have spaces at the start or end: rename them "
+                        "(a folder name, or the label column) without the spaces")
+    names = pd.Series(sorted(labels.unique()))
+    folded = names.groupby(names.str.strip().str.casefold()).agg(list)
+    if clashes := [group for group in folded if len(group) > 1]:
+        problems.append(f"label(s) {', '.join(' and '.join(map(repr, group)) for group in clashes[:3])} differ only "
+                        "in case or spaces: give each class one spelling")
+    return problems
 
 
 def _tag_problems(tags: pd.Series) -> list[str]:

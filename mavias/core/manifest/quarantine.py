@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import warnings
 from collections.abc import Collection
 from pathlib import Path
 from typing import IO
@@ -30,7 +31,10 @@ def image_problem(source: Path | IO[bytes]) -> str | None:
     read from the header and checked before a pixel is decoded; a fault of the machine (:func:`is_machine_read_fault`)
     is raised, never blamed on the image."""
     try:
-        with Image.open(source) as img:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the check below says it, as a reason
+            img = Image.open(source)
+        with img:
             if img.width * img.height > MAX_IMAGE_PIXELS:
                 return (f"too large: {img.width}x{img.height} pixels, more than {MAX_IMAGE_PIXELS:,} (a "
                         "decompression bomb, or a photo to resize before importing)")

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 from botocore.client import BaseClient
 
-from mavias.core.manifest import ManifestError, read_manifest_table
+from mavias.core.manifest import ManifestError, load_manifest, read_manifest_table
 from mavias.errors import UserError
 from mavias.ops.nightly import revalidation
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
@@ -65,7 +65,7 @@ def night_info(when: datetime) -> NightInfo:
 
 def known_classes(cfg: NightlyConfig, evaluation_manifest: Path) -> list[str]:
     """The configured classes, else the evaluation set's: the fixed evaluation set defines the task."""
-    return sorted(cfg.classes or read_manifest_table(evaluation_manifest)["label"].dropna().unique())
+    return sorted(cfg.classes or load_manifest(evaluation_manifest, check_files=False)["label"].unique())
 
 
 def _class_counts(manifest: pd.DataFrame) -> dict[str, int]:

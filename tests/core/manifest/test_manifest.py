@@ -114,3 +114,15 @@ def test_a_machine_fault_while_reading_is_raised_but_a_folder_in_place_of_an_ima
         image_problem(_FailingDisk())
     (tmp_path / "folder.png").mkdir()
     assert decode_problem(tmp_path / "folder.png").startswith("cannot decode: IsADirectoryError")
+
+
+@pytest.mark.parametrize(("labels", "expect"), [
+    (["cat ", "dog"], "'cat ' have spaces at the start or end"),
+    (["Cat", "cat", "dog"], "'Cat' and 'cat' differ only in case"),
+])
+def test_labels_that_would_split_one_class_in_two_are_refused(labels, expect):
+    n = len(labels)
+    df = pd.DataFrame({"sample_id": [f"s{i}" for i in range(n)], "uri": [f"{i}.png" for i in range(n)],
+                       "label": labels, "split": ["train"] * n})
+    with pytest.raises(ManifestError, match=expect):
+        save_manifest(df, "unused.parquet")
