@@ -124,12 +124,21 @@ def accumulated_manifest(partition_manifests: Iterable[Path], evaluation_manifes
     test = _absolute(evaluation_manifest).assign(split="test")
     parts = [_absolute(path) for path in partition_manifests]
     train = pd.concat(parts, ignore_index=True) if parts else test.iloc[:0]
-    train = train[train["split"].isin(TRAIN_SPLITS) & ~train["sample_id"].isin(test["sample_id"])]
+    train = train[train["split"].isin(TRAIN_SPLITS)]
+    _warn_left_out(train, train["sample_id"].isin(test["sample_id"]), "share a sample_id with an evaluation image")
+    train = train[~train["sample_id"].isin(test["sample_id"])]
     seen = _copies_of(train["uri"], test["uri"])
-    if seen.any():
-        log.warning("%d training image(s) are evaluation images under other names (e.g. %s): left out",
-                    int(seen.sum()), train.loc[seen, "uri"].iloc[0])
-    return pd.concat([train[~seen].drop_duplicates("sample_id"), test], ignore_index=True)
+    _warn_left_out(train, seen, "are evaluation images under other names")
+    train = train[~seen]
+    _warn_left_out(train, train["sample_id"].duplicated(), "repeat the sample_id of an earlier partition's image "
+                   "(the first kept; a producer must give each image its own id)")
+    return pd.concat([train.drop_duplicates("sample_id"), test], ignore_index=True)
+
+
+def _warn_left_out(rows: pd.DataFrame, left_out: pd.Series, why: str) -> None:
+    if left_out.any():
+        log.warning("%d training image(s) %s (e.g. %s): left out", int(left_out.sum()), why,
+                    rows.loc[left_out, "uri"].iloc[0])
 
 
 def check_trainable(manifest: pd.DataFrame) -> None:

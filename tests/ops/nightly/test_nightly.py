@@ -101,11 +101,17 @@ def _manifest(folder: Path, rows: list[tuple[str, str, str]]) -> Path:
     return folder / "manifest.parquet"
 
 
-def test_accumulated_manifest_unions_partitions_and_keeps_the_evaluation_set_out_of_training(tmp_path: Path) -> None:
+def test_accumulated_manifest_unions_partitions_and_keeps_the_evaluation_set_out_of_training(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     first = _manifest(tmp_path / "p1", [("a", "car", "train"), ("b", "boat", "val"), ("e", "car", "train")])
     second = _manifest(tmp_path / "p2", [("a", "car", "train"), ("c", "bird", "train"), ("x", "car", "test")])
     evaluation = _manifest(tmp_path / "eval", [("e", "car", "test"), ("f", "bird", "test")])
-    frame = dataset.accumulated_manifest([first, second], evaluation).set_index("sample_id")
+    with caplog.at_level("WARNING"):
+        frame = dataset.accumulated_manifest([first, second], evaluation).set_index("sample_id")
+    assert "1 training image(s) share a sample_id with an evaluation image" in caplog.text  # every left-out row said
+    assert f"1 training image(s) repeat the sample_id of an earlier partition's image (the first kept; a producer " \
+           f"must give each image its own id) (e.g. {tmp_path / 'p2' / 'a.png'})" in caplog.text
     assert frame["split"].to_dict() == {"a": "train", "b": "val", "c": "train", "e": "test", "f": "test"}
     assert frame.loc["c", "uri"] == str(tmp_path / "p2" / "c.png")
     dataset.check_trainable(frame.reset_index())
