@@ -61,6 +61,12 @@ def referenced_files(manifest_path: Path) -> set[str]:
     bad = [u for u in uris if u.startswith("s3://") or PurePosixPath(u).is_absolute() or ".." in PurePosixPath(u).parts]
     if bad:
         raise ManifestError(f"{manifest_path}: uris must be relative to the partition, got e.g. {bad[:3]}")
+    # the pull keeps its bookkeeping (pins, journal) and the manifest beside the images, under names like these
+    own = [u for u in uris if any(part.startswith(".") for part in PurePosixPath(u).parts)
+           or PurePosixPath(u).name in MANIFEST_NAMES]
+    if own:
+        raise ManifestError(f"{manifest_path}: uris must name image files, got e.g. {own[:3]} (a hidden file or the "
+                            "manifest)", hint="name the images without a leading '.' in any folder or file name")
     return {PurePosixPath(u).as_posix() for u in uris}
 
 

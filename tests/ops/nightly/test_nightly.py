@@ -315,3 +315,15 @@ def test_a_promote_retried_after_its_first_try_moved_the_pointer_is_the_nights_p
                                              "production_version": "night-b"})  # the whole night again
     assert not rerun["promoted"] and "already in production (rerun)" in rerun["reason"] and rerun["in_production"]
     assert [r.version for r in registry.history()] == ["night-a", "night-b"]
+
+
+@pytest.mark.parametrize("uri", [".validated-etags.json", "img/.pulled-etags.json", "manifest.parquet", ".hidden/a.png"])
+def test_a_manifest_naming_the_pulls_own_files_is_refused(tmp_path: Path, uri: str) -> None:
+    from mavias.core.manifest import ManifestError
+    from mavias.ops.nightly.pull import referenced_files
+
+    path = tmp_path / "manifest.parquet"
+    pd.DataFrame({"sample_id": ["a", "b"], "uri": ["img/a.png", uri], "label": ["car"] * 2,
+                  "split": ["train"] * 2}).to_parquet(path)
+    with pytest.raises(ManifestError, match="uris must name image files"):
+        referenced_files(path)
