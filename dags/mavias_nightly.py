@@ -262,6 +262,7 @@ def report() -> dict:
     return report.report(
         cfg, results, trained=trained, decision=decision, skip_promotion=params["skip_promotion"],
         smtp=smtp_settings_from_connection(cfg.airflow.smtp_conn_id), states=states,
+        run=f"{context['run_id']} {context['dag_run'].start_date}",  # a rerun of the night is another run
     )
 
 

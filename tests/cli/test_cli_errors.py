@@ -16,7 +16,7 @@ runner = CliRunner()
 
 
 def fails_cleanly(*args, expect: str):
-    result = runner.invoke(app, [str(a) for a in args])
+    result = runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "400"})  # a message on one line
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and expect in result.output
     return result

@@ -100,12 +100,12 @@ def validate_manifest(
 
 def _label_problems(labels: pd.Series) -> list[str]:
     """Labels that would split one class in two: spaces around a name ('cat '), or one name in two cases."""
-    problems = []
-    padded = sorted({label for label in labels.unique() if label != label.strip()})
+    problems, named = [], labels.dropna().unique()  # a missing label is a problem of its own
+    padded = sorted({label for label in named if label != label.strip()})
     if padded:
         problems.append(f"label(s) {', '.join(map(repr, padded[:5]))} have spaces at the start or end: rename them "
                         "(a folder name, or the label column) without the spaces")
-    names = pd.Series(sorted(labels.unique()))
+    names = pd.Series(sorted(named))
     folded = names.groupby(names.str.strip().str.casefold()).agg(list)
     if clashes := [group for group in folded if len(group) > 1]:
         problems.append(f"label(s) {', '.join(' and '.join(map(repr, group)) for group in clashes[:3])} differ only "

@@ -97,6 +97,15 @@ def _next_attempt(cfg: NightlyConfig, client: BaseClient, night: str, notes: lis
     return 1 + max((n for n in [*local, *remote] if n is not None), default=0)
 
 
+def _attempts_of_run(cfg: NightlyConfig, night: str, run: str | None) -> list[str]:
+    """The outbox names of the night's earlier report attempts made by the same run (a retried report task): their
+    emails, if still queued, are replaced by this one's. A rerun of the night is another run: both go out."""
+    if run is None:
+        return []
+    outcomes = layout(cfg).night_reports(night).glob(f"{ATTEMPT_PREFIX}*/{OUTCOME_NAME}")
+    return [f"{night}-{path.parent.name}" for path in outcomes if json.loads(path.read_text()).get("run") == run]
+
+
 def _original_outcome(cfg: NightlyConfig, night: str) -> str | None:
     first = layout(cfg).night_reports(night) / f"{ATTEMPT_PREFIX}1" / OUTCOME_NAME
     return json.loads(first.read_text())["subject"] if first.exists() else None
@@ -184,11 +193,12 @@ def report(
     skip_promotion: bool = False,
     smtp: SmtpSettings | None = None,
     states: Mapping[str, str] | None = None,
+    run: str | None = None,
 ) -> Reported:
     """Render the night's HTML report from whatever steps completed as a new attempt
     (``nights/<night>/report/attempt-<n>/``, uploaded to ``models/<name>/reports/<night>/attempt-<n>/``) and queue its
-    email (``notify`` sends it, in place of an earlier attempt of the night still queued; ``smtp`` gives its sender
-    address). The bucket being unreachable or stalled
+    email (``notify`` sends it, in place of one the same ``run`` queued before and notify did not send yet: a
+    retried report task; ``smtp`` gives its sender address). The bucket being unreachable or stalled
     (``report.storage_deadline_s``) loses nothing: the report is made from local state and uploaded later.
     ``failure`` is set when the night failed (``finish`` then fails the run)."""
     client = s3_client(cfg, "report", cfg.report.storage_deadline_s)
@@ -214,8 +224,9 @@ def report(
     folder = layout(cfg).night_reports(night) / f"{ATTEMPT_PREFIX}{attempt}"
     html = write_report(folder, context)
     email = render_email(context)
+    earlier = _attempts_of_run(cfg, night, run)
     write_json(folder / OUTCOME_NAME, {"subject": email.subject, "promoted": context.promoted,
-                                       "version": context.version})
+                                       "version": context.version, "run": run})
     try:
         uploaded = bool(upload_pending_reports(cfg, client))
     except Exception as err:  # noqa: BLE001 - _unreachable re-raises what is not transient
@@ -224,8 +235,8 @@ def report(
     name = f"{night}-{ATTEMPT_PREFIX}{attempt}"
     queued = None
     if cfg.report.recipients:  # also without SMTP settings (a connection unreadable now): notify adds the sender
-        layout(cfg).outbox.put_newest(name, email_message(email, cfg.report.recipients, smtp and smtp.from_addr),
-                                      of=f"{night}-{ATTEMPT_PREFIX}")
+        layout(cfg).outbox.put(name, email_message(email, cfg.report.recipients, smtp and smtp.from_addr))
+        layout(cfg).outbox.withdraw(earlier, f"{name}, the same run's report made again, replaces it")
         queued = name
     layout(cfg).outbox.mark_reported(list(dead))
     status = ("promoted" if context.promoted else "not promoted") + (

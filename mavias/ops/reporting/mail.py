@@ -192,17 +192,12 @@ class Outbox:
     def put(self, name: str, message: EmailMessage) -> Path:
         return write_bytes(self.folder / f"{name}.eml", message.as_bytes(policy=policy.SMTP))
 
-    def put_newest(self, name: str, message: EmailMessage, *, of: str) -> Path:
-        """Queue ``message`` as ``name`` in place of the still-queued ones whose names start with ``of`` (earlier
-        attempts of the same report, never sent): a report made again before notify ran goes out once, as its
-        newest attempt."""
-        path = self.put(name, message)
-        for older in self.pending():
-            if older.startswith(of) and older != name:
-                (self.folder / f"{older}.eml").unlink(missing_ok=True)
-                (self.folder / f"{older}.tries").unlink(missing_ok=True)
-                log.info("email %s replaced by %s, a newer attempt of the same report", older, name)
-        return path
+    def withdraw(self, names: Sequence[str], why: str) -> None:
+        """Take the still-queued emails among ``names`` out of the outbox (those sent already are gone)."""
+        for name in set(names) & set(self.pending()):
+            (self.folder / f"{name}.eml").unlink(missing_ok=True)
+            (self.folder / f"{name}.tries").unlink(missing_ok=True)
+            log.info("email %s withdrawn: %s", name, why)
 
     def pending(self) -> list[str]:
         return sorted(p.stem for p in self.folder.glob("*.eml"))

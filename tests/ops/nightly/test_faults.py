@@ -335,10 +335,11 @@ def _results(night: str, *, promoted: bool = False) -> dict:
     return results
 
 
-def _report(cfg: NightlyConfig, smtp: SmtpSettings | None, **results: object) -> dict:
+def _report(cfg: NightlyConfig, smtp: SmtpSettings | None, run: str | None = None, **results: object) -> dict:
     """The report task, then the notify task, as the DAG runs them: the report's result with what notify sent."""
     reported = report.report(cfg, _results("20250401T000000", **results), trained=False,
-                             decision="no new partitions since the last run: nothing was trained tonight", smtp=smtp)
+                             decision="no new partitions since the last run: nothing was trained tonight", smtp=smtp,
+                             run=run)
     try:
         sent = report.notify(cfg, smtp)["sent"]
     except report.NotificationFailed:
@@ -427,18 +428,19 @@ def test_smtp_failure_after_promotion_queues_the_notification_and_sends_it_later
     assert b"promoted" in mail.read_bytes()
 
 
-def test_a_report_made_again_before_its_email_went_out_is_emailed_once_as_the_newest_attempt(
+def test_a_report_task_retried_before_its_email_went_out_is_emailed_once_and_a_rerun_of_the_night_twice(
     s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
 ) -> None:
     cfg = _report_config(s3_settings, tmp_path / "ws")
-    first = _report(cfg, _smtp(free_port()), promoted=True)  # queued, not sent: nothing listens on that port
-    again = _report(cfg, _smtp(free_port()))  # the report task retried before notify sent it
+    first = _report(cfg, _smtp(free_port()), "run-1", promoted=True)  # queued, not sent: nothing listens there
+    again = _report(cfg, _smtp(free_port()), "run-1", promoted=True)  # the same run's report task retried
     assert (first["queued"], again["queued"]) == ("20250401T000000-attempt-1", "20250401T000000-attempt-2")
     assert layout.layout(cfg).outbox.pending() == [again["queued"]]
+    rerun = _report(cfg, _smtp(free_port()), "run-2")  # the night run again: its own email, beside the first
+    assert layout.layout(cfg).outbox.pending() == [again["queued"], rerun["queued"]]
     with smtp_server(tmp_path / "mail") as port:
-        assert report.notify(cfg, _smtp(port))["sent"] == [again["queued"]]
-    (mail,) = (tmp_path / "mail").glob("*.eml")
-    assert b"rerun, attempt 2" in mail.read_bytes()
+        assert report.notify(cfg, _smtp(port))["sent"] == [again["queued"], rerun["queued"]]
+    assert b"rerun, attempt 3" in sorted((tmp_path / "mail").glob("*.eml"))[1].read_bytes()
 
 
 def test_a_report_made_while_the_smtp_connection_cannot_be_read_is_queued_and_sent_with_its_sender_later(
