@@ -51,6 +51,7 @@ def train(
 ) -> None:
     """Train one model (`--set method=`: mavias, erm, groupdro, jtt, lff, sd, flac or debian); writes checkpoints,
     metrics.csv and TensorBoard logs."""
+    from mavias.core.devices import choose_device
     from mavias.core.protocol import (
         BIASED_TAGS_FILE,
         empty_reason,
@@ -59,7 +60,6 @@ def train(
         require_reference_for_selection,
         train_method,
     )
-    from mavias.core.devices import choose_device
     from mavias.core.train.distributed import check_supported
     from mavias.core.train.model import weights_file
 

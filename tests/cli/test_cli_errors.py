@@ -246,8 +246,8 @@ def test_a_device_this_machine_lacks_is_refused_before_the_images_are_read(photo
 
 def test_an_unknown_judge_is_refused_before_any_work(photos):
     tmp_path, _ = photos
-    result = fails_cleanly("audit", tmp_path / "photos", "--out", tmp_path / "audit", "--judge", "bogus",
-                           expect="unknown judge 'bogus'")
+    fails_cleanly("audit", tmp_path / "photos", "--out", tmp_path / "audit", "--judge", "bogus",
+                  expect="unknown judge 'bogus'")
     assert not (tmp_path / "audit").exists()
 
 

@@ -12,7 +12,8 @@ import pytest
 from mavias.errors import UserError
 from mavias.utils.disk import files_under
 
-LIST = "import sys; from mavias.utils.disk import files_under; print(len(files_under(__import__('pathlib').Path(sys.argv[1]))))"
+LIST = ("import sys, pathlib; from mavias.utils.disk import files_under; "
+        "print(len(files_under(pathlib.Path(sys.argv[1]))))")
 
 
 def test_every_file_of_the_tree_is_listed(tmp_path):

@@ -45,8 +45,9 @@ def import_s3(uri: str, settings: S3Settings, options: SplitOptions = SplitOptio
             response = client.get_object(Bucket=settings.bucket, Key=key)
         except client.exceptions.NoSuchKey:
             raise FileNotFoundError(object_uri) from None
-        check_image_bytes(response["ContentLength"])
-        return response["Body"].read()
+        with response["Body"] as body:
+            check_image_bytes(response["ContentLength"])
+            return body.read()
 
     info = DatasetInfo(name=prefix.strip("/").rsplit("/", 1)[-1] or settings.bucket, source=uri)
     return build_import(rows.drop(columns="name"), info, read=read, workers=settings.max_workers * 2, progress=progress)

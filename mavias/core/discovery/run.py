@@ -14,6 +14,7 @@ judge, and tag sets never encoded by this encoder. Re-running a partition costs 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -100,7 +101,7 @@ def manifest_file(partition: str | Path) -> Path:
 
 def partition_name(partition: str | Path, name: str | None = None) -> str:
     """``name``, else the manifest's folder name: one plain folder name of the workspace."""
-    chosen = name or manifest_file(partition).resolve().parent.name
+    chosen = name or Path(os.path.abspath(manifest_file(partition))).parent.name  # '..' folded, links kept
     if chosen in ("", ".", "..") or any(char in chosen for char in "/\\\0"):
         raise UserError(f"partition name {chosen!r} cannot name a folder of the workspace",
                         hint="pass --name with a plain name (letters, digits, '-', '_', '.')")

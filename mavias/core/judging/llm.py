@@ -233,8 +233,8 @@ class LLMJudge:
     def judge_id(self) -> str:
         """The model and the server that answers for it (local servers answer any model name with what they load),
         so decisions cached from one endpoint are never taken for another's."""
-        vote = f"+vote{self.samples}" if self.samples > 1 else ""
-        return f"llm:{self.model}{vote}@{urlsplit(self.base_url).netloc}"
+        vote, url = f"+vote{self.samples}" if self.samples > 1 else "", urlsplit(self.base_url)
+        return f"llm:{self.model}{vote}@{url.hostname}" + (f":{url.port}" if url.port else "")  # never user:password
 
     def judge(self, class_name: str, tags: list[str]) -> set[str]:
         return {tag for batch in batches(tags, self.batch_size) for tag in self._vote(class_name, batch)}

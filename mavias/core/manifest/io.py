@@ -73,6 +73,8 @@ def validate_manifest(
         df[col] = df[col].astype(str)
         if blank.any():
             problems.append(f"{int(blank.sum())} row(s) with an empty {col!r}")
+        if col == "label":
+            blank_label = blank
     bad_split = ~df["split"].isin(allowed)
     if bad_split.any():
         values = sorted(df.loc[bad_split, "split"].unique())[:5]
@@ -80,7 +82,7 @@ def validate_manifest(
             f"{int(bad_split.sum())} row(s) with an unknown split {values} (allowed: {', '.join(allowed)}; "
             f"declare further evaluation splits in {INFO_NAME})"
         )
-    problems += _label_problems(df["label"])
+    problems += _label_problems(df.loc[~blank_label, "label"])
     dup = df["sample_id"].duplicated(keep=False)
     if dup.any():
         ids = sorted(df.loc[dup, "sample_id"].unique())[:5]
@@ -100,7 +102,7 @@ def validate_manifest(
 
 def _label_problems(labels: pd.Series) -> list[str]:
     """Labels that would split one class in two: spaces around a name ('cat '), or one name in two cases."""
-    problems, named = [], labels.dropna().unique()  # a missing label is a problem of its own
+    problems, named = [], labels.unique()
     padded = sorted({label for label in named if label != label.strip()})
     if padded:
         problems.append(f"label(s) {', '.join(map(repr, padded[:5]))} have spaces at the start or end: rename them "

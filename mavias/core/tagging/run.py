@@ -23,7 +23,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from mavias.core.manifest import resolve_uri
-from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, decode_problem
+from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, decode_problem, is_machine_read_fault
 from mavias.core.tagging.base import (
     TagBatch,
     Tagger,
@@ -106,6 +106,8 @@ class _ImageDataset(Dataset):
             with Image.open(self.paths[i]) as img:
                 return i, self.preprocess(img.convert("RGB")), None
         except Exception as err:  # any undecodable image is quarantined with its reason, never a crash
+            if is_machine_read_fault(err):  # the machine's (EIO, too many open files): the shard fails and is retried
+                raise
             return i, None, decode_problem(self.paths[i]) or f"cannot preprocess: {type(err).__name__}: {err}"
 
 

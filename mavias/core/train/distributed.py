@@ -37,6 +37,7 @@ from mavias.core.train.config import TrainConfig
 from mavias.core.train.methods import Method
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.recipe import ResolvedRecipe, as_recipe
+from mavias.core.train.sanity import TrainingDiverged
 from mavias.core.train.trainer import Trainer, TrainResult
 from mavias.errors import UserError
 from mavias.utils.csvfile import read_csv
@@ -134,7 +135,8 @@ def fit_distributed(data: PreparedData, settings: ResolvedRecipe | TrainConfig, 
                               preexec_fn=die_with_parent)  # noqa: PLW1509 - only sets a signal, no locks
         errors = sorted(Path(tmp).glob(ERROR_NAME.format(rank="*")))
         if errors:
-            raise UserError(errors[0].read_text())
+            error = json.loads(errors[0].read_text())
+            raise (TrainingDiverged if error["kind"] == TrainingDiverged.__name__ else UserError)(error["message"])
         if done.returncode != 0:
             raise RuntimeError(f"distributed training over {nproc} processes failed (exit {done.returncode}); "
                                "the ranks' output is above")
@@ -176,7 +178,7 @@ def main(job_path: str) -> None:
         _rank_trainer(job).fit(stop_after=job["stop_after"])
     except UserError as err:
         error = Path(job_path).with_name(ERROR_NAME.format(rank=dist.get_rank()))
-        error.write_text(str(err))
+        error.write_text(json.dumps({"kind": type(err).__name__, "message": str(err)}))
         raise SystemExit(1) from None
     finally:
         dist.destroy_process_group()

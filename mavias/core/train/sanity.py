@@ -21,10 +21,25 @@ class TrainingDiverged(UserError):
 
 def check_finite(loss: float, epoch: int, lr: float) -> None:
     if not np.isfinite(loss):
-        raise TrainingDiverged(
-            f"training diverged in epoch {epoch} (loss {loss}) at learning rate {lr:.3g}; the checkpoints of the "
-            "earlier epochs are kept. Lower optim.lr (e.g. --set optim.lr=" f"{lr / 10:.2g}), or leave it unset so "
-            "a range test chooses it, and train into a new --out folder")
+        raise _diverged(f"training diverged in epoch {epoch} (loss {loss})", lr)
+
+
+def check_finite_weights(finite: bool, epoch: int, lr: float) -> None:
+    """After an epoch's last step, whose loss was finite: weights it made NaN or infinite are never validated or
+    saved."""
+    if not finite:
+        raise _diverged(f"training diverged at the end of epoch {epoch} (weights NaN or infinite)", lr)
+
+
+def _diverged(what: str, lr: float) -> TrainingDiverged:
+    return TrainingDiverged(f"{what} at learning rate {lr:.3g}; the checkpoints of the earlier epochs are kept. Lower "
+                            f"optim.lr (e.g. --set optim.lr={lr / 10:.2g}), or leave it unset so a range test chooses "
+                            "it, and train into a new --out folder")
+
+
+def divergence(error: TrainingDiverged) -> str:
+    """What diverged, without the advice for a single run (a search stops the trial and goes on)."""
+    return str(error).split(";")[0]
 
 
 def trivial_rates(val: pd.DataFrame) -> dict[str, float]:

@@ -26,7 +26,7 @@ from mavias.core.train.methods import Method, build_method
 from mavias.core.train.model import MainModel, build_main_model
 from mavias.core.train.optim import batches_per_epoch, drop_last, make_optimizer, make_scheduler
 from mavias.core.train.recipe import ResolvedRecipe, as_recipe
-from mavias.core.train.sanity import chance_warnings, check_finite
+from mavias.core.train.sanity import chance_warnings, check_finite, check_finite_weights
 from mavias.core.train.selection import is_perfect, is_uninformative, selection_key, validation_scores
 from mavias.core.train.warm import load_initial_weights
 from mavias.utils.atomic import atomic_path, write_json
@@ -239,6 +239,8 @@ class Trainer:
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
             batches += 1
+        finite = all(bool(torch.isfinite(p).all()) for group in optimizer.param_groups for p in group["params"])
+        check_finite_weights(finite, epoch, optimizer.param_groups[0]["lr"])
         return {f"train_{k}": v / max(batches, 1) for k, v in sums.items()}
 
     def _loss(self, method: Method, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -253,8 +255,6 @@ class Trainer:
 
     def _validate(self) -> dict[str, float]:
         logits = predict_logits(self.model, self.val_split, batch_size=max(256, self.cfg.batch_size))
-        if not torch.isfinite(logits).all():  # the epoch's last step made the weights NaN: neither scored nor saved
-            check_finite(float("nan"), self.epoch, self.optimizer.param_groups[0]["lr"])
         correct = (logits.argmax(1) == self.val_split.labels).numpy()
         true_groups = None if self.val_split.groups is None else self.val_split.groups.numpy()
         return validation_scores(correct, self.val_split.labels.numpy(), self.val_groups, true_groups)

@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from mavias.core import protocol  # its names load on first use: planning a batch imports no torch
 from mavias.core.train.config import TrainConfig
-from mavias.core.train.sanity import TrainingDiverged
+from mavias.core.train.sanity import TrainingDiverged, divergence
 from mavias.core.tune.search import START_ATTR, TuneResult, all_diverged, open_study, trial_dir, write_outcome
 from mavias.core.tune.space import search_space, suggest_config
 
@@ -63,7 +63,7 @@ def run_planned_trial(data: PreparedData, reference: Reference, base: TrainConfi
     try:
         run = protocol.train_method(data, cfg, trial_dir(study_dir, cfg), reference, progress=True, nproc=nproc)
     except TrainingDiverged as diverged:
-        what = str(diverged).split(";")[0]  # the divergence, without the advice for a single run
+        what = divergence(diverged)
         log.warning("trial %d stopped: %s", job["number"], what)
         return {"number": job["number"], "value": None, "diverged": what}
     return {"number": job["number"], "value": run.best[cfg.selection]["score"]}

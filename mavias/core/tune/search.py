@@ -24,7 +24,7 @@ import pandas as pd
 
 from mavias.core import protocol  # its names load on first use: planning a batch imports no torch
 from mavias.core.train.config import TrainConfig
-from mavias.core.train.sanity import TrainingDiverged
+from mavias.core.train.sanity import TrainingDiverged, divergence
 from mavias.core.train.selection import selection_key
 from mavias.core.tune.space import Param, current_values, known_space, search_space, searched_keys, suggest_config
 from mavias.errors import UserError
@@ -109,7 +109,7 @@ def run_trial(trial: optuna.Trial, data: PreparedData, reference: Reference | No
         try:
             result = protocol.train_method(data, cfg, run_dir, reference, progress=progress, stop_after=1)
         except TrainingDiverged as diverged:  # a searched rate too high for this data: stop the trial, not the search
-            what = str(diverged).split(";")[0]  # the divergence, without the advice for a single run
+            what = divergence(diverged)
             trial.set_user_attr("diverged", what)
             log.warning("trial %d stopped: %s", trial.number, what)
             raise optuna.TrialPruned() from diverged
@@ -179,8 +179,9 @@ def enqueue_start(study: optuna.Study, params: dict) -> None:
     is tried again: the search must not end without them)."""
     live = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.RUNNING,
             optuna.trial.TrialState.WAITING)
-    if not any(params in (t.params, t.system_attrs.get("fixed_params")) for t in study.get_trials(deepcopy=False,
-                                                                                                  states=live)):
+    trials = study.get_trials(deepcopy=False, states=live)
+    if not any(t.user_attrs.get(START_ATTR) or params in (t.params, t.system_attrs.get("fixed_params"))
+               for t in trials):
         study.enqueue_trial(params, user_attrs={START_ATTR: True})
 
 
@@ -197,14 +198,15 @@ def check_trials(trials: int) -> None:
 
 def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out_dir: str | Path, *, trials: int,
          timeout: float | None = None, warm_start: dict | Path | None = None, seed: int = 0,
-         progress: bool = False, request: str | None = None) -> TuneResult:
+         progress: bool = False, request: str | None = None, also: tuple[str, ...] = ()) -> TuneResult:
     """Run (or resume) the search until ``trials`` trials have finished, then write ``best/`` and ``trials.csv``.
     ``warm_start``: the settings to try first (a dict, or a JSON file checked against the search space);
-    ``request``: :func:`search_request` of what is searched, refused when the folder holds a search of another."""
+    ``request``: :func:`search_request` of what is searched, refused when the folder holds a search of another
+    (than it or ``also``: see :func:`check_same_search`)."""
     check_trials(trials)
     out_dir = Path(out_dir)
     if request is not None:
-        check_same_search(out_dir, request)  # before the recipe is resolved into a folder another search may own
+        check_same_search(out_dir, request, *also)  # before the recipe is resolved into a folder another may own
     # the recipe's choices, kept for a resumed search
     base = protocol.resolve_run(data, base, out_dir / BASE_DIR).config
     space = search_space(base)
@@ -227,20 +229,22 @@ def search_request(base: TrainConfig, manifest: pd.DataFrame, inputs: Sequence[P
     ``inputs`` the trials read (the relevance and tags behind the bias embeddings, the reference checkpoint behind the
     criterion's groups); a resume asks the same."""
     rows = manifest[["sample_id", "label", "split"]].astype(str).sort_values(["split", "sample_id"])
-    payload = json.dumps({"config": base.model_dump(mode="json"), "rows": rows.to_numpy().tolist(),
-                          "inputs": [sha256_file(path) for path in inputs]})
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    payload = {"config": base.model_dump(mode="json"), "rows": rows.to_numpy().tolist()}
+    if inputs:  # without them: the request of a search folder made before they were known
+        payload["inputs"] = [sha256_file(path) for path in inputs]
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
 
 
-def check_same_search(out_dir: Path, request: str) -> None:
-    """Refuse ``out_dir`` when it holds a search of another :func:`search_request`."""
+def check_same_search(out_dir: Path, request: str, *also: str) -> None:
+    """Refuse ``out_dir`` when it holds a search of another :func:`search_request` (than ``request`` or ``also``: the
+    request an older version would have made of the same search)."""
     if not (out_dir / STORAGE_FILE).is_file():
         return
     try:
         found = optuna.load_study(study_name=STUDY_NAME, storage=_storage(out_dir)).user_attrs.get("request")
     except KeyError:  # a search killed before it created its study
         return
-    if found is not None and found != request:
+    if found is not None and found not in (request, *also):
         raise UserError(f"{out_dir} holds a search of other settings or other training data; its best would be "
                         "reported as this one's", hint="pass a new --out, or the settings and data of that search "
                         "to resume it")

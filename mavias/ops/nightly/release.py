@@ -40,9 +40,13 @@ def publish(cfg: NightlyConfig, packaged: Packaged) -> Published:
     except VersionExists:
         if version not in reg.versions():
             raise
-        if (there := reg.published_onnx_sha256(version)) != packaged["onnx_sha256"]:
+        if (there := reg.published_onnx_sha256(version)) is None:
+            raise VersionExists(f"{reg.version_uri(version)} was published before, but its model card cannot be "
+                                "read to tell whether it is tonight's model: check that folder, or run a new night"
+                                ) from None
+        if there != packaged["onnx_sha256"]:
             raise VersionExists(
-                f"{reg.version_uri(version)} was published before from another model (ONNX sha256 {str(there)[:12]}, "
+                f"{reg.version_uri(version)} was published before from another model (ONNX sha256 {there[:12]}, "
                 f"tonight's candidate {packaged['onnx_sha256'][:12]}): the candidate was trained again after that "
                 f"publish. Nothing was promoted; promote the published one with `mavias registry promote {version} "
                 f"--name {cfg.model_name}`, or run a new night to publish tonight's") from None

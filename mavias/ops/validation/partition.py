@@ -101,10 +101,10 @@ def _check_from_ge(name: str, result: Any) -> CheckResult:
     config, payload = result.expectation_config, result.result
     if errors := _raised(result.exception_info or {}):
         return CheckResult(name, False, details=f"error: {'; '.join(errors)}")
-    if not result.success and not payload:  # a check GX could not compute, whatever it said of why
-        return CheckResult(name, False, details="error: Great Expectations could not compute this check")
     if config.type == "expect_column_to_exist":
         return CheckResult(name, result.success, result.success, True, "" if result.success else "column missing")
+    if not result.success and not payload:  # a check GX could not compute, whatever it said of why
+        return CheckResult(name, False, details="error: Great Expectations could not compute this check")
     if config.type == "expect_column_values_to_not_be_null":
         count = payload["unexpected_count"]
         return CheckResult(name, result.success, count, 0, f"{count} missing value(s)" if count else "")

@@ -79,7 +79,8 @@ def test_urbancars_requires_every_group_weight(urbancars_pred):
 
 
 def test_evaluation_report(predictions):
-    pred = predictions((30, 27, {"g": "a"}), (10, 5, {"g": "b"}), (40, 20, {"g": "c"}))  # b and c tie at 0.5: c, the larger
+    # b and c tie at 0.5: c, the larger, is the worst group
+    pred = predictions((30, 27, {"g": "a"}), (10, 5, {"g": "b"}), (40, 20, {"g": "c"}))
     metrics, groups = evaluation_report(pred, "g", train_proportions={"a": 2, "b": 1, "c": 1}, n_boot=100)
     assert metrics["accuracy"] == pytest.approx(52 / 80)
     assert (metrics["worst_group"], metrics["worst_group_accuracy"], metrics["worst_group_small"]) == ("c", 0.5, False)

@@ -56,7 +56,8 @@ def test_an_injection_tag_never_reaches_the_llm_and_the_offline_judge_decides_it
         assert INJECTION not in sent_tags(fake_llm) and "system" not in sent_tags(fake_llm)
         assert sorted(sent_tags(fake_llm)) == sorted(BIRD_TAGS)
         sources = dict(zip(table["tag"], table["source"], strict=True))
-        assert sources[INJECTION] == sources["system"] == offline.judge_id and sources["wing"] == f"llm:fake-model@{fake_llm.base_url.split('/')[2]}"
+        assert sources[INJECTION] == sources["system"] == offline.judge_id
+        assert sources["wing"] == f"llm:fake-model@{fake_llm.base_url.split('/')[2]}"
         assert not table.set_index("tag").loc[INJECTION, "relevant"]
         assert tally.by_class() == {"bird": {"judge": 6, "withheld": 2}}
         assert set(cache.lookup(judge, "bird", [*BIRD_TAGS, INJECTION])) == set(BIRD_TAGS)  # never under the LLM

@@ -6,6 +6,7 @@ import torch
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import attach_groups, feature_split
+from mavias.core.train.optim import batches_per_epoch
 from mavias.core.train.sanity import TrainingDiverged
 from tests.support.training import erm_checkpoint, make_trainer
 
@@ -128,8 +129,16 @@ def test_a_best_checkpoint_a_kill_left_behind_last_pt_is_mended_on_resume(splits
 
 def test_weights_that_turned_nan_on_an_epochs_last_step_are_neither_scored_nor_saved(splits, tmp_path):
     train, val = splits
-    trainer = make_trainer(_cfg("erm"), train, val, CLASSES, tmp_path, progress=False)
-    with torch.no_grad():
-        next(trainer.model.parameters()).fill_(float("nan"))  # as an exploding last step leaves them
-    with pytest.raises(TrainingDiverged, match="diverged"):
-        trainer._validate()
+    cfg = _cfg("erm")
+    trainer = make_trainer(cfg, train, val, CLASSES, tmp_path, progress=False)
+    steps = [0]
+
+    def explode_on_the_epochs_last_step(optimizer, args, kwargs):  # noqa: ANN001 - torch's hook signature
+        steps[0] += 1
+        if steps[0] == batches_per_epoch(len(train), cfg.batch_size):  # its loss was finite, its update is not
+            next(trainer.model.parameters()).data.fill_(float("nan"))
+
+    trainer.optimizer.register_step_post_hook(explode_on_the_epochs_last_step)
+    with pytest.raises(TrainingDiverged, match="at the end of epoch 1 \\(weights NaN or infinite\\)"):
+        trainer.fit()
+    assert not (tmp_path / "last.pt").exists() and not list(tmp_path.glob("best_*.pt"))

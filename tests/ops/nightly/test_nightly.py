@@ -317,7 +317,8 @@ def test_a_promote_retried_after_its_first_try_moved_the_pointer_is_the_nights_p
     assert [r.version for r in registry.history()] == ["night-a", "night-b"]
 
 
-@pytest.mark.parametrize("uri", [".validated-etags.json", "img/.pulled-etags.json", "manifest.parquet", ".hidden/a.png"])
+@pytest.mark.parametrize("uri", [".validated-etags.json", "img/.pulled-etags.json", "manifest.parquet",
+                                 ".hidden/a.png"])
 def test_a_manifest_naming_the_pulls_own_files_is_refused(tmp_path: Path, uri: str) -> None:
     from mavias.core.manifest import ManifestError
     from mavias.ops.nightly.pull import referenced_files
