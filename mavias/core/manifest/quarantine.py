@@ -43,6 +43,8 @@ def image_problem(source: Path | IO[bytes]) -> str | None:
                 return "empty image"
     except MemoryError:
         raise
+    except Image.DecompressionBombError as err:  # beyond the limit a process set for PIL (the server's is lower)
+        return f"too large: {err}"
     except Exception as err:  # PIL raises many unrelated types for broken files
         if is_machine_read_fault(err):
             raise
