@@ -278,14 +278,21 @@ def changed_since_validation(client: BaseClient, settings: S3Settings, partition
 def still_uploading(client: BaseClient, settings: S3Settings, partition: str, manifest_path: Path,
                     max_wait_h: float) -> str | None:
     """Why a pulled partition is not complete yet, or None when it is (see docs/operations.md, the producer contract):
-    its manifest names files the bucket lacks, no ``_SUCCESS`` marker declares it finished, and its manifest is
-    younger than ``max_wait_h`` (after that, missing files are the producer's loss and validation holds them back)."""
+    files its manifest names arrived in the bucket after the pull took its listing (the next try pulls them), or its
+    manifest names files the bucket lacks, no ``_SUCCESS`` marker declares it finished, and its manifest is younger
+    than ``max_wait_h`` (after that, missing files are the producer's loss and validation holds them back)."""
     missing = referenced_files(manifest_path)
-    finished, modified = False, None
+    not_pulled = {name for name in missing if not (manifest_path.parent / name).is_file()}
+    finished, modified, arrived = False, None, []
     for name, obj in listing(client, settings, partition):
         missing.discard(name)
         finished |= name == SUCCESS_MARKER
         modified = obj.modified if name == manifest_path.name else modified
+        if name in not_pulled:
+            arrived.append(name)
+    if arrived:
+        return (f"{len(arrived)} file(s) its manifest names arrived after they were pulled (e.g. {sorted(arrived)[0]})"
+                "; taken on the next try")
     if not missing or finished:
         return None
     age_h = (datetime.now(UTC) - modified).total_seconds() / 3600 if modified else float("inf")

@@ -23,6 +23,7 @@ from mavias.core.train.prepare import prepare_image_data
 from mavias.ops.nightly import ingest, layout, release, report
 from mavias.ops.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.ops.nightly.incoming import ProcessedLedger
+from mavias.ops.nightly.pull import pull_partition, still_uploading
 from mavias.ops.registry import CorruptPointer, ModelRegistry
 from mavias.ops.reporting.mail import SmtpSettings
 from mavias.storage.s3 import S3Settings, UnsafeName, get_json, is_transient
@@ -121,6 +122,22 @@ def test_a_partition_still_uploading_waits_and_is_taken_once_complete(
         s3_client.put_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{uri}", Body=body)
     second = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
     assert second["valid"] == ["p1"] and second["waiting"] == {}
+
+
+def test_files_that_arrive_while_the_partition_is_pulled_wait_for_the_next_try_not_quarantine(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 10)
+    late = manifest["uri"][0]
+    body = s3_client.get_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{late}")["Body"].read()
+    s3_client.delete_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{late}")
+    pulled = pull_partition(s3_client, s3_settings, "p1", tmp_path / "p1", pinned=False)
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{late}", Body=body)  # during the pull
+    s3_client.put_object(Bucket=s3_settings.bucket, Key="incoming/p1/_SUCCESS", Body=b"")  # declared finished
+    waiting = still_uploading(s3_client, s3_settings, "p1", pulled, max_wait_h=0)
+    assert waiting is not None and "1 file(s) its manifest names arrived after they were pulled" in waiting
+    again = pull_partition(s3_client, s3_settings, "p1", tmp_path / "p1", pinned=False)
+    assert still_uploading(s3_client, s3_settings, "p1", again, max_wait_h=0) is None
 
 
 # -- 2. transient I/O: retried, then failing without quarantining -----------------------------------------------------
