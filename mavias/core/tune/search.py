@@ -169,8 +169,8 @@ def open_study(out_dir: Path, seed: int = 0, *, requeue_stale: bool = True, n_st
         for stale in study.get_trials(states=(optuna.trial.TrialState.RUNNING,)):
             study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
             if stale.params:  # a trial killed before it sampled its settings has nothing to repeat
-                study.enqueue_trial(stale.params, user_attrs={k: v for k, v in stale.user_attrs.items()
-                                                              if k == START_ATTR})
+                study.enqueue_trial(stale.params, user_attrs={START_ATTR: True} if stale.user_attrs.get(START_ATTR)
+                                    else None)
     return study
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 from botocore.client import BaseClient
 
 from mavias.core.manifest import ManifestError, load_manifest, read_manifest_table
+from mavias.core.manifest.quarantine import MACHINE_READ_ERRNOS
 from mavias.errors import UserError
 from mavias.ops.nightly import revalidation
 from mavias.ops.nightly.artifacts import Dataset, NightInfo, PartitionValidation, Recorded, Sensed, Validated
@@ -110,10 +111,9 @@ def _changed_partitions(cfg: NightlyConfig, ledger: ProcessedLedger, markers: Ma
     return changed
 
 
-# This machine's faults (a full disk, a refused write, too many open files), never the partition's data: pyarrow's
-# errors on an unreadable manifest are OSErrors too, but carry no errno
-MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EMFILE,
-                            errno.ENFILE, errno.EIO, errno.ENOMEM})
+# This machine's faults (a failed read, too many open files, a full disk, a refused write), never the partition's
+# data: pyarrow's errors on an unreadable manifest are OSErrors too, but carry no errno
+MACHINE_ERRNOS = MACHINE_READ_ERRNOS | {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 def is_machine_fault(err: BaseException) -> bool:
