@@ -19,13 +19,12 @@ import numpy as np
 import pandas as pd
 
 from mavias.core.manifest import MANIFEST_NAME, DatasetInfo, content_sample_id, save_manifest, write_dataset_info
-from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, image_problem, is_machine_read_fault
+from mavias.core.manifest.quarantine import QUARANTINE_COLUMNS, image_problem, is_machine_read_fault, size_problem
 from mavias.errors import UserError
 from mavias.utils.csvfile import write_csv
 from mavias.utils.progress import progress_bar
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
-MAX_IMAGE_BYTES = 256 * 2**20  # one image file; a larger one is quarantined unread
 QUARANTINE_NAME = "quarantine.csv"
 ReadBytes = Callable[[str], bytes]
 
@@ -47,8 +46,9 @@ class FileTooLarge(Exception):
 
 
 def check_image_bytes(size: int) -> None:
-    if size > MAX_IMAGE_BYTES:
-        raise FileTooLarge(f"too large: {size:,} bytes, more than the {MAX_IMAGE_BYTES:,} of any one image")
+    problem = size_problem(size)
+    if problem:
+        raise FileTooLarge(problem)
 
 
 def read_local(uri: str) -> bytes:

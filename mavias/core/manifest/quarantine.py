@@ -17,13 +17,21 @@ from mavias.utils.csvfile import read_csv, write_csv
 QUARANTINE_COLUMNS = ["sample_id", "uri", "reason"]
 MACHINE_READ_ERRNOS = frozenset({errno.EIO, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 MAX_IMAGE_PIXELS = 64_000_000  # one image (an 8000 x 8000 photo): beyond it, decoding alone would take GBs
+MAX_IMAGE_BYTES = 256 * 2**20  # one image file; a larger one is quarantined unread (not downloaded, not decoded)
+
+
+def size_problem(size: int) -> str | None:
+    """Why a file of ``size`` bytes is not read as an image, or ``None`` when its size is fine."""
+    if size > MAX_IMAGE_BYTES:
+        return f"too large: {size:,} bytes, more than the {MAX_IMAGE_BYTES:,} of any one image"
+    return None
 
 
 def decode_problem(path: Path) -> str | None:
     """Why the image at ``path`` cannot be used, or ``None`` when it decodes."""
     if not path.exists():
         return "file not found"
-    return image_problem(path)
+    return size_problem(path.stat().st_size) or image_problem(path)
 
 
 def image_problem(source: Path | IO[bytes]) -> str | None:

@@ -30,6 +30,7 @@ from mavias.ops.nightly.layout import layout, night_id, pull, pull_evaluation_se
 from mavias.ops.nightly.pull import (
     PartitionChanged,
     changed_since_validation,
+    left_in_bucket,
     pin_validated,
     read_pins,
     read_pulled,
@@ -144,7 +145,7 @@ def _validate_partition(
         if waiting is not None:
             log.info("partition %s: still uploading: %s", partition, waiting)
             return {"success": False, "summary": f"waiting: {waiting}", "path": "", "waiting": True}
-        result = validate_manifest_file(manifest, classes, counts, cfg.validation)
+        result = validate_manifest_file(manifest, classes, counts, cfg.validation, left_in_bucket(manifest.parent))
     except (ManifestError, OSError, ValueError) as err:  # an unreadable manifest is bad data, not a crash
         if is_transient(err) or is_machine_fault(err):  # ... but an unreachable bucket or a full disk is not: fail,
             raise  # keep the partition for a later try

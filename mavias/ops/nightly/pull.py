@@ -6,6 +6,7 @@ A pulled folder keeps, beside the manifest and the images it names::
     .pulled-etags.json     the ETag of every file as the last complete pull downloaded it
     .pulled-etags.jsonl    ... and of each file as it lands, until the pull completes (a pull cut off resumes)
     .validated-etags.json  the ETag of every file as it was validated: later pulls take exactly those contents
+    .too-large.json        the size of every file the last pull left in the bucket, too large for an image
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from botocore.client import BaseClient
 
 from mavias.core.manifest.io import ManifestError, read_manifest_table
+from mavias.core.manifest.quarantine import size_problem
 from mavias.errors import UserError
 from mavias.ops.nightly.incoming import (
     MANIFEST_NAMES,
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 PULLED_ETAGS = ".pulled-etags.json"
 PULL_JOURNAL = ".pulled-etags.jsonl"
 VALIDATED_ETAGS = ".validated-etags.json"
+TOO_LARGE = ".too-large.json"
 JOURNAL_BATCH = 256
 
 
@@ -90,6 +93,12 @@ def read_pins(local_dir: str | Path) -> dict[str, str] | None:
 def read_pulled(local_dir: str | Path) -> dict[str, str] | None:
     """The ETags of the last complete pull of a partition, or None when none completed."""
     return _read_etags(Path(local_dir) / PULLED_ETAGS)
+
+
+def left_in_bucket(local_dir: str | Path) -> dict[str, str]:
+    """Why each file the last pull of a partition did not download was left in the bucket (name -> reason)."""
+    sizes = _read_etags(Path(local_dir) / TOO_LARGE) or {}
+    return {name: size_problem(size) or "" for name, size in sizes.items()}
 
 
 def pin_validated(local_dir: str | Path, pins: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -159,6 +168,7 @@ class _Pull:
         self.held: dict[str, str] = {}  # name -> the ETag it is held at after this pull
         self.changed: set[str] = set()
         self.missing: list[str] = []
+        self.too_large: dict[str, int] = {}  # name -> size of the files left in the bucket unread
         self.downloads = 0
 
     def _kept_as_validated(self, name: str) -> bool:
@@ -193,6 +203,15 @@ class _Pull:
         if name not in self.changed and self._stale(name, obj, etag):
             self.downloads += 1
             yield name, etag
+
+    def _left_in_bucket(self, name: str, obj: RemoteObject | None) -> bool:
+        """Whether an image file is too large to be one: then it is not downloaded, and validation quarantines it
+        with that reason (a pinned partition's files were validated, so none of them is)."""
+        if self.pins is not None or obj is None or not size_problem(obj.size):
+            return False
+        self.too_large[name] = obj.size
+        (self.local / name).unlink(missing_ok=True)
+        return True
 
     def _fetch(self, job: tuple[str, str]) -> None:
         name, etag = job
@@ -237,7 +256,8 @@ class _Pull:
         """Hold every file of ``wanted`` (consumed) at its target ETag, then mark the pull complete."""
         new = sum(1 for name in wanted if name not in self.pulled)  # the progress bar's estimate of the downloads
 
-        jobs = (job for name, obj in self._listed(wanted) for job in self._plan(name, obj))
+        jobs = (job for name, obj in self._listed(wanted) if not self._left_in_bucket(name, obj)
+                for job in self._plan(name, obj))
         try:
             run_parallel(self._fetch, jobs, self.settings.max_workers, desc=f"pull {self.partition}", total=new)
         finally:
@@ -247,6 +267,11 @@ class _Pull:
                         sorted(self.missing)[:3])
         self._raise_if_changed()
         self.journal.finish(self.held)
+        (self.local / TOO_LARGE).unlink(missing_ok=True)
+        if self.too_large:
+            write_json(self.local / TOO_LARGE, self.too_large)
+            log.warning("partition %s: %d file(s) too large for an image left in the bucket, e.g. %s", self.partition,
+                        len(self.too_large), sorted(self.too_large)[0])
         log.info("partition %s: %d file(s) downloaded, %d up to date", self.partition, self.downloads,
                  len(self.held) - self.downloads)
 
@@ -282,7 +307,8 @@ def still_uploading(client: BaseClient, settings: S3Settings, partition: str, ma
     manifest names files the bucket lacks, no ``_SUCCESS`` marker declares it finished, and its manifest is younger
     than ``max_wait_h`` (after that, missing files are the producer's loss and validation holds them back)."""
     missing = referenced_files(manifest_path)
-    not_pulled = {name for name in missing if not (manifest_path.parent / name).is_file()}
+    left = left_in_bucket(manifest_path.parent)
+    not_pulled = {name for name in missing if name not in left and not (manifest_path.parent / name).is_file()}
     finished, modified, arrived = False, None, []
     for name, obj in listing(client, settings, partition):
         missing.discard(name)

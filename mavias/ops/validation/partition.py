@@ -16,7 +16,7 @@ Checks, each reported with its observed value and threshold:
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pandas as pd
@@ -50,11 +50,17 @@ def _blanks_as_missing(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _decode_problems(df: pd.DataFrame, manifest_dir: Path) -> pd.Series:
+def _decode_problems(df: pd.DataFrame, manifest_dir: Path, left_out: Mapping[str, str]) -> pd.Series:
     """Per row: why its image is unusable, or ``None``."""
     if "uri" not in df.columns:
         return pd.Series(None, index=df.index, dtype=object)
-    return df["uri"].map(lambda uri: "missing uri" if pd.isna(uri) else decode_problem(resolve_uri(manifest_dir, uri)))
+
+    def problem(uri: Any) -> str | None:
+        if pd.isna(uri):
+            return "missing uri"
+        return left_out.get(PurePosixPath(str(uri)).as_posix()) or decode_problem(resolve_uri(manifest_dir, uri))
+
+    return df["uri"].map(problem)
 
 
 def _expectations(df: pd.DataFrame, known_classes: Collection[str]) -> dict[str, Any]:
@@ -130,14 +136,16 @@ def validate_partition(
     known_classes: Collection[str],
     accumulated_class_counts: Mapping[str, int] | None = None,
     settings: ValidationSettings = DEFAULTS,
+    left_out: Mapping[str, str] | None = None,
 ) -> ValidationResult:
     """Run every check on a raw (not yet normalised) manifest whose images are under ``manifest_dir``.
 
     Never raises on bad data: each problem is a failed check. Undecodable images are returned in
-    ``quarantined`` (``sample_id``, ``uri``, ``reason``) whether or not the partition passes.
+    ``quarantined`` (``sample_id``, ``uri``, ``reason``) whether or not the partition passes, as are the files
+    ``left_out`` names (relative uri -> why they were not fetched), unread.
     """
     df = _blanks_as_missing(manifest_df).reset_index(drop=True)
-    problems = _decode_problems(df, Path(manifest_dir))
+    problems = _decode_problems(df, Path(manifest_dir), left_out or {})
     quarantined = df.loc[problems.notna()].reindex(columns=["sample_id", "uri"]).assign(reason=problems.dropna())
     checks = _run_great_expectations(df, _expectations(df, known_classes))
     if len(df) and "uri" in df.columns:
@@ -152,8 +160,9 @@ def validate_manifest_file(
     known_classes: Collection[str],
     accumulated_class_counts: Mapping[str, int] | None = None,
     settings: ValidationSettings = DEFAULTS,
+    left_out: Mapping[str, str] | None = None,
 ) -> ValidationResult:
     """:func:`validate_partition` on a manifest file (e.g. from :func:`~mavias.ops.nightly.pull.pull_partition`)."""
     manifest_path = Path(manifest_path)
     df = read_manifest_table(manifest_path)
-    return validate_partition(df, manifest_path.parent, known_classes, accumulated_class_counts, settings)
+    return validate_partition(df, manifest_path.parent, known_classes, accumulated_class_counts, settings, left_out)

@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from typer.testing import CliRunner
 
 from mavias.cli.registry import app as registry_cli
-from mavias.core.manifest import ManifestError
+from mavias.core.manifest import ManifestError, quarantine
 from mavias.core.relevance import RELEVANCE_COLUMNS
 from mavias.core.train.prepare import prepare_image_data
 from mavias.ops.nightly import ingest, layout, release, report
@@ -138,6 +138,23 @@ def test_files_that_arrive_while_the_partition_is_pulled_wait_for_the_next_try_n
     assert waiting is not None and "1 file(s) its manifest names arrived after they were pulled" in waiting
     again = pull_partition(s3_client, s3_settings, "p1", tmp_path / "p1", pinned=False)
     assert still_uploading(s3_client, s3_settings, "p1", again, max_wait_h=0) is None
+
+
+def test_an_object_too_large_for_an_image_is_quarantined_without_being_downloaded(
+    s3_client, s3_settings: S3Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    _seed_evaluation(s3_client, s3_settings)
+    manifest = seed_partition(s3_client, s3_settings, "p1", CLASSES * 20)
+    huge = manifest["uri"][3]
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=f"incoming/p1/{huge}", Body=b"\0" * 4096)
+    monkeypatch.setattr(quarantine, "MAX_IMAGE_BYTES", 2048)  # the test images are smaller; a real limit is 256 MB
+    cfg = _config(s3_settings, tmp_path / "ws")
+    validated = ingest.pull_and_validate(cfg, ingest.sense(cfg, NIGHT))
+    assert validated["valid"] == ["p1"] and validated["waiting"] == {}  # not waited for: 59 of 60 decode
+    assert not (layout.layout(cfg).partition("p1") / huge).exists()
+    validation = json.loads(Path(validated["validations"]["p1"]["path"]).read_text())
+    [(uri, reason)] = [(q["uri"], q["reason"]) for q in validation["quarantined"]]
+    assert uri == huge and reason == "too large: 4,096 bytes, more than the 2,048 of any one image"
 
 
 # -- 2. transient I/O: retried, then failing without quarantining -----------------------------------------------------
