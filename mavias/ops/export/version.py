@@ -82,23 +82,31 @@ def build_model_card(
     }
 
 
+def export_verified(model: torch.nn.Module, out: Path, images: torch.Tensor, *,
+                    image_size: int) -> tuple[Path, VerificationResult]:
+    """Export ``model`` to ``out`` through a staged file that replaces ``out`` only once verified on ``images``: a
+    graph that fails its check never replaces a verified one."""
+    staged = out.with_name(f".{out.name}.unverified")
+    try:
+        export_onnx(model, staged, image_size=image_size)
+        verification = verify_onnx(staged, model, images)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    return staged.replace(out), verification
+
+
 def export_checkpoint(checkpoint: Path, out: Path, *, name: str, version: str,
                       evaluation: Mapping[str, Any] | None = None, gates: GateReport | None = None) -> dict[str, Any]:
     """Export, verify and write ``model_card.json`` beside ``out`` (with the ``evaluation`` and ``gates`` that were
     run, when given); return the card."""
-    staged = out.with_name(f".{out.name}.unverified")  # a graph that fails its check never replaces a verified one
     try:
         model, classes, cfg = load_main_model(checkpoint)
-        export_onnx(model, staged, image_size=cfg.image_size)
         images = torch.randint(0, 256, (VERIFY_IMAGES, 3, cfg.image_size, cfg.image_size), dtype=torch.uint8,
                                generator=torch.Generator().manual_seed(VERIFY_SEED))
-        verification = verify_onnx(staged, model, images)
-    except BaseException as err:
-        staged.unlink(missing_ok=True)
-        if isinstance(err, (ExportError, KeyError, RuntimeError)):
-            raise UserError(f"cannot export {checkpoint}: {err}") from err
-        raise
-    onnx_path = staged.replace(out)
+        onnx_path, verification = export_verified(model, out, images, image_size=cfg.image_size)
+    except (ExportError, KeyError, RuntimeError) as err:
+        raise UserError(f"cannot export {checkpoint}: {err}") from err
     card = build_model_card(
         name=name, version=version, classes=classes, onnx_path=onnx_path, verification=verification,
         evaluation=evaluation or {}, gates=gates or GateReport(GateConfig(version=1), []), train_config=cfg,

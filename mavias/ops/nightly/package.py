@@ -13,10 +13,8 @@ import torch
 
 from mavias.core.train.checkpoints import load_main_model
 from mavias.core.train.prepare import PreparedData
-from mavias.ops.export.exporter import export_onnx
 from mavias.ops.export.latency import export_latency_benchmark
-from mavias.ops.export.parity import verify_onnx
-from mavias.ops.export.version import build_model_card
+from mavias.ops.export.version import build_model_card, export_verified
 from mavias.ops.gates import GateReport
 from mavias.ops.nightly.artifacts import Candidate, Dataset, Evaluated, Gates, Packaged
 from mavias.ops.nightly.config import NightlyConfig
@@ -49,8 +47,8 @@ def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluate
         log.info("%s was packaged before from the same checkpoint, metrics and gates: kept", version)
         return packaged
     model, classes, train_cfg = load_main_model(candidate["checkpoint"])
-    onnx_path = export_onnx(model, out / "model.onnx", image_size=train_cfg.image_size)
-    verification = verify_onnx(onnx_path, model, _held_out_images(load_prepared(dataset)))
+    onnx_path, verification = export_verified(model, out / "model.onnx", _held_out_images(load_prepared(dataset)),
+                                              image_size=train_cfg.image_size)
     latency = export_latency_benchmark(model, train_cfg.image_size, runs=cfg.report.latency_runs,
                                        budget_s=LATENCY_BUDGET_S)
     shutil.copyfile(candidate["checkpoint"], out / CHECKPOINT_NAME)

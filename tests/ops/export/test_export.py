@@ -20,7 +20,7 @@ from mavias.ops.export.exporter import ExportError, describe_onnx, export_onnx
 from mavias.ops.export.latency import export_latency_benchmark
 from mavias.ops.export.parity import ExportVerificationError, VerificationResult, verify_onnx
 from mavias.ops.export.session import make_session
-from mavias.ops.export.version import build_model_card, export_checkpoint
+from mavias.ops.export.version import build_model_card, export_checkpoint, export_verified
 from mavias.ops.gates import evaluate_gates
 from mavias.ops.registry.model_card import lineage_from_files, write_model_card
 from mavias.utils.disk import sha256_file
@@ -145,6 +145,16 @@ def test_nan_logits_never_pass_verification_and_never_replace_a_verified_graph(t
         export_checkpoint(_checkpoint(tmp_path / "nan.pt", broken), out, name="m", version="v1")
     assert out.read_bytes() == verified and sorted(p.name for p in out.parent.iterdir()) == ["model.onnx",
                                                                                             "model_card.json"]
+
+
+def test_a_packaged_graph_that_fails_verification_leaves_no_model_file_behind(tmp_path):
+    broken = _model()
+    with torch.no_grad():
+        broken.head.bias[0] = float("nan")
+    out = tmp_path / "v1" / "model.onnx"  # the nightly package's folder, empty until its graph is verified
+    with pytest.raises(ExportVerificationError, match="NaN or infinite logits"):
+        export_verified(broken, out, torch.rand(4, 3, SIZE, SIZE), image_size=SIZE)
+    assert [p.name for p in out.parent.iterdir()] == []
 
 
 def test_a_model_in_double_precision_exports_as_the_float32_graph_served(tmp_path):
