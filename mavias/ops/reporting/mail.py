@@ -195,8 +195,7 @@ class Outbox:
     def withdraw(self, names: Sequence[str], why: str) -> None:
         """Take the still-queued emails among ``names`` out of the outbox (those sent already are gone)."""
         for name in set(names) & set(self.pending()):
-            (self.folder / f"{name}.eml").unlink(missing_ok=True)
-            (self.folder / f"{name}.tries").unlink(missing_ok=True)
+            self._remove(name)
             log.info("email %s withdrawn: %s", name, why)
 
     def pending(self) -> list[str]:
@@ -233,8 +232,7 @@ class Outbox:
             delivery.sent.append(name)
             if refused and self._keep_for_refused(name, message, refused, delivery):
                 continue
-            (self.folder / f"{name}.tries").unlink(missing_ok=True)
-            path.unlink()
+            self._remove(name)
         return delivery
 
     def _keep_for_refused(self, name: str, message: EmailMessage, refused: Refused, delivery: Delivery) -> bool:
@@ -258,6 +256,12 @@ class Outbox:
         else:
             delivery.failed[name] = reason
         return True
+
+    def _remove(self, name: str) -> None:
+        """Take a message and its try counter out of the outbox (the counter first: a kill between leaves the message
+        queued with no tries counted, never a counter a later message of that name would inherit)."""
+        (self.folder / f"{name}.tries").unlink(missing_ok=True)
+        (self.folder / f"{name}.eml").unlink(missing_ok=True)
 
     def _count_try(self, name: str) -> int:
         counter = self.folder / f"{name}.tries"
