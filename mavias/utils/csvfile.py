@@ -23,6 +23,8 @@ QUOTE = "'"
 # a quote is escaped too, so that every cell starting with one carries an added quote and the round trip is exact
 NEUTRALISED_STARTS = ("=", "+", "-", "@", "\t", "\r", QUOTE)
 PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# names a user or producer chose: read back as text even where they look like numbers (class folders 0/, 1/, ...)
+NAME_COLUMNS = ("class", "label", "tag", "sample_id")
 
 
 def neutralise(value: Any) -> Any:
@@ -54,5 +56,9 @@ def write_csv(frame: pd.DataFrame, path: str | Path) -> Path:
 
 
 def read_csv(path: str | Path, **options: Any) -> pd.DataFrame:
-    """A CSV written by :func:`write_csv`, with the values it was given; ``options`` go to :func:`pandas.read_csv`."""
-    return _map_text(pd.read_csv(path, **options), restore)
+    """A CSV written by :func:`write_csv`, with the values it was given (its :data:`NAME_COLUMNS` as text unless
+    ``dtype`` says otherwise); ``options`` go to :func:`pandas.read_csv`."""
+    dtype = options.pop("dtype", None)
+    if dtype is None or isinstance(dtype, dict):
+        dtype = dict.fromkeys(NAME_COLUMNS, str) | (dtype or {})
+    return _map_text(pd.read_csv(path, dtype=dtype, **options), restore)

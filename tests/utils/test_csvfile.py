@@ -56,6 +56,15 @@ def test_numbers_are_left_alone(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(read_csv(path, dtype={"label": str}), frame)
 
 
+def test_class_names_and_tags_that_look_like_numbers_read_back_as_the_names_written(tmp_path: Path) -> None:
+    frame = pd.DataFrame({"class": ["0", "1"], "tag": ["7", "sky"], "label": ["010", "2"], "sample_id": ["1", "2"],
+                          "score": [0.5, 1.0]})  # class folders 0/ and 1/ (a digits dataset); "010" keeps its zero
+    path = write_csv(frame, tmp_path / "biased_tags.csv")
+
+    pd.testing.assert_frame_equal(read_csv(path), frame)
+    pd.testing.assert_frame_equal(read_csv(path, keep_default_na=False), frame)
+
+
 def test_values_that_already_start_with_a_quote_round_trip(tmp_path: Path) -> None:
     frame = pd.DataFrame({"'note": ["'=x", "''", "'", "it's"], "n": [1, 2, 3, 4]})
     path = write_csv(frame, tmp_path / "notes.csv")
