@@ -97,3 +97,4 @@ class ReportContext(BaseModel):
     decision_sources: pd.DataFrame | None = None  # per class: who decided relevance (nightly.report_context)
     candidate_method: str = "MAVias-PoE"  # the candidate's method by name (train.config.method_name)
     audit: bool = False  # a one-off audit of a data folder (`mavias audit`): nothing is promoted
+    evaluation_split: str = "test"  # the split the groups were measured on (a dataset's named one when it has no test)

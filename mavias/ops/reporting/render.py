@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from email.utils import make_msgid
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jinja2
 import pandas as pd
@@ -72,11 +72,11 @@ def changed_classes(changes: RelevanceChanges) -> list[tuple[str, ClassChanges]]
 # --- view model ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Headline:
-    promoted: bool
     title: str
     reasons: list[str]
     next_steps: list[str]
-    tone: str = "failed"  # passed (promoted), failed, blocked or routine: the headline's colour
+    tone: Literal["passed", "failed", "blocked", "routine"]  # the headline's colour; passed: promoted, or an audit
+    # whose gates all passed
 
 
 def percent(fraction: float | None) -> str:
@@ -117,8 +117,8 @@ def _audit_headline(context: ReportContext) -> Headline:
     failed = context.gates.failed
     verdict = f"{len(failed)} gate(s) failed" if failed else "every checked gate passed"
     serve = [f"Serve the model: mavias serve --model-dir {Path(context.model_uri).parent}"] if context.model_uri else []
-    return Headline(not failed, f"Audit of {context.model_name}: {verdict}",
-                    [_gate_line(g) for g in failed] + context.notes, [NEXT_STEPS[g.name] for g in failed] + serve)
+    return Headline(f"Audit of {context.model_name}: {verdict}", [_gate_line(g) for g in failed] + context.notes,
+                    [NEXT_STEPS[g.name] for g in failed] + serve, "blocked" if failed else "passed")
 
 
 def _partition_lines(context: ReportContext) -> tuple[list[str], list[str]]:
@@ -139,7 +139,7 @@ def _problem_headline(context: ReportContext, lines: list[str], steps: list[str]
     if problem.kind == "data_rejected":  # the problem lists the partitions itself
         lines, steps = lines[len(_failed_partitions(context)):], steps[len(_failed_partitions(context)):]
     gate_lines = [_gate_line(g) for g in context.gates.failed]
-    return Headline(False, problem.title, [*problem.reasons, *gate_lines, *lines, *context.notes],
+    return Headline(problem.title, [*problem.reasons, *gate_lines, *lines, *context.notes],
                     [*problem.next_steps, *steps], problem.severity)
 
 
@@ -157,7 +157,6 @@ def headline(context: ReportContext) -> Headline:
             else f"All {len(checked)} checked gates passed (skipped: {skipped})."
         )
         return Headline(
-            True,
             f"Promoted: {context.version} is now in production",
             [verdict, *partition_lines, *context.notes],
             [f"If production misbehaves, roll back: mavias registry rollback --name {context.model_name}",
@@ -168,7 +167,6 @@ def headline(context: ReportContext) -> Headline:
         return _problem_headline(context, partition_lines, partition_steps)
     if context.original_outcome is not None and not gates.results:
         return Headline(
-            False,
             f"Rerun (attempt {context.attempt}) of a finished night: nothing new; the night's outcome stands",
             [f"Original outcome: {context.original_outcome}", *(problem.reasons if problem else []), *context.notes],
             ["Nothing to do."],
@@ -188,7 +186,7 @@ def headline(context: ReportContext) -> Headline:
         steps.append(f"To promote by hand: mavias registry promote {context.version} --name {context.model_name}")
     title = (f"Not promoted, blocked by the quality gates: {production}" if gates.failed
              else f"Not promoted: {production}")
-    return Headline(False, title, reasons, steps or ["Nothing to do."], "blocked" if gates.failed else "failed")
+    return Headline(title, reasons, steps or ["Nothing to do."], "blocked" if gates.failed else "failed")
 
 
 def group_comparison(candidate: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:

@@ -205,7 +205,7 @@ def test_report_has_every_section_and_embedded_plots(context):
 
 def test_failed_gate_explains_itself_in_the_headline(context):
     head = headline(context)
-    assert not head.promoted and "production stays 20250613T0200" in head.title
+    assert head.tone != "passed" and "production stays 20250613T0200" in head.title
     assert any(r.startswith("No regression vs production (max_regression_vs_production): 71.0%") for r in head.reasons)
     assert "partition 2025-06-15: validation failed: labels_known_classes (unknown classes: cat)" in head.reasons
     assert len(head.next_steps) == len(context.gates.failed) + 1
@@ -213,10 +213,17 @@ def test_failed_gate_explains_itself_in_the_headline(context):
     assert "[FAILED ]" in text and "[SKIPPED]" in text and context.model_uri in text
 
 
+def test_an_audit_is_headed_as_passed_when_its_gates_pass_and_as_blocked_when_one_fails():
+    failing = fake_context().model_copy(update={"audit": True})
+    passing = failing.model_copy(update={"gates": GateReport(CONFIG, [])})
+    assert failing.gates.failed and headline(failing).tone == "blocked"
+    assert headline(passing).tone == "passed" and headline(passing).title.endswith("every checked gate passed")
+
+
 def test_promoted_headline_mentions_rollback():
     night = fake_context(promoted=True)
     head = headline(night)
-    assert head.promoted and "rollback" in head.next_steps[0]
+    assert head.tone == "passed" and "rollback" in head.next_steps[0]
     assert head.reasons[0] == "Promoted although gate(s) failed: max_regression_vs_production."
     passing = evaluate_gates(evaluation(0.8), evaluation(0.6), None, CONFIG)
     assert headline(night.model_copy(update={"gates": passing})).reasons[0] == (
@@ -402,3 +409,10 @@ def test_an_audit_without_shortcuts_says_where_the_reason_is_not_that_nothing_wa
     text = " ".join(" ".join(parse(render_report(context, {})).text).split())
     assert "No class has a shortcut (B' is empty): the notes at the top" in text
     assert "No candidate tonight" not in text and "Tags: the data's own tags; unknown" in text
+
+
+def test_the_group_table_names_the_split_it_was_measured_on():
+    night = fake_context()
+    assert "Test split, open-set groups" in visible_text(render_report(night, {}))
+    named = night.model_copy(update={"evaluation_split": "mixed_rand"})  # ImageNet-9 has no test split
+    assert "The mixed_rand split, open-set groups" in visible_text(render_report(named, {}))
