@@ -67,7 +67,8 @@ def audit_command(
     config: ConfigFile = None,
     preset: Preset = None,
     set_: Overrides = [],
-    gates: Annotated[Path | None, typer.Option("--gates", help="quality-gate YAML (default: the shipped one)")] = None,
+    gates: Annotated[Path | None, typer.Option(
+        "--gates", help="quality-gate YAML (default: the shipped one, its worst-group size set by --min-support)")] = None,
     device: Device = "auto",
     name: Annotated[str | None, typer.Option(help="the model's name (default: the data folder's)",
                                              callback=model_name)] = None,

@@ -1,9 +1,12 @@
-"""Checks of a manifest that warn rather than fail."""
+"""Checks of a manifest before work is spent on it: what it must hold to train and evaluate, and what it should."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import pandas as pd
 
+from mavias.core.manifest.info import DatasetInfo
 from mavias.errors import UserError
 
 HELD_OUT = ("val", "test")
@@ -24,6 +27,23 @@ def require_trainable(manifest: pd.DataFrame, source: object) -> list[str]:
                         hint="give each class at least 2 images (the import holds one of them back for validation), "
                              "or mark some as split 'val'")
     return classes
+
+
+def evaluation_split(splits: Collection[str], info: DatasetInfo | None) -> str | None:
+    """The split a model is evaluated on: ``test``, else the dataset's first named evaluation split it holds; None
+    when it holds neither."""
+    named = [split for split in (info.eval_splits if info else []) if split in splits]
+    return "test" if "test" in splits else next(iter(named), None)
+
+
+def require_evaluable(manifest: pd.DataFrame, info: DatasetInfo | None, source: object) -> str:
+    """The split to evaluate on, or a :class:`UserError` that says what to add (before any training)."""
+    split = evaluation_split(set(manifest["split"]), info)
+    if split is None:
+        raise UserError(f"{source} has no test image: the models are evaluated on a test split",
+                        hint="add a test/ folder beside train/ (test/<class>/...), or give each class at least 3 "
+                             "images (the import holds one of them back for testing)")
+    return split
 
 
 def small_class_warnings(manifest: pd.DataFrame) -> list[str]:

@@ -139,6 +139,7 @@ class AuditState:
             for derived in (paths.workspace / "tags", paths.reference, paths.mavias, paths.root / "eval",
                             paths.model.parent):
                 shutil.rmtree(derived, ignore_errors=True)
+            write_json(self.path, {"inputs": inputs, "done": {}})  # the other data's import is no longer done
         self.document = {"done": {}, **document}
 
     def follow_review(self, digest: str | None, paths: AuditPaths) -> None:

@@ -4,6 +4,7 @@ and the caveats every output carries: tags that are noise, an empty B' and why, 
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from mavias.ops.reporting.history import history_entry
 from mavias.ops.reporting.plots import bias_alignment, logit_summary
 from mavias.ops.reporting.render import write_report
 from mavias.utils.csvfile import write_csv
+
+log = logging.getLogger(__name__)
 
 NOISE_CAVEAT = "tags from random weights: noise"
 
@@ -68,7 +71,14 @@ def _benchmark_discovery(audit: Audit) -> dict:
     one."""
     folder = audit.options.path if audit.options.path.is_dir() else audit.options.path.parent
     info = folder / "benchmark.json"
-    return json.loads(info.read_text()).get("discovery", {}) if info.is_file() else {}
+    try:
+        discovery = json.loads(info.read_text()).get("discovery", {}) if info.is_file() else {}
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        discovery = None
+    if not isinstance(discovery, dict):  # a file of the user's own by that name: it claims nothing
+        log.warning("%s is not a built-in benchmark's description: the tags' and the judge's quality are not known", info)
+        return {}
+    return discovery
 
 
 def trust(audit: Audit) -> list[str]:
@@ -124,7 +134,7 @@ def examples(audit: Audit) -> dict[str, dict[str, Example]]:
 
 
 def report_context(audit: Audit, name: str, version: str, notes: list[str], trusted: list[str]) -> ReportContext:
-    source = "open_set"
+    source = audit.gates.config.wg_source
     metrics = {role: json.loads((audit.paths.evaluation(role) / "metrics.json").read_text()) for role in
                ("mavias", "reference")}
     entry = history_entry(night=date.today(), run_id=version, version=version, evaluation=metrics["mavias"],
@@ -142,7 +152,8 @@ def report_context(audit: Audit, name: str, version: str, notes: list[str], trus
                                   encodings=counts.prompts_encoded),
         verification=VerificationResult.from_dict(audit.card["verification"]), onnx_sha256=audit.card["onnx"]["sha256"],
         min_support=audit.options.min_support, trust=trusted, shortcut_examples=examples(audit),
-        candidate_method=method_name(audit.config.model_copy(update={"method": "mavias"})), audit=True)
+        candidate_method=method_name(audit.config.model_copy(update={"method": "mavias"})), audit=True,
+        evaluation_split=metrics["mavias"]["split"])
 
 
 def write_outputs(audit: Audit, name: str, version: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,12 +39,19 @@ def _plan(audit: steps.Audit, name: str, version: str) -> list[tuple[str, Callab
     ]
 
 
+def default_model_name(folder: Path) -> str:
+    """The data folder's name as a model name the registry accepts ("My Photos (2024)" -> "My-Photos-2024")."""
+    name = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9._-]+", "-", folder.name))
+    name = name.lstrip("._-")[:128].rstrip("._-")
+    return name or "model"
+
+
 def run_audit(options: AuditOptions) -> AuditResult:
     """Import, tag, judge, the ERM reference, MAVias, evaluate, export and report into ``options.out``; a second run
     resumes where the first stopped."""
     audit = steps.begin(options)
     folder = options.path.resolve().parent if options.path.is_file() else options.path.resolve()
-    name = options.name or folder.name
+    name = options.name or default_model_name(folder)
     version = audit_version(audit.state.document["inputs"], audit.state.document.get("review"))
     plan = _plan(audit, name, version)
     progress = StepProgress(len(plan), desc="audit", enabled=options.progress)

@@ -16,8 +16,8 @@ from mavias.core.discovery import DiscoveryCounts, Workspace, discover_partition
 from mavias.core.encode import make_encoder
 from mavias.core.judging.factory import make_judge
 from mavias.core.judging.review import ReviewedDecisions, load_review, tags_of_classes
-from mavias.core.manifest import load_manifest, read_dataset_info, small_class_warnings
-from mavias.core.manifest.checks import require_trainable
+from mavias.core.manifest import DatasetInfo, load_manifest, read_dataset_info, small_class_warnings
+from mavias.core.manifest.checks import evaluation_split, require_evaluable, require_trainable
 from mavias.core.protocol import (
     Reference,
     empty_reason,
@@ -100,10 +100,22 @@ def import_data(audit: Audit) -> Path:
         write_import(result, paths.data)
         manifest = load_manifest(paths.manifest, check_files=False)
         require_trainable(manifest, audit.options.path)  # before the tagging and the trainings, not after
+        info = read_dataset_info(paths.manifest)
+        require_evaluable(manifest, info, audit.options.path)
+        _require_gated_groups(audit.options, info)
         validation = validate_manifest_file(paths.manifest, known_classes=set(manifest["label"]))
         write_json(paths.validation, validation.to_dict())
         audit.state.finish("import", {"warnings": warnings + small_class_warnings(manifest)})
     return paths.manifest
+
+
+def _require_gated_groups(options: AuditOptions, info: DatasetInfo | None) -> None:
+    """Gates on the closed-set worst group need the data's group attributes: refused before any training."""
+    if options.gates is not None and load_gate_config(options.gates).wg_source == "closed_set" and not (
+            info and info.group_attrs):
+        raise UserError(f"{options.gates} gates on the closed-set worst group, which needs group attributes, and "
+                        f"{options.path} has none", hint="set wg_source: open_set in that file (the label-free worst "
+                                                         "group), or audit a dataset whose layout names its groups")
 
 
 def _tagger(audit: Audit, has_tags: bool) -> Tagger:
@@ -174,7 +186,7 @@ def candidate_checkpoint(audit: Audit) -> Path:
 def evaluate(audit: Audit) -> Path:
     """MAVias and the ERM reference on the test split (or the dataset's first evaluation split), then the gates."""
     data, dataset = prepare(audit), read_dataset_info(audit.paths.manifest)
-    split = "test" if "test" in data.splits or dataset is None or not dataset.eval_splits else dataset.eval_splits[0]
+    split = evaluation_split(data.splits, dataset) or "test"  # the import checked that one exists
     attrs = (dataset.group_attrs if dataset else []) or None
     for role, checkpoint in (("mavias", candidate_checkpoint(audit)), ("reference", audit.reference.checkpoint)):
         result = evaluate_checkpoint(data, checkpoint, audit.reference, split=split, closed_set_attrs=attrs,
@@ -182,7 +194,7 @@ def evaluate(audit: Audit) -> Path:
         write_run_evaluation(audit.paths.evaluation(role), result)
         audit.evaluations[role] = result
     config = load_gate_config(audit.options.gates or DEFAULT_GATES_PATH)
-    if config.min_group_support is not None:
+    if audit.options.gates is None and config.min_group_support is not None:  # a gates file's own threshold stands
         config = config.model_copy(update={"min_group_support": audit.options.min_support})
     metrics = {role: json.loads((audit.paths.evaluation(role) / "metrics.json").read_text())
                for role in audit.evaluations}

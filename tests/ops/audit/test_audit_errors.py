@@ -9,6 +9,8 @@ from typer.testing import CliRunner
 
 from mavias.cli import app
 from mavias.core.datasets.generate import write_imagefolder, write_shortcut_imagefolder
+from mavias.ops.audit.run import default_model_name
+from mavias.ops.gates import DEFAULT_GATES_PATH
 
 runner = CliRunner()
 
@@ -88,3 +90,24 @@ def test_a_review_file_that_does_not_exist_stops_the_audit_before_any_work(shape
     fails_cleanly(root, "--tags", sidecar, "--out", tmp_path / "audit", "--review", tmp_path / "review.yaml",
                   expect="review.yaml do not exist; write them with `mavias judge export-review`")
     assert not (tmp_path / "audit").exists()
+
+
+def test_a_folder_too_small_to_hold_images_back_for_testing_is_refused_before_any_training(tmp_path):
+    root = write_imagefolder(tmp_path / "photos", {"cat": 2, "dog": 2})  # one to train on, one to validate with
+    fails_cleanly(root, "--out", tmp_path / "audit", expect="has no test image: the models are evaluated on a test split")
+
+
+def test_closed_set_gates_on_data_without_groups_are_refused_before_any_training(shapes, tmp_path):
+    root, sidecar = shapes
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(DEFAULT_GATES_PATH.read_text().replace("wg_source: open_set", "wg_source: closed_set"))
+    fails_cleanly(root, "--tags", sidecar, "--out", tmp_path / "audit", "--gates", gates,
+                  expect="gates on the closed-set worst group, which needs group attributes")
+    assert "set wg_source: open_set" in fails_cleanly(root, "--tags", sidecar, "--out", tmp_path / "audit", "--gates",
+                                                      gates, expect="has none")
+
+
+@pytest.mark.parametrize(("folder", "name"), [("My Photos (2024)", "My-Photos-2024"), ("..x..y", "x.y"),
+                                              ("shapes", "shapes"), ("((()))", "model")])
+def test_a_data_folder_named_as_no_model_may_be_gives_a_model_name_that_the_registry_accepts(tmp_path, folder, name):
+    assert default_model_name(tmp_path / folder) == name

@@ -35,6 +35,8 @@ def test_other_data_in_a_folder_only_imported_starts_again_without_the_runs_of_t
     other = AuditState(paths, {"path": "/other-photos"})
     assert other.done("import") is None
     assert not any(run.exists() for run in (paths.reference, paths.mavias, paths.model.parent))
+    # the other data's import cut off: the first data's import is not taken as done when it comes back
+    assert AuditState(paths, {"path": "/photos"}).done("import") is None
 
 
 @pytest.mark.parametrize("record", [b"", b"[]", b'{"done": {}}', b'{"inputs": {}, "done": []}', b"\xff"])
