@@ -14,6 +14,7 @@ import pytest
 from markupsafe import escape
 
 from mavias.core.datasets.generate import SHORTCUT_CLASSES, write_shortcut_imagefolder
+from mavias.ops.gates import DEFAULT_GATES_PATH
 
 REPO = Path(__file__).resolve().parents[3]
 PLANTED = set(SHORTCUT_CLASSES.items())  # (class, its background colour)
@@ -116,6 +117,14 @@ def test_an_audit_of_100_images_flags_every_figure_from_too_few_samples(tmp_path
     report = " ".join((out / "report.html").read_text().split())
     assert why in " ".join(output.split()) and why.replace("'", "&#39;") in report
     assert "Groups with fewer than 60 samples are flagged" in report
+
+    # a gates file of the user's own keeps its worst-group size; --min-support sets the shipped gates' only
+    gates = tmp_path / "gates.yaml"
+    gates.write_text(DEFAULT_GATES_PATH.read_text().replace("min_group_support: 20", "min_group_support: 3"))
+    ok(mavias(*args, "--min-support", "60", "--gates", gates, cache=tmp_path / "cache"))
+    gated = json.loads((out / "eval" / "mavias" / "gates.json").read_text())
+    assert gated["config"]["min_group_support"] == 3
+    assert [g["threshold"] for g in gated["gates"] if g["name"] == "min_group_support"] == [3]
 
 
 @pytest.mark.slow
