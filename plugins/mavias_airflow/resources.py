@@ -15,21 +15,20 @@ GPU_NODES = {"mavias.io/pool": "gpu"}  # replaces the pod template's CPU-pool no
 
 
 def gpu_executor_config(gpus: int) -> dict[str, Any]:
-    """``{"pod_override": V1Pod}`` asking for ``gpus`` GPUs on the GPU node pool (tolerating its taint); with more
-    than one, a memory-backed ``/dev/shm`` for NCCL between the training's processes (a container's default: 64 MiB).
+    """``{"pod_override": V1Pod}`` asking for ``gpus`` GPUs on the GPU node pool (tolerating its taint), with a
+    memory-backed ``/dev/shm``: the training's data-loader workers pass batches through it (one 128-image batch at
+    224 px is 77 MB), as NCCL does between the processes of several GPUs, and a container's default is 64 MiB.
 
     The KubernetesExecutor accepts a ``kubernetes.client`` V1Pod only (a plain dict raises TypeError at run time).
     """
     resources = k8s.V1ResourceRequirements(limits={GPU_RESOURCE: str(gpus)}, requests={GPU_RESOURCE: str(gpus)})
-    shared = gpus > 1
     container = k8s.V1Container(  # "base": the task container's name
-        name="base", resources=resources,
-        volume_mounts=[k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm")] if shared else None)
+        name="base", resources=resources, volume_mounts=[k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm")])
     spec = k8s.V1PodSpec(
         containers=[container],
         node_selector=GPU_NODES,
         tolerations=[k8s.V1Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")],
-        volumes=[k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory"))] if shared else None,
+        volumes=[k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory"))],
     )
     return {"pod_override": k8s.V1Pod(spec=spec)}
 

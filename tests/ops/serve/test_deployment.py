@@ -45,8 +45,11 @@ def test_inference_service_predictor_is_a_valid_pod_spec():
     assert "nvidia.com/gpu" in predictor["containers"][0]["resources"]["limits"]  # so it must tolerate the GPU pool
     assert pod_spec["nodeSelector"] == {"mavias.io/pool": "gpu"}
     assert pod_spec["tolerations"][0]["key"] == "nvidia.com/gpu"
-    assert "--auth-token-file" in args or service["metadata"]["labels"]["networking.knative.dev/visibility"] == (
-        "cluster-local")  # a server without a token is not published on the external gateway
+    labels, annotations = service["metadata"]["labels"], service["metadata"]["annotations"]
+    assert "--auth-token-file" in args or all(labels[f"networking.{owner}/visibility"] == "cluster-local" for owner in (
+        "knative.dev", "kserve.io"))  # a server without a token is on no external gateway, in either KServe mode
+    assert annotations["serving.kserve.io/deploymentMode"] == "Serverless"  # the mode whose label is read first
+    assert "--auth-token-file" not in args or "serving.kserve.io/enable-prometheus-scraping" not in annotations
     with pytest.raises(kubernetes_validate.ValidationError):  # the check catches a misspelt field
         validate({"apiVersion": "v1", "kind": "Pod", "metadata": service["metadata"],
                   "spec": pod_spec | {"serviceAcountName": "x"}})
@@ -56,10 +59,21 @@ def task_pod(values: dict) -> dict:
     """What the values add to the chart's own pod template (which mounts airflow.cfg and the chart's env), as a pod."""
     workers = values["workers"]
     container = {"name": "base", "image": "mavias-airflow", "envFrom": yaml.safe_load(values["extraEnvFrom"]),
-                 "volumeMounts": workers["extraVolumeMounts"]}
+                 "env": values["env"], "volumeMounts": values["volumeMounts"] + workers["extraVolumeMounts"]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "task"},
-            "spec": {"containers": [container], "volumes": workers["extraVolumes"],
+            "spec": {"containers": [container], "volumes": values["volumes"] + workers["extraVolumes"],
                      "nodeSelector": workers["nodeSelector"], "serviceAccountName": workers["serviceAccount"]["name"]}}
+
+
+def assert_nightly_config_mounted(pod: dict) -> None:
+    """The container's MAVIAS_NIGHTLY_CONFIG lies on a mount of the ConfigMap the deployment guide creates."""
+    (container,) = pod["containers"]
+    path = next(e["value"] for e in container["env"] if e["name"] == "MAVIAS_NIGHTLY_CONFIG")
+    maps = {v["name"] for v in pod["volumes"] if v.get("configMap", {}).get("name") == "mavias-nightly"}
+    mounts = [m["mountPath"] for m in container["volumeMounts"] if m["name"] in maps]
+    assert mounts and path.startswith(mounts[0] + "/"), (path, mounts)
+    assert "configmap mavias-nightly --from-file=nightly.yaml=" in (ROOT / "infra" / "README.md").read_text()
+    assert path.endswith("/nightly.yaml")
 
 
 def test_helm_values_pod_template_and_pool_job_validate():
@@ -69,6 +83,7 @@ def test_helm_values_pod_template_and_pool_job_validate():
     (secret,) = yaml.safe_load(values["extraEnvFrom"])
     assert secret["secretRef"]["optional"]  # S3 settings may come from aws_default alone
     assert {m["mountPath"] for m in values["workers"]["extraVolumeMounts"]} == {"/opt/mavias-work"}
+    assert_nightly_config_mounted(task_pod(values)["spec"])
     assert {s["envName"] for s in values["secret"]} == {"AIRFLOW_CONN_AWS_DEFAULT", "AIRFLOW_CONN_SMTP_DEFAULT"}
     validate(yaml.safe_load((ROOT / "infra" / "helm" / "gpu-pool-job.yaml").read_text()))
 
@@ -107,8 +122,8 @@ def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_var
     kubernetes, celery = (yaml.safe_load((helm / name).read_text())
                           for name in ("airflow-values.yaml", "airflow-values-celery.yaml"))
     assert (kubernetes["executor"], celery["executor"]) == ("KubernetesExecutor", "CeleryExecutor")
-    for key in ("images", "secret", "env", "extraEnvFrom", "airflowVersion", "fernetKeySecretName", "jwtSecretName",
-                "apiSecretKeySecretName"):
+    for key in ("images", "secret", "env", "volumes", "volumeMounts", "extraEnvFrom", "airflowVersion",
+                "fernetKeySecretName", "jwtSecretName", "apiSecretKeySecretName"):
         assert celery[key] == kubernetes[key], key
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     assert f"ARG AIRFLOW_VERSION={kubernetes['airflowVersion']}\n" in dockerfile  # the chart reads the image's version
@@ -117,6 +132,7 @@ def test_celery_values_and_gpu_worker_validate_and_agree_with_the_kubernetes_var
     worker = yaml.safe_load((helm / "celery-gpu-worker.yaml").read_text())
     validate(worker)
     pod = worker["spec"]["template"]["spec"]
+    assert_nightly_config_mounted(pod)
     (container,) = pod["containers"]
     assert container["args"][container["args"].index("--queues") + 1] == "gpu"
     assert container["image"] == f"{celery['images']['airflow']['repository']}:{celery['images']['airflow']['tag']}"
@@ -153,7 +169,9 @@ def test_the_gpu_pod_override_asks_for_n_gpus_and_is_a_valid_pod(gpus):
     pod = ApiClient().sanitize_for_serialization(resources.gpu_executor_config(gpus)["pod_override"])
     (container,) = pod["spec"]["containers"]
     assert container["resources"]["limits"] == container["resources"]["requests"] == {"nvidia.com/gpu": str(gpus)}
-    assert ("volumeMounts" in container) == (gpus > 1)  # NCCL's shared memory between the training's processes
+    # data-loader workers (and NCCL, with several GPUs) pass batches through /dev/shm: 64 MiB by default
+    assert container["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert pod["spec"]["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     values = yaml.safe_load((ROOT / "infra" / "helm" / "airflow-values.yaml").read_text())
     assert values["workers"]["nodeSelector"].keys() == pod["spec"]["nodeSelector"].keys()  # replaces the CPU pool's
     validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "task"},
