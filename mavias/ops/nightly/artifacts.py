@@ -44,12 +44,15 @@ class Validated(TypedDict):
 
 
 class TagJob(TypedDict):
-    """``tagging_plan.plan_tagging``: one untagged shard of a partition (a mapped task)."""
+    """One untagged shard of a partition."""
 
     partition: str
     manifest: str
     shard: int
     num_shards: int
+
+
+TagBatch = list[TagJob]  # ``tagging_plan.plan_tagging``: the shards one mapped task tags, one unless there are many
 
 
 class Tagged(TypedDict):
@@ -205,7 +208,7 @@ class NightResults(TypedDict, total=False):
 
     sensed: NightInfo
     validated: Validated
-    planned: list[TagJob]
+    planned: list[TagBatch]
     discovered: Discovered
     dataset: Dataset
     reference: TrainedReference

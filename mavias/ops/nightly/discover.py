@@ -26,7 +26,7 @@ from mavias.core.tagging import Tagger
 from mavias.core.tagging.factory import TaggerSettings
 from mavias.core.tagging.factory import make_tagger as tagger_from_settings
 from mavias.core.tagging.run import TagsStore, tag_partition
-from mavias.ops.nightly.artifacts import Discovered, Tagged, TagJob, Validated
+from mavias.ops.nightly.artifacts import Discovered, TagBatch, Tagged, TagJob, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import layout
 from mavias.ops.nightly.tagging_plan import partitions_to_discover
@@ -48,6 +48,11 @@ def make_tagger(cfg: NightlyConfig) -> Tagger:
 def make_text_encoder(cfg: NightlyConfig) -> TextEncoder:
     """The training config's ``encoder`` (as for ``mavias train``): one setting for discovery and training."""
     return make_encoder(cfg.training.encoder, weights_dir=weights_dir(cfg))
+
+
+def tag_shards(cfg: NightlyConfig, batch: TagBatch) -> list[Tagged]:
+    """Tag a mapped task's shards in turn (:func:`tag_shard`)."""
+    return [tag_shard(cfg, job) for job in batch]
 
 
 def tag_shard(cfg: NightlyConfig, job: TagJob) -> Tagged:
@@ -79,17 +84,17 @@ def _night_judge(cfg: NightlyConfig, usage: Path) -> RelevanceJudge:
     return make_judge(settings, budget=budget, fall_back=True)
 
 
-def images_tagged(tagged: Iterable[Tagged]) -> int:
-    """The images tonight's shards tagged, each shard once: after a cleared plan, Airflow also hands over results
-    that map indexes of an earlier try left, a shard among them twice."""
+def images_tagged(tagged: Iterable[list[Tagged]]) -> int:
+    """The images tonight's shards tagged (the mapped tasks' results), each shard once: after a cleared plan, Airflow
+    also hands over results that map indexes of an earlier try left, a shard among them twice."""
     per_shard: dict[tuple[str, int], int] = {}
-    for result in tagged:
+    for result in (shard for batch in tagged for shard in batch):
         key = (result["partition"], result["shard"])
         per_shard[key] = max(per_shard.get(key, 0), result["images_tagged"])
     return sum(per_shard.values())
 
 
-def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[Tagged] | None) -> Discovered:
+def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[list[Tagged]] | None) -> Discovered:
     """Judge and encode the partitions to discover (their shards are tagged by now); what tonight cost and who
     decided each (class, tag) pair."""
     totals = {"images_tagged": images_tagged(tagged or []), "llm_requests": 0, "tags_judged": 0, "prompts_encoded": 0}

@@ -9,12 +9,16 @@ from pathlib import Path
 
 from mavias.core.manifest import load_manifest
 from mavias.core.tagging.shards import missing_shards, samples_digest
-from mavias.ops.nightly.artifacts import TagJob, Validated
+from mavias.ops.nightly.artifacts import TagBatch, TagJob, Validated
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.incoming import MANIFEST_NAMES
 from mavias.ops.nightly.layout import evaluation_partition, layout, pull, s3_client
 
 log = logging.getLogger(__name__)
+
+# Airflow refuses to map a task over more items than [core] max_map_length (1024 by default): a backlog of shards (a
+# first night on a bucket of many partitions) is dealt into this many mapped tasks instead
+MAX_MAPPED_TASKS = 1024
 
 
 def is_discovered(cfg: NightlyConfig, partition: str, manifest: Path) -> bool:
@@ -67,13 +71,21 @@ def partitions_to_discover(cfg: NightlyConfig, validated: Validated) -> dict[str
     return todo
 
 
-def plan_tagging(cfg: NightlyConfig, validated: Validated) -> list[TagJob]:
-    """The untagged shards of the partitions to discover, one job each (shards committed earlier are done)."""
+def plan_tagging(cfg: NightlyConfig, validated: Validated) -> list[TagBatch]:
+    """The untagged shards of the partitions to discover (shards committed earlier are done), one per mapped task,
+    or dealt in turn into ``MAX_MAPPED_TASKS`` tasks when there are more."""
     n = cfg.discovery.num_shards
     jobs = [
         {"partition": name, "manifest": path, "shard": index, "num_shards": n}
         for name, path in partitions_to_discover(cfg, validated).items()
         for index in missing_shards(layout(cfg).discovery.tags / name, n, _sample_ids(Path(path)))
     ]
-    log.info("tagging: %d shard(s) to tag", len(jobs))
-    return jobs
+    batches = deal(jobs, MAX_MAPPED_TASKS)
+    log.info("tagging: %d shard(s) to tag in %d task(s)", len(jobs), len(batches))
+    return batches
+
+
+def deal(jobs: list[TagJob], tasks: int) -> list[TagBatch]:
+    """``jobs`` one per task, or dealt in turn into ``tasks`` batches when there are more."""
+    tasks = min(len(jobs), tasks)
+    return [jobs[first::tasks] for first in range(tasks)]

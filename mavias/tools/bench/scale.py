@@ -47,7 +47,7 @@ def _sense_and_validate(cfg, _: dict) -> dict:  # noqa: ANN001 - NightlyConfig (
 def _tag(cfg, done: dict) -> dict:  # noqa: ANN001
     from mavias.ops.nightly import discover, tagging_plan
 
-    return {"tagged": [discover.tag_shard(cfg, job) for job in tagging_plan.plan_tagging(cfg, done["validated"])]}
+    return {"tagged": [discover.tag_shards(cfg, batch) for batch in tagging_plan.plan_tagging(cfg, done["validated"])]}
 
 
 def _judge_and_encode(cfg, done: dict) -> dict:  # noqa: ANN001

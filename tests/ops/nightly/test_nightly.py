@@ -14,7 +14,7 @@ import yaml
 
 from mavias.core.relevance import load_relevance
 from mavias.errors import UserError
-from mavias.ops.nightly import dataset, discover, ingest, release, report
+from mavias.ops.nightly import dataset, discover, ingest, release, report, tagging_plan
 from mavias.ops.nightly.config import NightlyConfig, NightlyConfigError, load_nightly_config
 from mavias.ops.nightly.dataset import dataset_digest
 from mavias.ops.registry import ModelRegistry, VersionExists
@@ -227,9 +227,18 @@ def test_images_tagged_counts_each_shard_once_whatever_results_an_earlier_try_le
         return {"partition": partition, "shard": index, "images_tagged": images, "images_reused": 0,
                 "images_quarantined": 0, "shards_done": 1}
 
-    earlier_try = [shard("p1", 0, 5), shard("p1", 1, 4)]
-    tonight = [shard("p1", 0, 0), shard("p2", 0, 3)]  # p1 shard 0 committed by the earlier try: nothing to tag
+    earlier_try = [[shard("p1", 0, 5)], [shard("p1", 1, 4)]]
+    tonight = [[shard("p1", 0, 0), shard("p2", 0, 3)]]  # p1 shard 0 committed by the earlier try: nothing to tag
     assert discover.images_tagged(earlier_try + tonight) == 5 + 4 + 3
+
+
+def test_a_backlog_of_shards_is_dealt_into_no_more_tasks_than_airflow_maps() -> None:
+    jobs = [{"partition": f"p{i // 8}", "manifest": "m", "shard": i % 8, "num_shards": 8} for i in range(2000)]
+    batches = tagging_plan.deal(jobs, tagging_plan.MAX_MAPPED_TASKS)
+    assert len(batches) == 1024 and sorted(map(len, batches))[::1023] == [1, 2]  # Airflow's max_map_length
+    assert sorted((j["partition"], j["shard"]) for b in batches for j in b) == sorted((j["partition"], j["shard"])
+                                                                                    for j in jobs)  # each once
+    assert tagging_plan.deal(jobs[:3], 1024) == [[job] for job in jobs[:3]] and tagging_plan.deal([], 1024) == []
 
 
 def _judge_night(cfg: NightlyConfig, when: datetime) -> dict:
