@@ -43,7 +43,6 @@ from airflow.sdk.exceptions import AirflowFailException
 from mavias.ops.nightly.config import NightlyConfig, load_nightly_config
 from mavias_airflow.hooks import MaviasHook, smtp_settings_from_connection
 from mavias_airflow.operators import QualityGateOperator
-from mavias_airflow.preflight import preflight_problems
 from mavias_airflow.resources import gpu_task_kwargs
 from mavias_airflow.stages import night_of, night_time, run_stage
 
@@ -81,6 +80,7 @@ def _task_states(context: Context) -> dict[str, str]:
 @task
 def preflight() -> None:
     from mavias.ops.nightly.failures import record_failure
+    from mavias_airflow.preflight import preflight_problems  # httpx and openai: not at every parse of this file
 
     cfg = _config()
     problems = preflight_problems(cfg)
@@ -123,15 +123,16 @@ def plan_tagging(validated: dict) -> list[dict]:
 
 
 @task(**GPU, map_index_template="{{ shard_label }}")
-def tag_shard(job: dict) -> dict:
+def tag_shard(batch: list[dict]) -> list[dict]:
     from mavias.ops.nightly import discover
 
-    get_current_context()["shard_label"] = f"{job['partition']} {job['shard']}/{job['num_shards']}"
-    return run_stage(discover.tag_shard, job)
+    first, more = batch[0], f" +{len(batch) - 1}" if len(batch) > 1 else ""
+    get_current_context()["shard_label"] = f"{first['partition']} {first['shard']}/{first['num_shards']}{more}"
+    return run_stage(discover.tag_shards, batch)
 
 
 @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)  # also when no shard was left to tag
-def discover(validated: dict, tagged: list[dict] | None) -> dict:
+def discover(validated: dict, tagged: list[list[dict]] | None) -> dict:
     from mavias.ops.nightly import discover
 
     return run_stage(discover.discover, validated, list(tagged or []))
@@ -338,7 +339,7 @@ def mavias_nightly() -> None:
     validated = pull_and_validate(sensed)
     go = should_train(validated)
     plan = plan_tagging(validated)
-    tagged = tag_shard.expand(job=plan)
+    tagged = tag_shard.expand(batch=plan)
     discovered = discover(validated, tagged)
     go >> [plan, discovered]  # the short circuit skips these directly; their downstream by trigger rule
     plan >> discovered

@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from mavias.ops.gates import DEFAULT_GATES_PATH, evaluate_gates, load_gate_config
 from mavias.utils.atomic import write_json
+from mavias_airflow.stages import stage_errors
 
 
 def _read_json(path: str | None) -> dict[str, Any] | None:
@@ -53,6 +54,10 @@ class QualityGateOperator(BaseOperator):
         self.fail_on_block = fail_on_block
 
     def execute(self, context: Context) -> dict[str, Any]:
+        with stage_errors():  # a broken gates file is one line in the night's report, not retried
+            return self._gate()
+
+    def _gate(self) -> dict[str, Any]:
         report = evaluate_gates(
             _read_json(self.candidate_metrics),
             _read_json(self.reference_metrics),

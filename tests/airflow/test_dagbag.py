@@ -22,7 +22,7 @@ from tests.support.unconditional_store import UnconditionalStore, unconditional_
 GPU_TASKS = {"tag_shard", "train_reference", "tune_trial"}
 # What the tasks use and the DAG file must not import: the dag-processor parses the file every few minutes
 TASK_ONLY_PACKAGES = ("torch", "torchvision", "open_clip", "matplotlib", "scipy", "sklearn", "onnx", "onnxruntime",
-                      "great_expectations", "sentence_transformers")
+                      "great_expectations", "sentence_transformers", "openai")
 # The stage modules of the tasks that only plan work or move files, pointers and mail (sense ... should_train,
 # plan_tagging, plan_trials, publish, promote, record_processed, report, notify, clean_up, finish, quality_gates): a
 # worker starts each task in a fresh process, and importing torch there would cost seconds per task for nothing

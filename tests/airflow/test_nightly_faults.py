@@ -24,7 +24,7 @@ from tests.airflow.fault_scenario import FaultNight, Scenario, print_table
 from tests.airflow.harness import TEST_TRAINING
 from tests.support.s3server import FaultInjectingProxy
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # eleven nights, the first test waits for them all
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # twelve nights, the first test waits for them all
 
 GET_FAILURES, PUT_FAILURES = 6, 2  # botocore makes 5 attempts per request (S3Settings.max_attempts)
 BATCH = 16
@@ -115,6 +115,12 @@ def _run_nights(s: Scenario) -> None:
     s.nights[list(s.nights)[-1]].facts["changed"] = changed
     d.client.put_object(Bucket=d.settings.bucket, Key=changed[0], Body=changed[1])  # restored for later checks
 
+    broken = d.root / "broken-gates.yaml"
+    broken.write_text(yaml.safe_dump(PERMISSIVE_GATES | {"min_worst_group_accuracy": 60}))  # percent, not a fraction
+    s.upload("gated-by-a-broken-file", s.rows(20))
+    s.night("a gates file with a threshold out of range", "quality_gates fails at once (no retries), the report says "
+            "why in one line; data waits", env={"MAVIAS_NIGHTLY__GATES": str(broken)})
+
 
 def _hold_back_images(s: Scenario, partition: str, uris: pd.Series) -> dict[str, bytes]:
     """Delete some of a partition's uploaded images (as if still uploading); return them by key."""
@@ -167,7 +173,7 @@ def _html(night: FaultNight) -> str:
 
 
 def test_every_fault_night_sends_its_report_and_loses_no_data(scenario: Scenario) -> None:
-    assert len(scenario.nights) == 11
+    assert len(scenario.nights) == 12
     for night in scenario.nights.values():
         assert night.subject, f"{night.fault}: no report email"
         assert night.lost == [], f"{night.fault}: lost {night.lost}"
@@ -319,3 +325,13 @@ def test_a_partition_changed_after_validation_is_left_out_and_named_and_old_data
     deleted = [path for n in scenario.nights.values() if n.night.state("clean_up") == "success"
                for path in n.night.results["clean_up"]["deleted"]]
     assert any(path.startswith("training/") for path in deleted)
+
+
+def test_a_broken_gates_file_fails_the_gates_at_once_with_its_line_in_the_report(scenario: Scenario) -> None:
+    night = _night(scenario, 11)
+    tasks = night.night.tasks
+    assert night.night.returncode != 0 and night.night.state("quality_gates") == "failed"
+    assert tasks.loc[tasks["task_id"] == "quality_gates", "try_number"].item() == 1  # a mistake: no retries
+    html = " ".join(_html(night).split())
+    assert "FAILED: a configuration or input mistake stopped quality_gates" in html
+    assert "broken-gates.yaml" in html and "min_worst_group_accuracy" in html

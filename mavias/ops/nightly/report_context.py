@@ -25,7 +25,8 @@ from mavias.core.relevance import irrelevant_tags
 from mavias.core.tagging.base import tag_lists
 from mavias.core.train.config import method_name
 from mavias.ops.export.verification import VerificationResult
-from mavias.ops.gates import GateReport, load_gate_config
+from mavias.errors import UserError
+from mavias.ops.gates import DEFAULT_GATES_PATH, GateConfig, GateReport, load_gate_config
 from mavias.ops.nightly import warm
 from mavias.ops.nightly.artifacts import NightResults
 from mavias.ops.nightly.config import NightlyConfig
@@ -208,6 +209,15 @@ def _relevance_changes(results: NightResults) -> RelevanceChanges | None:
     return RelevanceChanges.model_validate_json(Path(path).read_text()) if path else None
 
 
+def _gate_config(cfg: NightlyConfig) -> GateConfig:
+    """The night's gate config, or the shipped one where it cannot be read: the report of a night whose gates file
+    is broken still goes out (the failed quality_gates task says what is wrong with it)."""
+    try:
+        return load_gate_config(cfg.gates)
+    except UserError:
+        return load_gate_config(DEFAULT_GATES_PATH)
+
+
 def build_report_context(
     cfg: NightlyConfig,
     results: NightResults,
@@ -227,7 +237,7 @@ def build_report_context(
     validated = results.get("validated") or {}
     validations = {p: json.loads(Path(v["path"]).read_text()) for p, v in validated.get("validations", {}).items()}
     has_candidate = results.get("gates") is not None and results.get("packaged") is not None
-    gates = GateReport.from_dict(results["gates"]) if has_candidate else GateReport(load_gate_config(cfg.gates), [])
+    gates = GateReport.from_dict(results["gates"]) if has_candidate else GateReport(_gate_config(cfg), [])
     tables = _candidate_tables(results, gates) if has_candidate else {
         "candidate_groups": _empty_groups(), "reference_groups": _empty_groups(),
         "biased_tags": pd.DataFrame(columns=SHORTCUT_COLUMNS),
