@@ -56,7 +56,7 @@ def tune_command(
     from mavias.core.manifest import load_manifest
     from mavias.core.manifest.checks import require_trainable
     from mavias.core.protocol import load_reference, reference_checkpoint, require_reference_for_selection
-    from mavias.core.tune.search import check_same_search, check_trials, load_warm_start, search_request, tune
+    from mavias.core.tune.search import check_same_search, check_trials, load_warm_start, search_requests, tune
 
     check_trials(trials)
     base = load_config(config, preset=preset, overrides=parse_overrides(set_))
@@ -66,13 +66,12 @@ def tune_command(
     checkpoint = None if reference is None else reference_checkpoint(reference)
     loaded = load_manifest(manifest, check_files=False)
     require_trainable(loaded, manifest)
-    request = search_request(base, loaded, [path for path in (relevance, tags, checkpoint) if path is not None])
-    older = (search_request(base, loaded),)  # the same search, as a version that hashed no inputs knew it
-    check_same_search(out, request, *older)  # before the data is prepared into that folder
+    request, older = search_requests(base, loaded, [path for path in (relevance, tags, checkpoint) if path is not None])
+    check_same_search(out, request, older)  # before the data is prepared into that folder
     data = prepare_data(manifest, relevance, tags, workspace, base, group_attrs, out)
     ref = None if reference is None else load_reference(reference, data, min_support=min_support)
     result = tune(data, ref, base, out, trials=trials, timeout=timeout, warm_start=warm_start, seed=seed, progress=True,
-                  request=request, also=older)
+                  request=request, also=(older,))
     console.print(f"best: {result.choice(base.selection)}: {json.dumps(result.best_params)}")
     if result.selection_fallback:
         console.print(f"[yellow]{base.selection} was constant over epochs; the checkpoint is {result.selection_fallback}'s[/]")

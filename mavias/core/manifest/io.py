@@ -68,13 +68,11 @@ def validate_manifest(
     if df.empty:
         raise ManifestError("manifest has no rows")
     df = df.copy()
+    blank = {col: df[col].isna() | (df[col].astype(str).str.strip() == "") for col in REQUIRED_COLUMNS}
     for col in REQUIRED_COLUMNS:
-        blank = df[col].isna() | (df[col].astype(str).str.strip() == "")
         df[col] = df[col].astype(str)
-        if blank.any():
-            problems.append(f"{int(blank.sum())} row(s) with an empty {col!r}")
-        if col == "label":
-            blank_label = blank
+        if blank[col].any():
+            problems.append(f"{int(blank[col].sum())} row(s) with an empty {col!r}")
     bad_split = ~df["split"].isin(allowed)
     if bad_split.any():
         values = sorted(df.loc[bad_split, "split"].unique())[:5]
@@ -82,7 +80,7 @@ def validate_manifest(
             f"{int(bad_split.sum())} row(s) with an unknown split {values} (allowed: {', '.join(allowed)}; "
             f"declare further evaluation splits in {INFO_NAME})"
         )
-    problems += _label_problems(df.loc[~blank_label, "label"])
+    problems += _label_problems(df.loc[~blank["label"], "label"])
     dup = df["sample_id"].duplicated(keep=False)
     if dup.any():
         ids = sorted(df.loc[dup, "sample_id"].unique())[:5]

@@ -201,7 +201,7 @@ def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out
          progress: bool = False, request: str | None = None, also: tuple[str, ...] = ()) -> TuneResult:
     """Run (or resume) the search until ``trials`` trials have finished, then write ``best/`` and ``trials.csv``.
     ``warm_start``: the settings to try first (a dict, or a JSON file checked against the search space);
-    ``request``: :func:`search_request` of what is searched, refused when the folder holds a search of another
+    ``request``: :func:`search_requests` of what is searched, refused when the folder holds a search of another
     (than it or ``also``: see :func:`check_same_search`)."""
     check_trials(trials)
     out_dir = Path(out_dir)
@@ -224,19 +224,23 @@ def tune(data: PreparedData, reference: Reference | None, base: TrainConfig, out
     return write_outcome(study, out_dir, base, timeout)
 
 
-def search_request(base: TrainConfig, manifest: pd.DataFrame, inputs: Sequence[Path] = ()) -> str:
+def search_requests(base: TrainConfig, manifest: pd.DataFrame, inputs: Sequence[Path] = ()) -> tuple[str, str]:
     """What a search folder searches: the settings asked for, the manifest's images and the contents of the other
     ``inputs`` the trials read (the relevance and tags behind the bias embeddings, the reference checkpoint behind the
-    criterion's groups); a resume asks the same."""
+    criterion's groups); a resume asks the same. Returned with the request of a version that hashed no inputs, so
+    that version's folders resume."""
     rows = manifest[["sample_id", "label", "split"]].astype(str).sort_values(["split", "sample_id"])
-    payload = {"config": base.model_dump(mode="json"), "rows": rows.to_numpy().tolist()}
-    if inputs:  # without them: the request of a search folder made before they were known
-        payload["inputs"] = [sha256_file(path) for path in inputs]
-    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
+    without_inputs = json.dumps({"config": base.model_dump(mode="json"), "rows": rows.to_numpy().tolist()})
+    older = hashlib.sha256(without_inputs.encode()).hexdigest()[:16]
+    if not inputs:
+        return older, older
+    # json.dumps of the payload with "inputs" appended, without serialising the rows again
+    with_inputs = without_inputs[:-1] + ', "inputs": ' + json.dumps([sha256_file(path) for path in inputs]) + "}"
+    return hashlib.sha256(with_inputs.encode()).hexdigest()[:16], older
 
 
 def check_same_search(out_dir: Path, request: str, *also: str) -> None:
-    """Refuse ``out_dir`` when it holds a search of another :func:`search_request` (than ``request`` or ``also``: the
+    """Refuse ``out_dir`` when it holds a search of another :func:`search_requests` (than ``request`` or ``also``: the
     request an older version would have made of the same search)."""
     if not (out_dir / STORAGE_FILE).is_file():
         return

@@ -1,5 +1,6 @@
 """`mavias tune` end to end on a tiny set: two trials, the search killed after the first and resumed."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -167,14 +168,32 @@ def test_starting_settings_that_failed_are_tried_again_and_marked_as_the_start(t
 
 def test_a_search_is_known_by_the_contents_of_the_relevance_tags_and_reference_it_reads(tmp_path):
     from mavias.core.train.config import TrainConfig
-    from mavias.core.tune.search import search_request
+    from mavias.core.tune.search import search_requests
 
     manifest = pd.DataFrame({"sample_id": ["a", "b"], "label": ["cat", "dog"], "split": ["train", "val"]})
     relevance, reference = tmp_path / "relevance.csv", tmp_path / "best_val_acc.pt"
     relevance.write_text("class,tag,relevant\ncat,sofa,false\n")
     reference.write_bytes(b"reference one")
     base = TrainConfig(method="mavias")
-    first = search_request(base, manifest, [relevance, reference])
-    assert search_request(base, manifest, [relevance, reference]) == first
+    first, older = search_requests(base, manifest, [relevance, reference])
+    assert search_requests(base, manifest, [relevance, reference]) == (first, older)
+    assert search_requests(base, manifest) == (older, older)  # what a version that hashed no inputs stored
     reference.write_bytes(b"reference two")  # another --reference: other validation groups
-    assert search_request(base, manifest, [relevance, reference]) != first
+    other, same_older = search_requests(base, manifest, [relevance, reference])
+    assert other != first and same_older == older
+
+
+def test_a_search_request_reads_as_the_digest_of_its_whole_payload(tmp_path):
+    """Folders searched before keep resuming: the request is the digest of the settings, rows and inputs together."""
+    from mavias.core.train.config import TrainConfig
+    from mavias.core.tune.search import search_requests
+    from mavias.utils.disk import sha256_file
+
+    manifest = pd.DataFrame({"sample_id": ["b", "a"], "label": ["dog", "cat"], "split": ["val", "train"]})
+    relevance = tmp_path / "relevance.csv"
+    relevance.write_text("class,tag,relevant\ncat,sofa,false\n")
+    base = TrainConfig(method="mavias")
+    rows = [["a", "cat", "train"], ["b", "dog", "val"]]  # sample_id, label, split; by split, then sample_id
+    payload = {"config": base.model_dump(mode="json"), "rows": rows, "inputs": [sha256_file(relevance)]}
+    expected = hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
+    assert search_requests(base, manifest, [relevance])[0] == expected
