@@ -38,6 +38,7 @@ from mavias.core.tagging.base import read_tags, tag_lists, tags_table, write_tag
 from mavias.core.tagging.trained import TrainedTagger
 from mavias.errors import UserError
 from mavias.utils.atomic import write_json
+from mavias.utils.disk import sha256_file
 
 TagSource = Literal["tagger", "oracle"]
 RelevanceSource = Literal["judge", "oracle"] | Path
@@ -58,13 +59,17 @@ class Sources:
 
     @property
     def slug(self) -> str:
-        """A folder name for these sources (a table of the user's or a checkpoint cannot be named: refused)."""
-        if isinstance(self.relevance, Path) or self.tagger_checkpoint is not None:
-            raise ValueError("sources with a file of the user's have no folder name of their own")
+        """A folder name for these sources; a table or checkpoint of the user's is named by its contents."""
         from mavias.core.judging.offline import JUDGE_VERSION  # decisions of another version live apart
 
-        tags = f"tagger-{self.tagger_quality}" if self.tags == "tagger" else "oracle"
-        relevance = JUDGE_VERSION if self.relevance == "judge" else self.relevance
+        if self.tagger_checkpoint is not None:
+            tags = f"tagger-file-{sha256_file(self.tagger_checkpoint)[:12]}"
+        else:
+            tags = f"tagger-{self.tagger_quality}" if self.tags == "tagger" else "oracle"
+        if isinstance(self.relevance, Path):
+            relevance = f"table-{sha256_file(self.relevance)[:12]}"
+        else:
+            relevance = JUDGE_VERSION if self.relevance == "judge" else self.relevance
         return f"{tags}_{relevance}" + (f"_leak{self.leak}" if self.leak else "")
 
 

@@ -123,3 +123,14 @@ def test_decisions_of_another_judge_version_live_in_another_folder(monkeypatch):
     before = Sources().slug
     monkeypatch.setattr(offline, "JUDGE_VERSION", "offline-v0")
     assert Sources().slug != before and Sources(relevance="oracle").slug == "tagger-default_oracle"
+
+
+def test_a_relevance_table_of_the_users_gets_a_folder_named_by_its_contents(tmp_path):
+    """`mavias bench … --relevance TABLE` keeps its runs apart from the judge's and from another table's."""
+    table = tmp_path / "relevance.csv"
+    table.write_text("class,tag,relevant\ncircle,red,false\n")
+    first = Sources(relevance=table).slug
+    assert first.startswith("tagger-default_table-") and first != Sources().slug
+    assert Sources(relevance=table).slug == first
+    table.write_text("class,tag,relevant\ncircle,red,true\n")
+    assert Sources(relevance=table).slug != first
