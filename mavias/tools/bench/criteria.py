@@ -32,7 +32,9 @@ from mavias.utils.atomic import write_json
 from mavias.utils.progress import StepProgress
 
 # the analysis's fixed training settings (a constant learning rate, 12 epochs), so its figures stay reproducible
-ANALYSIS_BASE = {"optim": {"name": "sgd", "lr": 0.05, "weight_decay": 1e-4, "schedule": "none"}, "epochs": 12}
+# patience 0: never stopped early, so the analysis reads every epoch's checkpoint
+ANALYSIS_BASE = {"optim": {"name": "sgd", "lr": 0.05, "weight_decay": 1e-4, "schedule": "none"}, "epochs": 12,
+                 "patience": 0}
 MAVIAS_SETTINGS = [  # (alpha, lambda, projection lr multiplier, lr): the base settings first
     (0.01, 0.5, 1.0, 0.05), (0.01, 0.4, 10.0, 0.05), (0.05, 0.5, 3.0, 0.05), (0.003, 0.7, 10.0, 0.05),
     (0.1, 0.3, 5.0, 0.05), (0.01, 0.5, 1.0, 0.02),

@@ -4,7 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mavias.tools.bench.criteria import CRITERIA, Validation, analyse, criterion_scores
+from mavias.tools.bench.criteria import ANALYSIS_BASE, CRITERIA, Validation, analyse, criterion_scores
+from mavias.tools.bench.suite import default_config
 
 # 8 validation images, classes 0/1. Class 0 has a biased tag; images 2-3 lack it ("unbiased"). The reference got
 # images 3 and 7 wrong.
@@ -53,3 +54,13 @@ def test_analysis_ranks_and_picks_only_among_mavias_checkpoints():
     picks = {p["criterion"]: p for p in result["picks"]}
     assert (picks["val_robust"]["run"], picks["val_robust"]["epoch"]) == ("MAVias b", 3)  # ERM is never picked
     assert (picks["val_acc"]["run"], picks["val_acc"]["epoch"]) == ("MAVias a", 1)
+
+
+def test_the_analysed_runs_are_never_stopped_early():
+    """Every epoch's checkpoint is scored, so the recipe must not give the analysis's runs a patience of its own (0:
+    the trainer never stops a run early)."""
+    from mavias.core.train.recipe import _length, recipe_for
+
+    cfg = default_config("mavias", 0, **ANALYSIS_BASE)
+    update, _ = _length(cfg, recipe_for(cfg.backbone), n_train=3000)
+    assert cfg.model_copy(update=update).patience == 0
