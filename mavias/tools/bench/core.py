@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from multiprocessing import get_context
+from multiprocessing import active_children, get_context
 from pathlib import Path
 
 import numpy as np
@@ -214,6 +216,21 @@ def peer_floor(benchmarks: dict[str, dict]) -> dict:
             "met": bool(margins) and len(ahead) >= 2 / 3 * len(margins) and close}
 
 
+@contextmanager
+def job_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """Worker processes for the bench's jobs. A job's error stops the bench at once: the queued jobs are cancelled and
+    the running ones stopped (each resumes from its kept runs next time), instead of being waited for."""
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in active_children():  # the pool's: the bench starts no other process
+            worker.terminate()
+        raise
+    pool.shutdown()
+
+
 def _run_jobs(pool: ProcessPoolExecutor, jobs: list[tuple], steps: StepProgress) -> list:
     futures = [(label, pool.submit(fn, *args)) for label, fn, args in jobs]
     results = []
@@ -281,7 +298,7 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
                     "share": share}
     for bench in chosen:  # prepared once here, so the workers only read the generated images and embeddings
         prepare(work, bench, sources)
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+    with job_pool(workers) as pool:
         references = _run_jobs(pool, [(f"{b.name} seed {s}: ERM reference", reference_job,
                                        (work, b, s, threads, sources))
                                       for b in chosen for s in range(seeds)], steps)

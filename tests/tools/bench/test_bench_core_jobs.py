@@ -75,3 +75,21 @@ def test_the_costliest_search_starts_first_and_the_report_keeps_the_bench_order(
 
     assert started[:2] == ["DebiAN", "LfF"] and started[-1] in ("ERM", "SD")
     assert [r["method"] for r in results] == methods
+
+
+def test_a_failed_job_stops_the_bench_without_waiting_for_the_others():
+    """A search that fails in its first hour is reported then, not after every other job: the queued jobs are
+    cancelled and the running ones stopped (real worker processes)."""
+    import operator
+    import time
+
+    import pytest
+
+    start = time.monotonic()
+    with pytest.raises(ZeroDivisionError):
+        with core.job_pool(2) as pool:
+            pool.submit(time.sleep, 120)  # running beside the failing job
+            failing = pool.submit(operator.truediv, 1, 0)
+            pool.submit(time.sleep, 120)  # queued behind them
+            failing.result()
+    assert time.monotonic() - start < 60  # neither sleeping job was waited for
