@@ -80,7 +80,8 @@ def core(
     tagger_quality: TaggerQualityOption = "default",
     compute: Annotated[float | None, typer.Option(
         help="every tuned method's length as this multiple of the recipe's steps, the same for all (equal "
-             "compute); default: a debiasing method's own length (3x) for every method, ERM's included",
+             "compute; a search then tries 0.5-1.5x of it for every method alike); default: a debiasing method's "
+             "own length (3x) for every method, ERM's included",
         min=0.1)] = None,
     share: Annotated[float, typer.Option(
         help="share of each benchmark's training and validation images (the test split stays whole): a quicker, "
@@ -235,8 +236,8 @@ def _score(value: float) -> str:
 def criteria(
     benchmark: Annotated[str, typer.Option(help="the image benchmark to analyse")] = "shape-colours",
     seed: Annotated[int, typer.Option(help="training seed of every run", min=0)] = 0,
-    work: Annotated[Path, typer.Option(help="working folder; bench core's by default, so its data and reference are "
-                                            "reused")] = Path("runs/bench-core"),
+    work: Annotated[Path, typer.Option(help="working folder; bench core's by default, so its generated data is "
+                                            "reused (the analysis trains a reference of its own)")] = Path("runs/bench-core"),
     json_out: JsonOut = None,
 ) -> None:
     """How well each selection criterion ranks checkpoints by test worst-group accuracy (analysis, 8 runs)."""

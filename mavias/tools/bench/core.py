@@ -1,4 +1,5 @@
-"""`mavias bench core`: every method with the same tuning budget and length on every built-in benchmark, over seeds.
+"""`mavias bench core`: every method with the same tuning budget and starting length on every built-in benchmark,
+over seeds.
 
 Per benchmark (:mod:`mavias.tools.bench.suite`) and seed, an ERM reference with the CLI defaults: its B' forms the open-set
 groups and the validation groups of the bias-unaware criterion (``val_robust``). Per method -- ERM, JTT, LfF, SD,
@@ -32,7 +33,7 @@ from mavias.core.train.config import TrainConfig, load_config, method_name
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.recipe import DEBIASING_LENGTH
 from mavias.core.tune.search import MIN_TRIALS, tune
-from mavias.core.tune.space import apply
+from mavias.core.tune.space import EPOCH_FACTORS, apply
 from mavias.errors import UserError
 from mavias.tools.bench.moons import run_moons
 from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
@@ -109,7 +110,7 @@ def search_job(work: Path, bench: ImageBenchmark, method: str, trials: int, thre
     train (:func:`seed_job`, each a job of its own so that the workers stay busy to the end)."""
     torch.set_num_threads(threads)
     data, _ = prepare(work, bench, sources)
-    root = _method_root(work, bench, sources, method, compute)
+    root = _method_root(work, bench, sources, method, compute, trials)
     plan = {"method": method, "benchmark": bench.name, "base": method_config(method, compute), "root": root,
             "first_dir": root / "seed0", **dict.fromkeys(SEARCH_FIELDS), "best_params": {}}
     reference = load_reference(_reference_dir(work, bench, 0, sources), data)
@@ -142,9 +143,21 @@ def _train_seed(bench: ImageBenchmark, plan: dict, seed: int, data: PreparedData
             "length": {"epochs": int(run.history["epoch"].max()), "seconds": float(run.history["seconds"].sum())}}
 
 
-def _method_root(work: Path, bench: ImageBenchmark, sources: Sources, method: str, compute: float) -> Path:
+def _method_root(work: Path, bench: ImageBenchmark, sources: Sources, method: str, compute: float,
+                 trials: int) -> Path:
+    """A method's folder per length and search budget: a resumed bench never mixes runs of another budget."""
     slug = method.lower().replace(" ", "-").replace("(", "").replace(")", "")
-    return _root(work, bench, sources) / f"{slug}-x{compute:g}"
+    return _root(work, bench, sources) / (f"{slug}-x{compute:g}" + (f"-t{trials}" if trials else ""))
+
+
+def compute_label(compute: float, trials: int) -> str:
+    """The report's account of each method's length: equal without a search; with one, the same starting length and
+    the same searched range for every method."""
+    if not trials:
+        return f"{compute:g} x the recipe's steps, every method"
+    low, high = EPOCH_FACTORS
+    return (f"{compute:g} x the recipe's steps to start, every method; each search tried {low:g}-{high:g} x that "
+            "(the lengths trained: 'trained')")
 
 
 def method_result(plan: dict, seeds: list[dict]) -> dict:
@@ -294,7 +307,7 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
     steps = StepProgress(len(chosen) * seeds * (1 + len(tuned_methods)), desc="bench core", unit="job",
                          enabled=progress)
     report: dict = {"seeds": seeds, "tune_trials": trials, "workers": workers, "benchmarks": {},
-                    "compute": f"{compute:g} x the recipe's steps, every method",
+                    "compute": compute_label(compute, trials),
                     "share": share}
     for bench in chosen:  # prepared once here, so the workers only read the generated images and embeddings
         prepare(work, bench, sources)

@@ -37,4 +37,12 @@ def test_every_method_gets_one_length(tmp_path, monkeypatch, asked, trained):
     assert [job[2] for job in searches] == ["ERM", "JTT", "MAVias-PoE"]
     assert {job[-1] for job in searches} == {trained}
     assert report["compute"] == f"{trained:g} x the recipe's steps, every method"
-    assert core._method_root(tmp_path, bench, core.Sources(), "MAVias-PoE", trained).name == f"mavias-poe-x{trained:g}"
+    assert core._method_root(tmp_path, bench, core.Sources(), "MAVias-PoE", trained, 0).name == f"mavias-poe-x{trained:g}"
+
+
+def test_a_search_of_another_budget_lives_apart_and_the_report_says_the_searched_length(tmp_path):
+    """Resuming a work folder with --trials 2 after --trials 6 (or 0) must not report the other budget's choices."""
+    bench = SimpleNamespace(name="b", slug="b")
+    roots = {trials: core._method_root(tmp_path, bench, core.Sources(), "JTT", 3.0, trials) for trials in (0, 2, 6)}
+    assert len(set(roots.values())) == 3
+    assert "0.5-1.5 x that" in core.compute_label(3.0, 6) and "to start" in core.compute_label(3.0, 6)
