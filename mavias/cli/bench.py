@@ -372,10 +372,10 @@ def serve(
                   f"{first['over_floor_ms']:.2f} ms to that floor")
     live, bombs = report["liveness_under_load"], report["bombs"]
     console.print(f"liveness while {live['clients']} clients send {live['request']}: p50 {live['p50_ms']:.1f} ms, "
-                  f"p99 {live['p99_ms']:.1f} ms, max {live['max_ms']:.1f} ms ({live['probes']} probes; infer "
-                  f"statuses {live['infer_statuses']}); goal p99 <= {live['goal_p99_ms']:g} ms: "
-                  f"{'met' if live['meets_goal'] else 'NOT met'}")
+                  f"p99 {live['p99_ms']:.1f} ms, max {live['max_ms']:.1f} ms ({live['probes']} probes, failed "
+                  f"{live['failed_probes'] or 'none'}; infer statuses {live['infer_statuses']}); goal p99 <= "
+                  f"{live['goal_p99_ms']:g} ms and every probe answered: {'met' if live['meets_goal'] else 'NOT met'}")
     console.print(f"image bombs: peak RSS {bombs['peak_rss_mib']:.0f} MiB (baseline {bombs['baseline_rss_mib']:.0f} "
-                  f"MiB); statuses {bombs['statuses']}")
+                  f"MiB); statuses {bombs['statuses']}" + ("" if bombs["server_alive"] else "; the server DIED"))
     if json_out is not None:
         write_json(json_out, report)

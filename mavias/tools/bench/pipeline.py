@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mavias.core.train.checkpoints import load_main_model
+from mavias.errors import ExplainedFailure
 from mavias.ops.export.latency import export_latency_benchmark
 from mavias.tools.demo.run import DemoResult, print_summary, run_demo
 from mavias.utils.atomic import write_json
@@ -28,7 +29,7 @@ def benchmarked_checkpoint(result: DemoResult) -> Path:
     """The promoted model's checkpoint, else the last night's packaged candidate."""
     packaged = [run.results["package"] for run in result.nights if run.results.get("package")]
     if not packaged:
-        raise RuntimeError("no night produced a candidate model; see the night logs")
+        raise ExplainedFailure("no night produced a candidate model; see the night logs")
     promoted = [p for p in packaged if p["version"] == result.production_version]
     return Path((promoted or packaged)[-1]["dir"]) / "model.pt"
 
