@@ -15,6 +15,7 @@ from mavias.cli.options import (
     TaggerQualityOption,
     TagsOption,
     discovery_sources,
+    writable_figure,
     writable_file,
 )
 from mavias.utils.console import make_console
@@ -281,7 +282,8 @@ def scale(
     scales: Annotated[str, typer.Option(help="comma-separated multiples of the base partition")] = "1,4,16",
     base: Annotated[int, typer.Option(min=40, help="training images of the 1x partition (validation: a quarter)")] = 240,
     json_out: JsonOut = None,
-    plot: Annotated[Path | None, typer.Option(help="write the time and memory plot (PNG)")] = None,
+    plot: Annotated[Path | None, typer.Option(help="write the time and memory plot (.png, .svg or .pdf)",
+                                              callback=writable_figure)] = None,
 ) -> None:
     """One night per data size (1x, 4x, 16x a partition): seconds and peak memory per step, the work done and the
     workspace's disk after the night."""
@@ -316,7 +318,9 @@ def _multiples(text: str) -> list[int]:
 def data(
     work: Annotated[Path, typer.Option(help="working folder (generated trees, runs)")] = Path("runs/bench-data"),
     n_files: Annotated[int, typer.Option(help="generated images per layout for the import speed", min=1)] = 10_000,
-    batches: Annotated[int, typer.Option(help="training batches per method", min=1)] = 16,
+    batches: Annotated[int, typer.Option(help="training batches per method (at least 2: the recipe halves a batch "
+                                         "of more than half the images, which the report would not say)",
+                                         min=2)] = 16,
     batch_size: Annotated[int, typer.Option(help="training batch size", min=1)] = 32,
     image_size: Annotated[int, typer.Option(help="training image size", min=8)] = 224,
     device: Device = "auto",

@@ -57,6 +57,9 @@ def _creatable(path: Path | None) -> Path | None:
     return path
 
 
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
 def writable_file(path: Path | None) -> Path | None:
     """:func:`writable`, for an output that is a file: an existing folder there is refused."""
     if path is not None and path.is_dir():
@@ -68,6 +71,14 @@ def writable_table(path: Path | None) -> Path | None:
     """:func:`writable_file`, for a table: a ``.parquet`` or ``.csv`` file."""
     if path is not None and path.suffix not in (".parquet", ".csv"):
         raise typer.BadParameter(f"{path}: a table is written as .parquet or .csv; name the file with one of them")
+    return writable_file(path)
+
+
+def writable_figure(path: Path | None) -> Path | None:
+    """:func:`writable_file`, for a figure: a format the plot can be saved as."""
+    if path is not None and path.suffix.lower() not in FIGURE_SUFFIXES:
+        raise typer.BadParameter(f"{path}: a figure is written as {', '.join(FIGURE_SUFFIXES)}; name the file with "
+                                 "one of them")
     return writable_file(path)
 
 

@@ -167,9 +167,13 @@ def test_a_training_that_cannot_be_spread_over_processes(files, args, expect):
     fails_cleanly(*train_args(files, *args), expect=expect)
 
 
-@pytest.mark.parametrize("args", [["--scales", "1,x"], ["--scales", "0,4"], ["--base", "10"]])
+@pytest.mark.parametrize("args", [["--scales", "1,x"], ["--scales", "0,4"], ["--base", "10"], ["--plot", "fig.txt"]])
 def test_bad_sizes_for_the_scale_bench(tmp_path, args):
     fails_cleanly("bench", "scale", *args, "--work", tmp_path, expect="Invalid value")
+
+
+def test_a_data_bench_of_one_batch_is_refused(tmp_path):
+    fails_cleanly("bench", "data", "--batches", "1", "--work", tmp_path, expect="Invalid value")
 
 
 def test_an_unknown_set_key_names_the_closest_one(files):
