@@ -347,7 +347,7 @@ def serve(
     client and a lean REST client) vs a bare ONNX Runtime call; liveness latency under 8 maximum-size clients; peak
     RSS under image bombs."""
     from mavias.tools.bench.serve import run_serve_bench
-    from mavias.utils.atomic import write_json
+    from mavias.utils.atomic import write_report
 
     report = run_serve_bench(model_dir, seconds=seconds, max_requests=max_requests, work=work)
     table = Table(title=f"mavias serve ({report['providers'][0]}; load average "
@@ -382,4 +382,4 @@ def serve(
     console.print(f"image bombs: peak RSS {bombs['peak_rss_mib']:.0f} MiB (baseline {bombs['baseline_rss_mib']:.0f} "
                   f"MiB); statuses {bombs['statuses']}" + ("" if bombs["server_alive"] else "; the server DIED"))
     if json_out is not None:
-        write_json(json_out, report)
+        write_report(json_out, report)

@@ -8,6 +8,7 @@ folder cost most of a generator's time."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
 from collections.abc import Iterator
@@ -63,3 +64,19 @@ def write_json(path: str | Path, payload) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
     return Path(path)
+
+
+def write_report(path: str | Path, payload) -> Path:
+    """:func:`write_json` for a report other tools read (``jq``, browsers): strict JSON, an undefined figure (NaN, an
+    infinity) written as null."""
+    return write_json(path, _defined(payload))
+
+
+def _defined(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _defined(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_defined(item) for item in value]
+    return value

@@ -13,6 +13,7 @@ closed-set worst group over the true (class, attribute) groups; reported are Spe
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from mavias.core.synthetic import Sources
 from mavias.core.train.checkpoints import epoch_path
 from mavias.core.train.prepare import PreparedData
 from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import write_report
 from mavias.utils.progress import StepProgress
 
 AGREEMENT_METHODS = ("mavias", "jtt", "groupdro")
@@ -83,19 +84,25 @@ def run_audit_benchmark(work: Path, bench: ImageBenchmark, seeds: int, progress:
                 run = train_method(data, cfg, root / "seed0" / method, reference, progress=False)
             checkpoints[f"{method} (CLI defaults)"] = run.checkpoint(cfg.selection)
         points = {name: agreement_point(data, bench, path, reference) for name, path in checkpoints.items()}
+    agreed = agreement(points)
     return {"held_out": bench.held_out, "sources": discovery_sources(folder), "recovery": recoveries,
-            "agreement": agreement(points),
-            "floors": audit_floors(recoveries, agreement(points)), "wall_seconds": time.perf_counter() - start}
+            "agreement": agreed, "floors": audit_floors(recoveries, agreed), "wall_seconds": time.perf_counter() - start}
 
 
 def audit_floors(recoveries: dict, agreed: dict) -> dict:
+    """The floors over every seed; a seed whose B' is empty has no precision (its recall then fails the floor)."""
     recall = min(r["label_free"]["recall"] for r in recoveries.values())
-    precision = min(r["label_free"]["precision"] for r in recoveries.values())
+    precision = _lowest_defined(r["label_free"]["precision"] for r in recoveries.values())
     met = {"recall >= 0.9 (every seed)": recall >= FLOORS["recall"],
            "precision >= 0.8 (every seed)": precision >= FLOORS["precision"],
            "spearman >= 0.8": agreed["spearman"] is not None and agreed["spearman"] >= FLOORS["spearman"],
            "mean gap <= 10 points": agreed["mean_gap"] <= FLOORS["mean_gap"]}
     return {"min_recall": recall, "min_precision": precision, "met": met}
+
+
+def _lowest_defined(values: Iterable[float]) -> float:
+    defined = [value for value in values if value == value]
+    return min(defined) if defined else float("nan")
 
 
 def run_audit_bench(work: Path, *, seeds: int = 3, benchmarks: list[str] | None = None, json_path: Path | None = None,
@@ -107,6 +114,6 @@ def run_audit_bench(work: Path, *, seeds: int = 3, benchmarks: list[str] | None 
     for bench in chosen:
         report["benchmarks"][bench.name] = run_audit_benchmark(work, bench, seeds, steps, sources)
         if json_path is not None:
-            write_json(json_path, report)
+            write_report(json_path, report)
     steps.close()
     return report

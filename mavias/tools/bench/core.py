@@ -37,7 +37,7 @@ from mavias.core.tune.space import EPOCH_FACTORS, apply
 from mavias.errors import UserError
 from mavias.tools.bench.moons import run_moons
 from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import write_report
 from mavias.utils.progress import StepProgress
 
 ORACLE = "GroupDRO (oracle)"
@@ -334,7 +334,7 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
         report["two_moons_3d"] = run_moons(work, seeds)
     report.update(wall_seconds=time.perf_counter() - start, machine=_machine())
     if json_path is not None:
-        write_json(json_path, report)
+        write_report(json_path, report)
     return report
 
 

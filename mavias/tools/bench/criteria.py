@@ -28,7 +28,7 @@ from mavias.core.train.prepare import PreparedData
 from mavias.core.train.selection import robust_selection_score
 from mavias.core.train.trainer import Trainer
 from mavias.tools.bench.suite import choose, default_config, prepare
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import write_report
 from mavias.utils.progress import StepProgress
 
 # the analysis's fixed training settings (a constant learning rate, 12 epochs), so its figures stay reproducible
@@ -157,5 +157,5 @@ def run_criteria_bench(work: Path, *, benchmark: str = "shape-colours", seed: in
               "pooled_images": {name: int(mask.sum()) for name, mask in val.pools().items()},
               **analyse(checkpoints), "rows": rows, "wall_seconds": time.perf_counter() - start}
     if json_path is not None:
-        write_json(json_path, report)
+        write_report(json_path, report)
     return report

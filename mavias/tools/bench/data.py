@@ -22,7 +22,7 @@ from mavias.core.train.config import TrainConfig
 from mavias.core.train.data import SplitData, class_index
 from mavias.core.train.recipe import resolve_recipe
 from mavias.core.train.trainer import Trainer
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import write_report
 
 EMBEDDING_DIM = 768  # OpenCLIP ViT-L-14's text embedding
 CLASSES = ["a", "b"]
@@ -91,5 +91,5 @@ def run_data_bench(work: Path, *, n_files: int = 10_000, batches: int = 16, batc
                                                           "device": "cuda" if torch.cuda.is_available() and device != "cpu" else "cpu"},
     }
     if json_path is not None:
-        write_json(json_path, report)
+        write_report(json_path, report)
     return report

@@ -35,7 +35,7 @@ from mavias.core.synthetic import (
     make_synthetic_scenes,
 )
 from mavias.core.tagging.run import tag_partition
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import write_report
 
 BENCH_SCENES = SyntheticScenesConfig(n_train=2000, n_val=200, n_test_per_cell=4)
 
@@ -157,7 +157,7 @@ def run_discovery_bench(
         print_discovery_report(report, console)
         console.print(evaluation_table(evaluation, judge=judge.judge_id, dataset="synthetic-scenes"))
     if json_path is not None:
-        write_json(json_path, report)
+        write_report(json_path, report)
     return report
 
 

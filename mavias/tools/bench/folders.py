@@ -19,7 +19,7 @@ from mavias.core.evaluate.openset import biased_tag_recovery
 from mavias.core.evaluate.shortcuts import is_undecided
 from mavias.core.protocol.crossfit import CROSSFIT_DIR
 from mavias.ops.audit import AuditOptions, run_audit
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import write_report
 from mavias.utils.csvfile import read_csv
 from mavias.utils.progress import StepProgress
 
@@ -60,7 +60,7 @@ def run_folders_bench(work: Path, *, folders: int = 5, per_class: int = 200, cla
             report["runs"][seed] = audit_folder(work, seed, per_class=per_class, classes=classes, align=align)
         report["summary"] = summary(report["runs"])
         if json_path is not None:
-            write_json(json_path, report)
+            write_report(json_path, report)
     steps.close()
     return report
 

@@ -21,7 +21,7 @@ from mavias.core.train.checkpoints import load_main_model
 from mavias.errors import ExplainedFailure
 from mavias.ops.export.latency import export_latency_benchmark
 from mavias.tools.demo.run import DemoResult, print_summary, run_demo
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import write_report
 from mavias.utils.console import make_console
 
 
@@ -89,5 +89,5 @@ def run_pipeline_bench(
     print_summary(result, console)
     console.print(latency_table(latency))
     if json_path is not None:
-        write_json(json_path, report)
+        write_report(json_path, report)
     return report

@@ -29,7 +29,7 @@ from mavias.ops.nightly.config import load_nightly_config
 from mavias.storage.s3 import ENV_PREFIX, make_s3_client
 from mavias.tools.demo.run import make_demo_data, upload_manifest_folder
 from mavias.tools.demo.services import CREDENTIALS, demo_s3_settings, moto_server
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import write_report
 from mavias.utils.disk import tree_size
 
 SCALE_TRAINING = {"image_size": 32, "epochs": 3, "batch_size": 64, "backbone.width": 16, "optim.name": "sgd",
@@ -192,7 +192,7 @@ def run_scale_bench(work: str | Path, *, scales: list[int], base: int, json_path
     with moto_server(work / "moto_server.log") as endpoint:
         runs = [run_night(work, endpoint, scale, base) for scale in scales]
     if json_path is not None:
-        write_json(json_path, [run.__dict__ for run in runs])
+        write_report(json_path, [run.__dict__ for run in runs])
     if plot_path is not None:
         plot(runs, plot_path)
     return runs

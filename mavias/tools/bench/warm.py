@@ -21,7 +21,7 @@ from mavias.core.train.checkpoints import EARLY_CHECKPOINT
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.warm import WarmStart, warm_fraction
 from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
-from mavias.utils.atomic import write_json
+from mavias.utils.atomic import write_report
 from mavias.utils.progress import StepProgress
 
 PARTITIONS = 4
@@ -86,7 +86,7 @@ def run_warm_bench(work: Path, *, benchmark: str = "synthetic-scenes", seed: int
               "sources": discovery_sources(folder), "nights": nights,
               "comparison": _compare(nights[f"night {PARTITIONS} warm"], nights[f"night {PARTITIONS} cold"])}
     if json_path is not None:
-        write_json(json_path, report)
+        write_report(json_path, report)
     return report
 
 

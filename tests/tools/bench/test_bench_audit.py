@@ -28,6 +28,27 @@ def test_floors_hold_on_every_seed():
     assert not any(met.values())
 
 
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_a_seed_that_found_nothing_has_no_precision_whatever_its_place(order):
+    """An empty B' (precision undefined) neither hides nor sets the other seeds' lowest precision."""
+    seeds = [{"label_free": {"precision": float("nan"), "recall": 0.0}},
+             {"label_free": {"precision": 0.85, "recall": 1.0}}]
+    floors = audit_floors({s: seeds[i] for s, i in enumerate(order)}, {"spearman": 0.9, "mean_gap": 0.0})
+    assert floors["min_precision"] == 0.85 and floors["min_recall"] == 0.0
+    assert not floors["met"]["recall >= 0.9 (every seed)"]
+
+
+def test_a_report_is_strict_json(tmp_path):
+    """jq and browsers refuse NaN: an undefined figure is written as null."""
+    import json
+
+    from mavias.utils.atomic import write_report
+
+    path = write_report(tmp_path / "r.json", {"precision": float("nan"), "rows": [float("inf"), 0.5], "n": 3})
+    assert json.loads(path.read_text(), parse_constant=lambda name: pytest.fail(f"{name} in a report")) == {
+        "precision": None, "rows": [None, 0.5], "n": 3}
+
+
 def test_the_reference_checkpoints_span_its_training(tmp_path):
     assert list(reference_epochs(tmp_path, 33)) == ["ERM epoch 1", "ERM epoch 8", "ERM epoch 16", "ERM epoch 33"]
     assert list(reference_epochs(tmp_path, 2)) == ["ERM epoch 1", "ERM epoch 2"]
