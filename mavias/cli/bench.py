@@ -43,14 +43,16 @@ def _pm(value: dict | None, scale: float = 100.0) -> str:
     return "-" if value is None else f"{scale * value['mean']:.1f} ± {scale * value['std']:.1f}"
 
 
-def print_core_table(title: str, summary: list[dict], columns: list[tuple[str, str, float]]) -> None:
+def print_summary_table(title: str, summary: list[dict], columns: list[tuple[str, str, float]], *,
+                        labels: tuple[str, ...] = ("method", "criterion")) -> None:
+    """Mean ± sd over seeds per row of ``summary``, labelled by its ``labels`` ("criterion" headed "selection")."""
     table = Table(title=title)
-    table.add_column("method")
-    table.add_column("selection")
+    for label in labels:
+        table.add_column("selection" if label == "criterion" else label)
     for header, _, _ in columns:
         table.add_column(header, justify="right")
     for row in summary:
-        table.add_row(row["method"], row["criterion"], *(_pm(row.get(key), scale) for _, key, scale in columns))
+        table.add_row(*(row[label] for label in labels), *(_pm(row.get(key), scale) for _, key, scale in columns))
     console.print(table)
 
 
@@ -102,7 +104,7 @@ def core(
     for name, result in report["benchmarks"].items():
         label = "held out" if result["held_out"] else "seen while choosing defaults"
         size = f"; {share:g} of its training and validation images" if share < 1 else ""
-        print_core_table(f"{name} ({label}{size}; test, %)", result["summary"], IMAGE_COLUMNS)
+        print_summary_table(f"{name} ({label}{size}; test, %)", result["summary"], IMAGE_COLUMNS)
         console.print({"floors": result["floors"]["met"],
                        "MAVias - peer WG": result["floors"].get("mavias_minus_peer_wg"),
                        "tuned": {m: t["best_params"] for m, t in result["tuning"].items()},
@@ -110,19 +112,10 @@ def core(
     console.print({"MAVias >= every tuned peer on 2/3 of the benchmarks, within 3 points elsewhere":
                    report["peer_floor"]["met"]})
     if "two_moons_3d" in report:
-        print_moons_table(report["two_moons_3d"]["summary"])
+        print_summary_table("two-moons-3d (test, %)", report["two_moons_3d"]["summary"], MOONS_COLUMNS,
+                            labels=("method",))
         console.print(f"two-moons figure: {report['two_moons_3d']['figure']}")
     console.print(f"wall time {report['wall_seconds']:.0f} s")
-
-
-def print_moons_table(summary: list[dict]) -> None:
-    table = Table(title="two-moons-3d (test, %)")
-    table.add_column("method")
-    for header, _, _ in MOONS_COLUMNS:
-        table.add_column(header, justify="right")
-    for row in summary:
-        table.add_row(row["method"], *(_pm(row.get(key), scale) for _, key, scale in MOONS_COLUMNS))
-    console.print(table)
 
 
 @app.command("audit")

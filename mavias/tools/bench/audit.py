@@ -24,7 +24,7 @@ from mavias.core.protocol import Reference, evaluate_checkpoint, train_method, t
 from mavias.core.synthetic import Sources
 from mavias.core.train.checkpoints import epoch_path
 from mavias.core.train.prepare import PreparedData
-from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
+from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, prepare, sources_measured
 from mavias.utils.atomic import write_report
 from mavias.utils.progress import StepProgress
 
@@ -85,7 +85,7 @@ def run_audit_benchmark(work: Path, bench: ImageBenchmark, seeds: int, progress:
             checkpoints[f"{method} (CLI defaults)"] = run.checkpoint(cfg.selection)
         points = {name: agreement_point(data, bench, path, reference) for name, path in checkpoints.items()}
     agreed = agreement(points)
-    return {"held_out": bench.held_out, "sources": discovery_sources(folder), "recovery": recoveries,
+    return {"held_out": bench.held_out, "sources": sources_measured(folder), "recovery": recoveries,
             "agreement": agreed, "floors": audit_floors(recoveries, agreed), "wall_seconds": time.perf_counter() - start}
 
 

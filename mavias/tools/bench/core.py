@@ -36,7 +36,14 @@ from mavias.core.tune.search import MIN_TRIALS, tune
 from mavias.core.tune.space import EPOCH_FACTORS, apply
 from mavias.errors import UserError
 from mavias.tools.bench.moons import run_moons
-from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
+from mavias.tools.bench.suite import (
+    ImageBenchmark,
+    choose,
+    default_config,
+    mean_and_sd,
+    prepare,
+    sources_measured,
+)
 from mavias.utils.atomic import write_report
 from mavias.utils.progress import StepProgress
 
@@ -94,10 +101,15 @@ def _reference_dir(work: Path, bench: ImageBenchmark, seed: int, sources: Source
     return _root(work, bench, sources) / f"seed{seed}" / "reference"
 
 
+def _worker_data(work: Path, bench: ImageBenchmark, sources: Sources, threads: int) -> PreparedData:
+    """A worker process's benchmark data (prepared before the workers start: only read here), on its threads."""
+    torch.set_num_threads(threads)
+    return prepare(work, bench, sources)[0]
+
+
 def reference_job(work: Path, bench: ImageBenchmark, seed: int, threads: int, sources: Sources) -> list[dict]:
     """Train (or resume) one seed's ERM reference; its own outcomes as "ERM (CLI defaults)"."""
-    torch.set_num_threads(threads)
-    data, _ = prepare(work, bench, sources)
+    data = _worker_data(work, bench, sources, threads)
     reference = train_reference(data, default_config("erm", seed), _reference_dir(work, bench, seed, sources),
                                 progress=False, keep_epochs=True)
     return [asdict(Outcome(bench.name, DEFAULTS, seed, "val_acc", reference.run.best["val_acc"]["epoch"],
@@ -108,8 +120,7 @@ def search_job(work: Path, bench: ImageBenchmark, method: str, trials: int, thre
                compute: float) -> dict:
     """Tune one method on seed 0 (``trials`` 0: no search, its CLI defaults) and report seed 0; what the further seeds
     train (:func:`seed_job`, each a job of its own so that the workers stay busy to the end)."""
-    torch.set_num_threads(threads)
-    data, _ = prepare(work, bench, sources)
+    data = _worker_data(work, bench, sources, threads)
     root = _method_root(work, bench, sources, method, compute, trials)
     plan = {"method": method, "benchmark": bench.name, "base": method_config(method, compute), "root": root,
             "first_dir": root / "seed0", **dict.fromkeys(SEARCH_FIELDS), "best_params": {}}
@@ -124,8 +135,7 @@ def search_job(work: Path, bench: ImageBenchmark, method: str, trials: int, thre
 
 def seed_job(work: Path, bench: ImageBenchmark, plan: dict, seed: int, threads: int, sources: Sources) -> dict:
     """Train a search's choice (``plan``, from :func:`search_job`) on one further seed."""
-    torch.set_num_threads(threads)
-    data, _ = prepare(work, bench, sources)
+    data = _worker_data(work, bench, sources, threads)
     return _train_seed(bench, plan, seed, data, load_reference(_reference_dir(work, bench, seed, sources), data))
 
 
@@ -185,15 +195,7 @@ def summarise(outcomes: list[dict]) -> list[dict]:
     """Mean and sd over seeds per (method, criterion) of every metric."""
     frame = pd.DataFrame([{"method": o["method"], "criterion": o["criterion"], "seed": o["seed"], **o["metrics"]}
                           for o in outcomes])
-    rows = []
-    for (method, criterion), part in frame.groupby(["method", "criterion"], sort=False):
-        row: dict = {"method": method, "criterion": criterion, "seeds": len(part)}
-        for column in part.columns.drop(["method", "criterion", "seed"]):
-            values = part[column].dropna()
-            if len(values):
-                row[column] = {"mean": float(values.mean()), "std": float(values.std(ddof=0))}
-        rows.append(row)
-    return rows
+    return mean_and_sd(frame, ["method", "criterion"])
 
 
 def _wg(summary: list[dict], method: str, criterion: str = "val_robust") -> float:
@@ -325,7 +327,7 @@ def run_core_bench(work: Path, *, seeds: int = 3, trials: int = TUNE_TRIALS, ben
         summary = summarise(outcomes)
         data, folder = prepare(work, bench, sources)
         report["benchmarks"][bench.name] = {
-            "held_out": bench.held_out, "sources": discovery_sources(folder), "summary": summary,
+            "held_out": bench.held_out, "sources": sources_measured(folder), "summary": summary,
             "floors": benchmark_floors(summary, len(data.classes)),
             "tuning": {m["method"]: {k: m[k] for k in (*SEARCH_FIELDS, "chosen", "trained")} for m in tuned},
             "runs": outcomes}

@@ -19,6 +19,7 @@ from mavias.core.train.data import attach_groups, feature_split
 from mavias.core.train.inference import predict_logits
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.trainer import Trainer
+from mavias.tools.bench.suite import mean_and_sd
 
 MOONS = "two-moons-3d"
 MOONS_BASE: dict = {
@@ -71,11 +72,7 @@ def run_moons(work: Path, seeds: int, data_cfg: TwoMoons3DConfig | None = None) 
             run = Trainer(resolve_run(data, cfg, out), data["train"], data["val"], data.classes, out,
                           progress=False).fit()
             rows.append({"method": method, "seed": seed, **moons_metrics(data, run.checkpoint("val_acc"))})
-    frame = pd.DataFrame(rows)
-    summary = [{"method": method, "seeds": len(part),
-                **{c: {"mean": float(part[c].mean()), "std": float(part[c].std(ddof=0))}
-                   for c in ("test_accuracy_x3_shuffled", "wg_acc", "avg_acc")}}
-               for method, part in frame.groupby("method", sort=False)]
+    summary = mean_and_sd(pd.DataFrame(rows), ["method"])
     return {"summary": summary, "runs": rows, "figure": str(plot_moons(data, work, 0, work / "two_moons_3d.png"))}
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pandas as pd
 from pydantic import BaseModel
 
 from mavias.core.discovery import Workspace
@@ -131,7 +132,7 @@ def prepare(work: Path, bench: ImageBenchmark, sources: Sources = Sources(),
     return data, folder
 
 
-def discovery_sources(folder: Path) -> dict:
+def sources_measured(folder: Path) -> dict:
     """What a prepared benchmark's tags and relevance came from, and their measured quality (``benchmark.json``)."""
     return json.loads((folder / "benchmark.json").read_text())["discovery"]
 
@@ -139,3 +140,17 @@ def discovery_sources(folder: Path) -> dict:
 def default_config(method: str, seed: int, **settings) -> TrainConfig:
     """The CLI defaults for ``method`` and ``seed`` (a bench's only changes besides what tuning chose)."""
     return TrainConfig.model_validate({**settings, "method": method, "seed": seed})
+
+
+def mean_and_sd(rows: pd.DataFrame, by: list[str]) -> list[dict]:
+    """Per group of ``by`` (in order of appearance): its number of seeds, and the mean and population sd over seeds of
+    every other column but ``seed`` (a run without the figure left out of its mean)."""
+    summary = []
+    for keys, part in rows.groupby(by, sort=False):
+        row: dict = {**dict(zip(by, keys if isinstance(keys, tuple) else (keys,))), "seeds": len(part)}
+        for column in part.columns.drop([*by, "seed"]):
+            values = part[column].dropna()
+            if len(values):
+                row[column] = {"mean": float(values.mean()), "std": float(values.std(ddof=0))}
+        summary.append(row)
+    return summary

@@ -20,7 +20,7 @@ from mavias.core.synthetic import Sources
 from mavias.core.train.checkpoints import EARLY_CHECKPOINT
 from mavias.core.train.prepare import PreparedData
 from mavias.core.train.warm import WarmStart, warm_fraction
-from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, discovery_sources, prepare
+from mavias.tools.bench.suite import ImageBenchmark, choose, default_config, prepare, sources_measured
 from mavias.utils.atomic import write_report
 from mavias.utils.progress import StepProgress
 
@@ -83,7 +83,7 @@ def run_warm_bench(work: Path, *, benchmark: str = "synthetic-scenes", seed: int
                                                           None)
     steps.close()
     report = {"benchmark": bench.name, "held_out": bench.held_out, "seed": seed, "replay": replay,
-              "sources": discovery_sources(folder), "nights": nights,
+              "sources": sources_measured(folder), "nights": nights,
               "comparison": _compare(nights[f"night {PARTITIONS} warm"], nights[f"night {PARTITIONS} cold"])}
     if json_path is not None:
         write_report(json_path, report)

@@ -27,7 +27,7 @@ def test_every_method_gets_one_length(tmp_path, monkeypatch, asked, trained):
     bench = SimpleNamespace(name="b", slug="b", held_out=False)
     monkeypatch.setattr(core, "choose", lambda names, share: [bench])
     monkeypatch.setattr(core, "prepare", lambda work, b, sources: (SimpleNamespace(classes=["x", "y"]), tmp_path))
-    monkeypatch.setattr(core, "discovery_sources", lambda folder: {})
+    monkeypatch.setattr(core, "sources_measured", lambda folder: {})
     monkeypatch.setattr(core, "_run_jobs", lambda pool, jobs, steps: [[_outcome("ERM (CLI defaults)", "val_acc")]])
     monkeypatch.setattr(core, "_run_methods", lambda pool, jobs, seeds, steps: [_ran(job, searches) for job in jobs])
 

@@ -1,5 +1,6 @@
 """`mavias bench core` bookkeeping on hand-made outcomes: the summary over seeds and the floors' arithmetic."""
 
+import pandas as pd
 import pytest
 
 from mavias.core.train.config import method_name
@@ -35,6 +36,16 @@ def test_the_summary_is_the_mean_and_sd_over_seeds():
     summary = summarise(_outcomes(0.42))
     mavias = next(r for r in summary if r["method"] == DEFAULT_MAVIAS)
     assert mavias["seeds"] == 2 and mavias["wg_acc"] == pytest.approx({"mean": 0.42, "std": 0.02})
+
+
+def test_a_summary_by_method_alone_leaves_out_a_runs_missing_figure():
+    """The two-moons summary (no selection criterion): a seed without a figure does not drag its mean to NaN."""
+    from mavias.tools.bench.suite import mean_and_sd
+
+    rows = pd.DataFrame([{"method": "ERM", "seed": 0, "wg_acc": 0.4}, {"method": "ERM", "seed": 1, "wg_acc": None},
+                         {"method": "MAVias", "seed": 0, "wg_acc": 0.9}])
+    assert mean_and_sd(rows, ["method"]) == [{"method": "ERM", "seeds": 2, "wg_acc": {"mean": 0.4, "std": 0.0}},
+                                             {"method": "MAVias", "seeds": 1, "wg_acc": {"mean": 0.9, "std": 0.0}}]
 
 
 def test_floors_of_a_benchmark():
