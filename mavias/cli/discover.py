@@ -12,7 +12,6 @@ from mavias.cli.options import (
     AllowDownload,
     CacheDir,
     Device,
-    EncodeMode,
     EncoderSpec,
     ImageBatchSize,
     JudgeKind,
@@ -68,7 +67,6 @@ def discover(
     max_retries: LlmMaxRetries = 5,
     review: ReviewPath = None,
     encoder: EncoderSpec = MINILM,
-    mode: EncodeMode = "collective",
     device: Device = "auto",
     num_shards: Annotated[int, typer.Option(help="tagging shards (each committed atomically)",
                                             min=1)] = DEFAULT_NUM_SHARDS,
@@ -93,7 +91,7 @@ def discover(
                                             vocabulary=vocabulary, threshold=threshold, top_k=top_k, device=device,
                                             cache_dir=cache_dir, weights_dir=weights_dir,
                                             allow_download=allow_download), manifest)
-    encoder_obj = make_encoder(encoder, mode=mode, device=device, weights_dir=weights_dir,
+    encoder_obj = make_encoder(encoder, device=device, weights_dir=weights_dir,
                                allow_download=allow_download)
     judge_obj = make_judge(JudgeSettings(kind=judge, base_url=base_url, model=llm_model, timeout=timeout,
                                          max_retries=max_retries))
@@ -113,5 +111,10 @@ def discover(
     console.print(f"tags: {ws.tags_table(part)}\nrelevance decisions: {ws.relevance(part)}\n"
                   "next: " + command_line("mavias", "train", "--manifest", manifest_path, "--relevance",
                                           ws.relevance(part), "--tags", ws.tags_table(part), "--workspace", workspace,
-                                          "--set", "method=erm", "--out", "runs/erm"),
+                                          "--set", "method=erm", *_encoder_setting(encoder), "--out", "runs/erm"),
                   soft_wrap=True)
+
+
+def _encoder_setting(encoder: str) -> list[str]:
+    """The training option that reads the embeddings this discovery stored (none for the default encoder)."""
+    return [] if encoder == MINILM else ["--set", f"encoder={encoder}"]

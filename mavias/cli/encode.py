@@ -12,7 +12,6 @@ import typer
 from mavias.cli.options import (
     AllowDownload,
     Device,
-    EncodeMode,
     EncoderSpec,
     WeightsDir,
     console,
@@ -33,7 +32,6 @@ def encode(
                                             callback=writable)] = Path(".mavias"),
     tags: Annotated[Path | None, typer.Option(help="tags table (default: the manifest's tags column)")] = None,
     encoder: EncoderSpec = MINILM,
-    mode: EncodeMode = "collective",
     device: Device = "auto",
     weights_dir: WeightsDir = None,
     allow_download: AllowDownload = False,
@@ -48,7 +46,7 @@ def encode(
 
     df = load_manifest(manifest, check_files=False)
     tag_lists = sample_tags(df, None if tags is None else read_tags(tags))
-    text_encoder = make_encoder(encoder, mode=mode, device=device, weights_dir=weights_dir,
+    text_encoder = make_encoder(encoder, device=device, weights_dir=weights_dir,
                                 allow_download=allow_download)
     store = Workspace(workspace).embeddings(text_encoder.encoder_id)
     embedded = bias_embeddings(df["label"], tag_lists, load_relevance(relevance), text_encoder,

@@ -14,8 +14,7 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from mavias.core.encode.defaults import ENCODE_MODES
-from mavias.core.encode.factory import SPEC_FORMS
+from mavias.core.encode.factory import SPEC_FORMS, EncoderSpecError, parse_encoder_spec
 from mavias.core.train.config import preset_names
 from mavias.errors import UserError
 from mavias.utils.console import make_console
@@ -167,15 +166,17 @@ Samples = Annotated[int, typer.Option(help="LLM answers per batch, majority vote
 ReviewPath = Annotated[Path | None, typer.Option("--review", help="reviewed decisions (YAML) that override the judge")]
 
 # --- the text encoder ------------------------------------------------------------------------------------------
-EncoderSpec = Annotated[str, typer.Option("--encoder", help=f"text encoder of the bias embeddings: {SPEC_FORMS}")]
-def encode_mode(mode: str) -> str:
-    if mode not in ENCODE_MODES:
-        raise typer.BadParameter(f"{mode!r} is not a mode; use {' or '.join(ENCODE_MODES)}")
-    return mode
+def encoder_spec(spec: str) -> str:
+    """An encoder spec checked as the option is read, before any data is."""
+    try:
+        parse_encoder_spec(spec)
+    except EncoderSpecError as error:
+        raise typer.BadParameter(str(error)) from None
+    return spec
 
 
-EncodeMode = Annotated[str, typer.Option(help="openclip: collective (one prompt) or separate (mean per tag)",
-                                         callback=encode_mode)]
+EncoderSpec = Annotated[str, typer.Option("--encoder", help=f"text encoder of the bias embeddings: {SPEC_FORMS}",
+                                          callback=encoder_spec)]
 
 
 # --- a built-in benchmark's tags and relevance (`mavias data make`, `mavias bench`) --------------------------------

@@ -482,11 +482,11 @@ def test_an_unknown_openclip_architecture_names_the_closest(photos):
                   expect="'ViT-L/14' is not an OpenCLIP architecture (closest: ViT-L-14")
 
 
-def test_an_unknown_encoding_mode(photos):
+def test_an_unknown_encoder_spec(photos):
     tmp_path, _ = photos
-    result = runner.invoke(app, ["encode", "--manifest", str(tmp_path / "ds" / "manifest.parquet"), "--relevance",
-                                 str(files_truth(tmp_path)), "--mode", "bogus"], env={"COLUMNS": "300"})
-    assert result.exit_code == 2 and "'bogus' is not a mode; use collective or separate" in result.output
+    fails_cleanly("encode", "--manifest", tmp_path / "ds" / "manifest.parquet", "--relevance", files_truth(tmp_path),
+                  "--encoder", "openclip-seperate:ViT-S-32/none",
+                  expect="encoder 'openclip-seperate:ViT-S-32/none' is not a text encoder spec")
 
 
 def test_a_damaged_stack_record_is_named_not_parsed(tmp_path):

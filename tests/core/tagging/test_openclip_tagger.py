@@ -152,11 +152,13 @@ def test_discover_with_random_weights_warns_that_its_tags_are_noise(photos_parti
                                       str(tmp_path / "ws"), "--tagger-model", "ViT-S-32", "--pretrained", "none",
                                       "--vocabulary", str(tmp_path / "vocabulary.txt"),
                                       "--review", str(tmp_path / "review.yaml"),
-                                      "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--workers", "0"],
+                                      "--cache-dir", str(tmp_path / "cache"), "--device", "cpu", "--workers", "0",
+                                      "--encoder", "openclip-separate:ViT-S-32/none"],
                                 env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     assert "warning: the tags come from a randomly initialised model (--pretrained none): they are noise" in output
+    assert "--set encoder=openclip-separate:ViT-S-32/none" in output  # training reads what discovery stored
     # the default threshold, 10 x uniform, is beyond reach with 3 tags: no tag is kept
     assert "0 tags kept for all 6 images" in output and "lower --threshold" in output
     assert "the reviewed decisions name 1 tag(s) their class does not have (dog: grass)" in output

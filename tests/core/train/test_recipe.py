@@ -130,6 +130,18 @@ def test_encoder_is_configuration_in_one_spec_format():
     assert encoder.encode(["a photo of grass"]).shape[0] == 1
 
 
+def test_the_papers_separate_encoding_is_a_spec_a_training_config_names():
+    """`mavias encode --encoder openclip-separate:…` stores what `mavias train --set encoder=openclip-separate:…`
+    reads: the mode is part of the one string both take, so training never re-encodes collectively."""
+    spec = "openclip-separate:ViT-S-32/none"
+    assert parse_encoder_spec(spec) == EncoderSpec("openclip", "ViT-S-32", "none", "separate")
+    separate = make_encoder(TrainConfig(encoder=spec).encoder, device="cpu")
+    assert separate.encoder_id.endswith(":separate")
+    assert make_encoder("openclip:ViT-S-32/none", device="cpu").encoder_id.endswith(":collective")
+    with pytest.raises(UserError, match="openclip-separate:<model>/<pretrained>"):
+        make_encoder("openclip-seperate:ViT-S-32/none")
+
+
 def test_train_with_a_pretrained_preset_fails_fast_saying_where_the_weights_go(torch_home, tmp_path):
     save_relevance(pd.DataFrame(columns=["class", "tag", "relevant", "source"]), tmp_path / "relevance.parquet")
     (tmp_path / "manifest.csv").write_text("sample_id,uri,label,split\n")
