@@ -149,6 +149,29 @@ def _locate_weights(
     return _Weights(checkpoint, pretrained, cfg)
 
 
+@contextlib.contextmanager
+def _hub_files(model: str, allow_download: bool) -> Iterator[None]:
+    """The Hugging Face files an architecture needs besides its weights (an HF text tower's config, its tokenizer):
+    read from the local cache only unless downloads are allowed, and a missing one named in one line. The switch is
+    huggingface_hub's own, read at each request (its environment variable is read once, when it is imported)."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = before or not allow_download
+    try:
+        yield
+    except OSError as error:
+        if error.errno is not None or isinstance(error, WeightsNotFoundError):  # a file system fault, or named already
+            raise
+        raise WeightsNotFoundError(
+            f"{model} needs Hugging Face files (its text tower's configuration or tokenizer) that are not in the local "
+            "cache, and downloads are not allowed",
+            hint="pass --allow-download once where the hub is reachable (they are cached under $HF_HOME), or choose "
+                 "an architecture with open_clip's own tokenizer (e.g. ViT-L-14)") from None
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
 def _token_length(tokenizer, text: str) -> int:
     if isinstance(tokenizer, SimpleTokenizer):
         return len(tokenizer.encode(text)) + 2  # start and end tokens
@@ -168,14 +191,13 @@ class OpenClip:
         allow_download: bool = False,
         seed: int = 0,
     ):
-        if not allow_download:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # HF-backed tokenizers must not reach out either
         weights = _locate_weights(model, pretrained, weights_dir, allow_download, seed)
         self.device = choose_device(device)
         self.model_name = model
         self.weights_id = weights.weights_id
         self.random_weights = weights.checkpoint is None  # untrained: what it says of an image is noise
-        with torch.random.fork_rng(devices=[]), _readable_checkpoint(weights.checkpoint, model):
+        with torch.random.fork_rng(devices=[]), _readable_checkpoint(weights.checkpoint, model), \
+                _hub_files(model, allow_download):
             torch.manual_seed(seed)
             self.model, _, self.preprocess = open_clip.create_model_and_transforms(
                 model,
@@ -188,7 +210,8 @@ class OpenClip:
                 image_resize_mode=weights.tag_cfg.get("resize_mode"),
             )
         self.model.to(self.device).eval()
-        self.tokenizer = open_clip.get_tokenizer(model)
+        with _hub_files(model, allow_download):
+            self.tokenizer = open_clip.get_tokenizer(model)
         self.context_length: int = self.tokenizer.context_length
         self.dim: int = int(open_clip.get_model_config(model)["embed_dim"])
 

@@ -109,7 +109,10 @@ def test_default_architecture_builds():
 
 
 class _NotFound(BaseHTTPRequestHandler):
+    asked: list[str] = []
+
     def do_HEAD(self):  # noqa: N802 - http.server's name
+        self.asked.append(self.path)
         self.send_response(404)
         self.end_headers()
 
@@ -136,6 +139,28 @@ def test_a_failed_download_is_one_line_with_the_other_ways(photos_partition, tmp
     message = " ".join(result.stderr.split())
     assert "error: could not download the OpenCLIP weights 'ViT-B-32'/'openai'" in message
     assert "Check the connection, or fetch the checkpoint yourself" in message and "--pretrained none" in message
+
+
+def test_an_architecture_with_a_hugging_face_tokenizer_stays_offline_without_allow_download(photos_partition, tmp_path):
+    """SigLIP's text tower and tokenizer are Hugging Face files: without --allow-download none is asked of the hub
+    (a local one that records every request), and the missing ones are one line naming the way out."""
+    _NotFound.asked.clear()
+    hub = ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{hub.server_port}", "HF_HOME": str(tmp_path / "hf"),
+               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        env.pop("HF_HUB_OFFLINE", None)
+        result = subprocess.run([sys.executable, "-m", "mavias.cli", "discover", "--partition", str(photos_partition),
+                                 "--workspace", str(tmp_path / "ws"), "--tagger-model", "ViT-B-16-SigLIP",
+                                 "--pretrained", "none", "--device", "cpu"],
+                                capture_output=True, text=True, env=env, timeout=600)
+    finally:
+        hub.shutdown()
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    message = " ".join(result.stderr.split())
+    assert "ViT-B-16-SigLIP needs Hugging Face files" in message and "--allow-download" in message
+    assert _NotFound.asked == []
 
 
 @pytest.fixture
