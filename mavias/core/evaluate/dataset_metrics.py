@@ -21,15 +21,21 @@ from mavias.core.evaluate.metrics import (
     require_columns,
     worst_group,
 )
+from mavias.errors import UserError
 
 _TRUE, _FALSE = {"1", "true"}, {"0", "false"}
 _URBANCARS_GROUP = ["label", "bg_aligned", "co_aligned"]
 
 
+class AttributeValueError(UserError, ValueError):
+    """An alignment attribute (``bg_aligned``, a bias-aligned flag) that is not a boolean."""
+
+
 def _parse_bool(value: object) -> bool:
     text = str(value).strip().lower()
     if text not in _TRUE | _FALSE:
-        raise ValueError(f"cannot read {value!r} as a boolean (use True/False, 1/0, 'true'/'false')")
+        raise AttributeValueError(f"cannot read {value!r} as an alignment flag",
+                                  hint="write the manifest's alignment attributes as 1/0 or true/false")
     return text in _TRUE
 
 
@@ -38,10 +44,10 @@ def as_bool(values: pd.Series) -> pd.Series:
     return pd.Series([_parse_bool(v) for v in values], index=values.index, name=values.name, dtype=bool)
 
 
-def _cell_mean_accuracy(pred: pd.DataFrame, cells: pd.DataFrame, rows: pd.Series, what: str) -> float:
-    """Mean over the classes of the accuracy of ``rows`` within each class."""
+def _cell_mean_accuracy(pred: pd.DataFrame, cells: pd.DataFrame, rows: pd.Series) -> float:
+    """Mean over the classes of the accuracy of ``rows`` within each class; NaN where the split has no such row."""
     if not rows.any():
-        raise ValueError(f"no {what} rows")
+        return float("nan")
     return float(correctness(pred[rows]).groupby(cells.loc[rows, "label"]).mean().mean())
 
 
@@ -51,7 +57,7 @@ def bias_conflicting_accuracy(pred: pd.DataFrame, bias_aligned_col: str, *, cell
     require_columns(pred, [bias_aligned_col, *cell_cols])
     conflicting = ~as_bool(pred[bias_aligned_col])
     if not conflicting.any():
-        raise ValueError("no bias-conflicting rows")
+        return float("nan")  # the split has none: nothing to measure
     rows = pred[conflicting]
     return average_accuracy(rows, group_key(rows, list(cell_cols)))["unweighted"]
 
@@ -112,7 +118,7 @@ def urbancars_metrics(
     or (bg_aligned, co_aligned) -- the same for every class -- to training proportions or counts. id_accuracy is
     the test accuracy weighted by them over the groups present; each gap is the accuracy of its rows, averaged over
     the classes' cells as the UrbanCars authors' code does (not pooled), minus id_accuracy: bg_gap (bg-conflicting,
-    co-aligned), coobj_gap (bg-aligned, co-conflicting), both_gap.
+    co-aligned), coobj_gap (bg-aligned, co-conflicting), both_gap; NaN where the split has no row of its cells.
     """
     require_columns(pred, [label_col, bg_aligned_col, co_aligned_col])
     bg, co = as_bool(pred[bg_aligned_col]), as_bool(pred[co_aligned_col])
@@ -121,9 +127,9 @@ def urbancars_metrics(
     id_accuracy = average_accuracy(pred, group_key(cells, _URBANCARS_GROUP), weights)["weighted"]
     return {
         "id_accuracy": id_accuracy,
-        "bg_gap": _cell_mean_accuracy(pred, cells, ~bg & co, "bg-conflicting, co-aligned") - id_accuracy,
-        "coobj_gap": _cell_mean_accuracy(pred, cells, bg & ~co, "bg-aligned, co-conflicting") - id_accuracy,
-        "both_gap": _cell_mean_accuracy(pred, cells, ~bg & ~co, "bg- and co-conflicting") - id_accuracy,
+        "bg_gap": _cell_mean_accuracy(pred, cells, ~bg & co) - id_accuracy,
+        "coobj_gap": _cell_mean_accuracy(pred, cells, bg & ~co) - id_accuracy,
+        "both_gap": _cell_mean_accuracy(pred, cells, ~bg & ~co) - id_accuracy,
     }
 
 

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from mavias.core.evaluate.dataset_metrics import celeba_metrics, evaluation_report, imagenet9_metrics, urbancars_metrics
+from mavias.core.evaluate.dataset_metrics import (
+    as_bool,
+    celeba_metrics,
+    evaluation_report,
+    imagenet9_metrics,
+    urbancars_metrics,
+)
 from mavias.core.evaluate.metrics import MIN_SUPPORT, accuracy, group_key
 from mavias.core.evaluate.openset import openset_report
 from mavias.core.evaluate.shortcuts import SHORTCUT
@@ -124,6 +130,7 @@ def aligned_values(train: pd.DataFrame, bias_col: str) -> dict[str, str]:
 def _alignment_proportions(data: PreparedData) -> dict[tuple, float]:
     """Training proportion of every (label, bg aligned, co-object aligned) cell; 0 for cells training lacks."""
     train = data["train"].frame
-    counts = train.groupby(["label", BG_ALIGNED, CO_ALIGNED]).size()
-    cells = [(label, bg, co) for label in data.classes for bg in ("0", "1") for co in ("0", "1")]
+    flags = pd.DataFrame({"label": train["label"], "bg": as_bool(train[BG_ALIGNED]), "co": as_bool(train[CO_ALIGNED])})
+    counts = flags.groupby(["label", "bg", "co"]).size()  # the flags as written: 1/0 or true/false
+    cells = [(label, bg, co) for label in data.classes for bg in (False, True) for co in (False, True)]
     return {cell: counts.get(cell, 0) / len(train) for cell in cells}

@@ -197,6 +197,9 @@ def _gap_gates(urbancars: Mapping[str, float] | None, config: GateConfig) -> lis
             results.append(_skipped(name, DISABLED, "<="))
         elif not urbancars:
             results.append(_skipped(name, "the evaluation set has no UrbanCars-style bg/co-object attributes", "<="))
+        elif urbancars[key] != urbancars[key]:  # NaN: blocked, as a gap nobody measured may be any size
+            results.append(GateResult(name, "failed", None, threshold, "<=", f"the test split has no image of {key}'s "
+                                      "cells, so it cannot be measured; add such images, or disable the gate"))
         else:
             gap = urbancars[key]
             detail = f"signed {key} {gap:+.1%} against I.D. accuracy {urbancars['id_accuracy']:.1%}"

@@ -1,3 +1,6 @@
+import math
+
+import pandas as pd
 import pytest
 
 from mavias.core.evaluate import (
@@ -6,6 +9,7 @@ from mavias.core.evaluate import (
     unbiased_accuracy,
     urbancars_metrics,
 )
+from mavias.errors import UserError
 
 
 @pytest.mark.parametrize("aligned, conflicting", [("1", "0"), (True, False), (1, 0), ("true", "False")])
@@ -15,10 +19,9 @@ def test_bias_conflicting_accuracy(predictions, aligned, conflicting):
 
 
 def test_bias_conflicting_accuracy_rejects_unknown_values(predictions):
-    with pytest.raises(ValueError, match="boolean"):
+    with pytest.raises(UserError, match="cannot read 'yes' as an alignment flag"):
         bias_conflicting_accuracy(predictions((3, 1, {"aligned": "yes"})), "aligned")
-    with pytest.raises(ValueError, match="no bias-conflicting"):
-        bias_conflicting_accuracy(predictions((3, 1, {"aligned": "1"})), "aligned")
+    assert math.isnan(bias_conflicting_accuracy(predictions((3, 1, {"aligned": "1"})), "aligned"))  # none to measure
 
 
 def test_unbiased_accuracy_is_the_mean_over_cells(predictions):
@@ -69,6 +72,33 @@ def test_urbancars_gaps_average_the_class_cells_as_the_authors_do(predictions):
                          for bg, co in (("1", "1"), ("1", "0"), ("0", "0"))))
     metrics = urbancars_metrics(pred, "bg", "co", SHARED)
     assert metrics["bg_gap"] == pytest.approx((0.25 + 0.9) / 2 - metrics["id_accuracy"])
+
+
+def test_a_gap_whose_cells_the_split_lacks_is_nan_and_the_others_stand(urbancars_pred):
+    without_both = urbancars_pred[~((urbancars_pred["bg"] == "0") & (urbancars_pred["co"] == "0"))]
+    metrics = urbancars_metrics(without_both, "bg", "co", SHARED)
+    assert math.isnan(metrics["both_gap"])
+    assert metrics["bg_gap"] == pytest.approx(0.6 - metrics["id_accuracy"])
+
+
+def test_urbancars_training_proportions_read_true_false_flags_as_1_0():
+    from types import SimpleNamespace
+
+    from mavias.core.protocol.evaluation import BG_ALIGNED, CO_ALIGNED, _alignment_proportions
+
+    def proportions(yes: str, no: str) -> dict:
+        frame = pd.DataFrame({"label": ["car", "car", "car", "bike"], BG_ALIGNED: [yes, yes, no, yes],
+                              CO_ALIGNED: [yes, no, no, yes]})
+        return _alignment_proportions(_Prepared(["bike", "car"], train=SimpleNamespace(frame=frame)))
+
+    assert proportions("true", "false") == proportions("1", "0")
+    assert proportions("true", "false")[("car", True, True)] == 0.25 and sum(proportions("1", "0").values()) == 1
+
+
+class _Prepared(dict):
+    def __init__(self, classes: list[str], **splits):
+        super().__init__(splits)
+        self.classes = classes
 
 
 def test_urbancars_requires_every_group_weight(urbancars_pred):

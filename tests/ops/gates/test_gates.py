@@ -121,6 +121,15 @@ def test_gap_gates_use_magnitudes_and_record_value_and_threshold():
     assert report.passed
 
 
+def test_a_gap_the_test_split_cannot_measure_blocks():
+    """No bg- and co-conflicting test image: both_gap is NaN, and an unmeasured gap may be any size."""
+    urbancars = {"id_accuracy": 0.9, "bg_gap": -0.08, "coobj_gap": 0.02, "both_gap": float("nan")}
+    report = evaluate_gates(evaluation(0.8, urbancars=urbancars), evaluation(0.6), None, CONFIG)
+    both = next(r for r in report.results if r.name == "max_abs_both_gap")
+    assert (both.status, both.value) == ("failed", None) and "cannot be measured" in both.detail
+    assert not report.passed and statuses(report)["max_abs_bg_gap"] == "passed"
+
+
 def test_reference_margin_is_applied():
     config = CONFIG.model_copy(update={"reference_margin": 0.05})
     report = evaluate_gates(evaluation(0.64), evaluation(0.6), None, config)
