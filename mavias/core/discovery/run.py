@@ -120,6 +120,10 @@ def _check_same_partition(record: Path, manifest_path: Path, df: pd.DataFrame, n
                         f"manifest than {manifest_path}", hint="pass --name to discover this one under its own name")
 
 
+class NothingToDiscover(UserError):
+    """A partition whose every image was quarantined: nothing to judge or encode."""
+
+
 def _tag(
     df: pd.DataFrame, manifest_dir: Path, tagger: Tagger, tag_dir: Path, store: TagsStore, num_shards: int, **loader
 ) -> tuple[TagCounts, pd.DataFrame, pd.Series]:
@@ -173,6 +177,10 @@ def discover_partition(
         df, manifest_path.parent, tagger, ws.tags / name, TagsStore(ws.tags), num_shards,
         batch_size=batch_size, num_workers=num_workers, progress=progress,
     )  # fmt: skip
+    if usable.empty:
+        raise NothingToDiscover(f"every one of the {len(df)} image(s) of {name} was quarantined (missing or unreadable): "
+                        "nothing to judge or encode", hint=f"check the images the manifest {manifest_path} names, "
+                        "then discover it again")
     tally = DecisionTally()
     relevance = _judge(usable["label"], sample_tags, judge, ws.decisions, review, tally, ws.judged_classes())
     save_relevance(relevance, ws.relevance(name))

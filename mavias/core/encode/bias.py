@@ -34,4 +34,5 @@ def bias_embeddings(labels: pd.Series, sample_tags: pd.Series, relevance: pd.Dat
     irrelevant = irrelevant_tags(labels, sample_tags, relevance, keep_class_names=keep_class_names)
     prompts = [bias_prompt(tags) for tags in irrelevant]
     encoded = store.ensure(encoder, prompts)
-    return BiasEmbeddings(irrelevant, prompts, store.lookup(encoder.encoder_id, prompts), encoded)
+    vectors = store.lookup(encoder.encoder_id, prompts) if prompts else np.zeros((0, encoder.dim), np.float32)
+    return BiasEmbeddings(irrelevant, prompts, vectors, encoded)

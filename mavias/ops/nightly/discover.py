@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
-from mavias.core.discovery import discover_partition
+from mavias.core.discovery import NothingToDiscover, discover_partition
 from mavias.core.encode import TextEncoder, make_encoder
 from mavias.core.judging.base import RelevanceJudge
 from mavias.core.judging.factory import make_judge
@@ -106,10 +106,14 @@ def discover(cfg: NightlyConfig, validated: Validated, tagged: Iterable[list[Tag
         tagger, encoder = make_tagger(cfg), make_text_encoder(cfg)
         judge = _night_judge(cfg, usage)
         for name, manifest in partitions.items():
-            counts = discover_partition(
-                manifest, layout(cfg).discovery.root, tagger, judge, encoder, name=name,
-                num_shards=cfg.discovery.num_shards, batch_size=cfg.discovery.batch_size, progress=False,
-            )
+            try:
+                counts = discover_partition(
+                    manifest, layout(cfg).discovery.root, tagger, judge, encoder, name=name,
+                    num_shards=cfg.discovery.num_shards, batch_size=cfg.discovery.batch_size, progress=False,
+                )
+            except NothingToDiscover as nothing:  # it adds no image to train on; the others' discovery goes on
+                log.warning("%s", nothing)
+                continue
             for key in ("llm_requests", "tags_judged", "prompts_encoded"):
                 totals[key] += getattr(counts, key)
             for class_name, by_source in counts.decisions_per_class.items():

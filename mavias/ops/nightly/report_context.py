@@ -24,8 +24,8 @@ from mavias.core.protocol.reference_files import rule_version
 from mavias.core.relevance import irrelevant_tags
 from mavias.core.tagging.base import tag_lists
 from mavias.core.train.config import method_name
-from mavias.ops.export.verification import VerificationResult
 from mavias.errors import UserError
+from mavias.ops.export.verification import VerificationResult
 from mavias.ops.gates import DEFAULT_GATES_PATH, GateConfig, GateReport, load_gate_config
 from mavias.ops.nightly import warm
 from mavias.ops.nightly.artifacts import NightResults

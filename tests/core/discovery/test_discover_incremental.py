@@ -114,3 +114,27 @@ def test_a_partition_of_few_classes_is_read_with_the_workspace_s_other_classes(s
     assert Workspace(ws).judged_classes() == set(figures)
     day2 = load_relevance(ws / "partitions" / "day2" / "relevance.parquet")
     assert day2.set_index("tag").loc["point", "relevant"]  # the figure's point, as on day 1; alone, "star" is the sun
+
+
+def test_a_partition_whose_every_image_is_missing_says_so(scenes, offline_judge, minilm_encoder, tmp_path):
+    """Nothing to judge or encode: one readable error, not a crash of the empty embedding store."""
+    import pytest
+
+    from mavias.core.discovery import NothingToDiscover
+    from mavias.core.encode.openclip import OpenClip
+    from mavias.core.tagging.openclip import OpenClipTagger
+
+    tagger = OpenClipTagger(vocabulary=["grass", "sky"], cache_dir=tmp_path / "cache",
+                            clip=OpenClip("ViT-S-32", None, device="cpu"))  # it reads the images, unlike the manifest's
+    _partition(scenes.iloc[:4].drop(columns="tags").assign(uri=[str(tmp_path / f"gone{i}.png") for i in range(4)]),
+               tmp_path / "day1")
+    with pytest.raises(NothingToDiscover, match="every one of the 4 image"):
+        discover_partition(tmp_path / "day1", tmp_path / "ws", tagger, offline_judge, minilm_encoder, num_shards=1,
+                           progress=False)
+
+
+def test_no_sample_embeds_to_an_empty_matrix_of_the_encoders_width(minilm_encoder, tmp_path):
+    embedded = encode.bias_embeddings(pd.Series([], dtype=str), pd.Series([], dtype=object),
+                                      pd.DataFrame(columns=["class", "tag", "relevant", "source"]), minilm_encoder,
+                                      EmbeddingStore(tmp_path / "store"))
+    assert embedded.vectors.shape == (0, minilm_encoder.dim) and embedded.encoded == 0
