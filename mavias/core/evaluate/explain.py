@@ -63,6 +63,11 @@ def explain_empty_biased_tags(train_labels: pd.Series, train_tags: pd.Series, tr
                 "lack them, to measure whether the reference leans on them: treat them as leads and collect more "
                 "images of those classes with and without them")
     accuracy = "unknown" if reference_val_acc is None else f"{reference_val_acc:.1%}"
+    chance = 1 / max(1, train_labels.nunique())
+    if reference_val_acc is not None and reference_val_acc >= (chance + 1) / 2:  # as class_status judges a class
+        return (f"not relied on: {len(associated)} tag(s) go with a class ({tags}), but the ERM reference "
+                f"(validation accuracy {accuracy} on {n_val} images) does not lean on them as shortcuts: it takes "
+                "them as evidence for the class neither on its own images nor on other classes'")
     return (f"reference too weak to show reliance: {len(associated)} tag(s) go with a class ({tags}), but the ERM "
             f"reference (validation accuracy {accuracy} on {n_val} images) does not measurably lean on them; "
             "a longer-trained reference or a larger validation split can show it")
