@@ -114,12 +114,22 @@ def _label_problems(labels: pd.Series) -> list[str]:
 
 
 def _tag_problems(tags: pd.Series) -> list[str]:
-    """Tags written as text instead of a list per image: each letter would become a tag (a blank is no tags)."""
+    """Tags written as text instead of a list per image (each letter would become a tag; a blank is no tags), or a
+    tag with a comma."""
     text = tags[tags.map(lambda value: isinstance(value, str) and bool(value.strip()))]
-    if text.empty:
-        return []
-    return [f"{len(text)} row(s) hold their tags as text (e.g. {text.iloc[0]!r}), not as a list of tags: write a list "
-            "per image (in a CSV manifest, tags separated by '|')"]
+    if not text.empty:
+        return [f"{len(text)} row(s) hold their tags as text (e.g. {text.iloc[0]!r}), not as a list of tags: write a "
+                "list per image (in a CSV manifest, tags separated by '|')"]
+    # a bias prompt joins an image's tags with ", ": a comma inside one would read as two tags
+    with_comma = sorted({str(tag) for value in tags if _is_list(value) for tag in value if "," in str(tag)})
+    if with_comma:
+        return [f"{len(with_comma)} tag(s) hold a comma (e.g. {with_comma[0]!r}): give each thing its own tag, or "
+                "write the tag without the comma"]
+    return []
+
+
+def _is_list(value) -> bool:
+    return not isinstance(value, str) and hasattr(value, "__iter__")
 
 
 def _normalise_tags(value) -> list[str]:

@@ -65,6 +65,7 @@ def test_a_blank_text_tags_cell_is_no_tags(folder):
         (lambda d: d.assign(label=["cat", " ", "dog"]), "empty 'label'"),
         (lambda d: d.iloc[0:0], "no rows"),
         (lambda d: d.assign(tags=["grass;sky", "", "sky"]), r"2 row\(s\) hold their tags as text \(e.g. 'grass;sky'\)"),
+        (lambda d: d.assign(tags=[["salt, pepper"], [], ["sky"]]), r"1 tag\(s\) hold a comma \(e.g. 'salt, pepper'\)"),
     ],
 )
 def test_invalid_manifests_are_rejected_with_a_clear_error(folder, change, message):
