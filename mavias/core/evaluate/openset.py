@@ -55,11 +55,11 @@ def _tag_sets(tags: pd.Series, pred: pd.DataFrame) -> pd.Series:
 
 
 def find_biased_tags(val_pred: pd.DataFrame, irrelevant_tags: pd.Series, class_names: Sequence[str], *,
-                     min_support: int = MIN_SUPPORT, top_k: int = 10, max_p_value: float | None = None) -> pd.DataFrame:
+                     min_support: int = MIN_SUPPORT, top_k: int = 10) -> pd.DataFrame:
     """B' by the paper's rule from a vanilla model's VALIDATION predictions: lift of the accuracy on the samples of c
-    carrying the tag over c's accuracy, support >= ``min_support``. With ``max_p_value`` the lift must also be
-    significant by a one-sided binomial test of the tag's correct count against the class accuracy. Rows are sorted
-    by class order, then lift desc, support desc, tag; ``rank`` counts from 1 within a class."""
+    carrying the tag over c's accuracy, support >= ``min_support`` (``p_value``, reported beside it: a one-sided
+    binomial test of the tag's correct count against the class accuracy). Rows are sorted by class order, then lift
+    desc, support desc, tag; ``rank`` counts from 1 within a class."""
     labels = class_labels(val_pred, class_names)
     samples = pd.DataFrame({"label": labels, "correct": correctness(val_pred).to_numpy()}, index=val_pred.index)
     per_class = samples.groupby("label")["correct"].agg(class_n="size", class_correct="sum")
@@ -72,8 +72,6 @@ def find_biased_tags(val_pred: pd.DataFrame, irrelevant_tags: pd.Series, class_n
     stats["p_value"] = [binomtest(int(k), int(n), p, alternative="greater").pvalue if p < 1 else 1.0
                         for k, n, p in zip(stats["tag_correct"], stats["support"], stats["class_accuracy"])]
     keep = (stats["lift"] > 0) & (stats["support"] >= min_support)
-    if max_p_value is not None:
-        keep &= stats["p_value"] <= max_p_value
     biased = stats[keep].sort_values(["label", "lift", "support", "tag"], ascending=[True, False, False, True])
     biased["class"] = [class_names[label] for label in biased["label"]]
     biased["rule"] = PAPER
