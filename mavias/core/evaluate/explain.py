@@ -20,7 +20,7 @@ from mavias.core.evaluate.shortcuts import (
     as_flag,
     is_associated,
     is_undecided,
-    tag_presence,
+    pair_counts,
     too_few_to_decide,
 )
 
@@ -29,11 +29,8 @@ MIN_TAG_PRECISION = 2 / 3  # below it, more than a third of the images the tagge
 
 def _top_pair(labels: pd.Series, irrelevant: pd.Series) -> tuple[str, str, int]:
     """(class, tag, training samples) of the most frequent (class, irrelevant tag) pair."""
-    presence = tag_presence(irrelevant.reset_index(drop=True))
-    presence["label"] = labels.reset_index(drop=True).to_numpy()[presence["row"].to_numpy()]
-    counts = presence.groupby(["label", "tag"]).size().sort_values(ascending=False)
-    (label, tag), support = counts.index[0], int(counts.iloc[0])
-    return str(label), str(tag), support
+    top = pair_counts(labels, irrelevant).iloc[0]
+    return str(top["label"]), str(top["tag"]), int(top["n"])
 
 
 def explain_empty_biased_tags(train_labels: pd.Series, train_tags: pd.Series, train_irrelevant: pd.Series,

@@ -29,7 +29,7 @@ from mavias.core.evaluate.shortcuts import (
     as_flag,
     is_associated,
     is_undecided,
-    tag_presence,
+    pair_counts,
     unmeasured,
 )
 
@@ -39,10 +39,7 @@ STATUS_COLUMNS = ["class", "status", "reason", "n_shortcuts", "shortcuts", "n_tr
 
 def _top_irrelevant(labels: np.ndarray, irrelevant: pd.Series, n_classes: int) -> dict[int, tuple[str, int]]:
     """Per class index: its most frequent irrelevant tag on training images and how many carry it."""
-    presence = tag_presence(irrelevant.reset_index(drop=True))
-    presence["label"] = labels[presence["row"].to_numpy()]
-    counts = presence.groupby(["label", "tag"]).size().rename("n").reset_index()
-    top = counts.sort_values(["label", "n", "tag"], ascending=[True, False, True]).drop_duplicates("label")
+    top = pair_counts(labels, irrelevant).drop_duplicates("label")
     found = {int(row.label): (str(row.tag), int(row.n)) for row in top.itertuples()}
     return {k: found.get(k, ("", 0)) for k in range(n_classes)}
 

@@ -78,10 +78,20 @@ class Predictions:
 
 
 def tag_presence(tags: pd.Series) -> pd.DataFrame:
-    """Long table (row, tag) of the tags each row carries (lists; missing = no tags)."""
-    sets = tags.map(lambda value: sorted(set(value)) if isinstance(value, list | tuple | np.ndarray) else [])
+    """Long table (row, tag) of the tags each row carries (lists or sets; missing = no tags)."""
+    collections = list | tuple | set | frozenset | np.ndarray
+    sets = tags.map(lambda value: sorted(set(value)) if isinstance(value, collections) else [])
     long = sets.explode().dropna()
     return pd.DataFrame({"row": long.index, "tag": long.to_numpy()})
+
+
+def pair_counts(labels: np.ndarray | pd.Series, tags: pd.Series) -> pd.DataFrame:
+    """How many rows of each label carry each tag (``label``, ``tag``, ``n``), the most carried first (then by label
+    and tag)."""
+    presence = tag_presence(tags.reset_index(drop=True))
+    presence["label"] = np.asarray(labels)[presence["row"].to_numpy()]
+    counts = presence.groupby(["label", "tag"]).size().rename("n").reset_index()
+    return counts.sort_values(["n", "label", "tag"], ascending=[False, True, True], ignore_index=True)
 
 
 def association(labels: np.ndarray, tags: pd.Series, irrelevant: pd.Series, n_classes: int,

@@ -304,3 +304,13 @@ def test_a_pair_no_image_can_test_has_no_p_value_and_says_so():
     red = found[(found["class"] == "cat") & (found["tag"] == "red")].iloc[0]
     assert np.isnan(red["reliance_p"]) and np.isnan(red["reliance_q"]) and not red["decidable"]
     assert red["reason"].startswith("no validation sample to measure")
+
+
+def test_tags_given_as_sets_are_carried_like_lists():
+    """Sets (as the open-set tables hold them) are tags too, not 'no tags', in presence and in the pair counts."""
+    from mavias.core.evaluate.shortcuts import pair_counts, tag_presence
+
+    tags = pd.Series([{"water", "sky"}, ["sky"], frozenset({"sky"}), None])
+    assert sorted(map(tuple, tag_presence(tags).to_numpy())) == [(0, "sky"), (0, "water"), (1, "sky"), (2, "sky")]
+    counts = pair_counts(np.array(["boat", "boat", "car", "car"]), tags)
+    assert counts.to_dict("records")[0] == {"label": "boat", "tag": "sky", "n": 2}
