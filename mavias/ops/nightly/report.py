@@ -173,7 +173,8 @@ def _dead_letter_notes(cfg: NightlyConfig, dead: Mapping[str, str]) -> list[str]
     reasons = "; ".join(f"{name}: {reason}" for name, reason in dead.items())
     return [f"{len(dead)} notification email(s) could not be delivered and were moved to {outbox.dead_folder} "
             f"({reasons}). Check report.recipients and the SMTP connection; to send one again, move its .eml back "
-            f"into {outbox.folder}."]
+            f"into {outbox.folder} (it keeps the addresses it was queued with: correct its To: line first where a "
+            "recipient was refused)."]
 
 
 def _unreported_notes(cfg: NightlyConfig, night: str) -> list[str]:

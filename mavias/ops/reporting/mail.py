@@ -272,6 +272,7 @@ class Outbox:
 
     def _bury(self, name: str, reason: str) -> None:
         self.dead_folder.mkdir(parents=True, exist_ok=True)
+        (self.dead_folder / f"{name}.reported").unlink(missing_ok=True)  # one moved back and dead again: named again
         (self.dead_folder / f"{name}.reason.txt").write_text(reason + "\n")
         (self.folder / f"{name}.eml").replace(self.dead_folder / f"{name}.eml")
         (self.folder / f"{name}.tries").unlink(missing_ok=True)

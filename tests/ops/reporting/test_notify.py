@@ -158,6 +158,10 @@ def test_an_email_refused_for_good_becomes_a_dead_letter_and_blocks_nothing(emai
     assert list(outbox.unreported_dead()) == ["20250101-report"] == list(outbox.unreported_dead())  # until named
     outbox.mark_reported(["20250101-report"])  # a report that names it was written
     assert outbox.unreported_dead() == {}  # said once
+    (outbox.dead_folder / "20250101-report.eml").replace(outbox.folder / "20250101-report.eml")  # sent again ...
+    with smtp_server(Inbox("554 5.6.0 Message rejected")) as server:
+        assert list(outbox.deliver(settings(server.port)).dead) == ["20250101-report"]
+    assert list(outbox.unreported_dead()) == ["20250101-report"]  # ... and dead again: the next report says so
 
 
 def test_a_session_the_server_refuses_keeps_every_email_and_counts_no_try(email, tmp_path):
