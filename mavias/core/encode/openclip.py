@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -126,21 +127,41 @@ def _readable_checkpoint(checkpoint: str | None, model: str) -> Iterator[None]:
                         hint=f"pass --pretrained an OpenCLIP {model} checkpoint, or its pretrained tag") from None
 
 
-def _locate_weights(
-    model: str, pretrained: str | None, weights_dir: str | None, allow_download: bool, seed: int
-) -> _Weights:
+def _is_random(pretrained: str | None) -> bool:
+    return pretrained is None or pretrained.lower() in ("", "none", "random")
+
+
+def weights_identity(model: str, pretrained: str | None, seed: int = 0) -> str:
+    """What names ``model``'s weights in a model id, checked without loading or finding them: a random init by its
+    seed, a file by its digest, a pretrained tag as itself."""
     if model not in open_clip.list_models():
         close = difflib.get_close_matches(model.replace("/", "-"), open_clip.list_models(), n=3, cutoff=0.6)
         raise WeightsNotFoundError(f"{model!r} is not an OpenCLIP architecture" + (
             f" (closest: {', '.join(close)})" if close else "") + "; open_clip.list_models() lists them all")
-    if pretrained is None or pretrained.lower() in ("", "none", "random"):
-        return _Weights(None, f"random-init-seed{seed}", {})
+    if _is_random(pretrained):
+        return f"random-init-seed{seed}"
     if os.path.isfile(pretrained):
-        return _Weights(pretrained, f"file-{sha256_file(pretrained)[:16]}", {})
-    cfg = open_clip.get_pretrained_cfg(model, pretrained)
-    if not cfg:
+        return f"file-{sha256_file(pretrained)[:16]}"
+    if not open_clip.get_pretrained_cfg(model, pretrained):
         known = ", ".join(open_clip.list_pretrained_tags_by_model(model)) or "none"
         raise WeightsNotFoundError(f"{pretrained!r} is neither a file nor a pretrained tag of {model} (tags: {known})")
+    return pretrained
+
+
+def embedding_dim(model: str) -> int:
+    """The width of ``model``'s embeddings, from its config (nothing loaded)."""
+    return int(open_clip.get_model_config(model)["embed_dim"])
+
+
+def _locate_weights(
+    model: str, pretrained: str | None, weights_dir: str | None, allow_download: bool, seed: int
+) -> _Weights:
+    identity = weights_identity(model, pretrained, seed)
+    if _is_random(pretrained):
+        return _Weights(None, identity, {})
+    if os.path.isfile(pretrained):
+        return _Weights(pretrained, identity, {})
+    cfg = open_clip.get_pretrained_cfg(model, pretrained)
     if allow_download:
         return _Weights(_download(model, pretrained, cfg, weights_dir), pretrained, cfg)
     checkpoint = _cached_checkpoint(cfg, weights_dir)
@@ -213,7 +234,7 @@ class OpenClip:
         with _hub_files(model, allow_download):
             self.tokenizer = open_clip.get_tokenizer(model)
         self.context_length: int = self.tokenizer.context_length
-        self.dim: int = int(open_clip.get_model_config(model)["embed_dim"])
+        self.dim = embedding_dim(model)
 
     @property
     def model_id(self) -> str:
@@ -275,19 +296,28 @@ class OpenClipTextEncoder:
     ):
         if mode not in ENCODE_MODES:
             raise ValueError(f"mode must be one of {ENCODE_MODES}, got {mode!r}")
-        self.clip = clip or OpenClip(
-            model, pretrained, device=device, weights_dir=weights_dir, allow_download=allow_download
-        )
+        self._clip = clip
+        self._load = functools.partial(OpenClip, model, pretrained, device=device, weights_dir=weights_dir,
+                                       allow_download=allow_download)
+        self._model_id = clip.model_id if clip else f"open_clip:{model}:{weights_identity(model, pretrained)}"
+        self._dim = clip.dim if clip else embedding_dim(model)
         self.mode = mode
         self.token_limit = TokenLimitCounts()
 
     @property
+    def clip(self) -> OpenClip:
+        """The model, loaded when a prompt is first encoded: training on stored embeddings needs no weights."""
+        if self._clip is None:
+            self._clip = self._load()
+        return self._clip
+
+    @property
     def encoder_id(self) -> str:
-        return f"{self.clip.model_id}:{self.mode}"
+        return f"{self._model_id}:{self.mode}"
 
     @property
     def dim(self) -> int:
-        return self.clip.dim
+        return self._dim
 
     def _fits(self, text: str) -> bool:
         return self.clip.token_length(text) <= self.clip.context_length

@@ -4,6 +4,7 @@ import pytest
 from mavias.core.encode import TextEncoder, bias_prompt
 from mavias.core.encode.base import TokenLimitCounts
 from mavias.core.encode.openclip import OpenClipTextEncoder
+from mavias.errors import UserError
 
 LONG_TAGS = [f"weathered cobblestone alleyway number {i}" for i in range(60)]
 
@@ -65,3 +66,36 @@ def test_separate_mode_is_the_mean_of_per_tag_embeddings(clip):
 def test_unknown_mode_is_rejected(clip):
     with pytest.raises(ValueError, match="collective"):
         OpenClipTextEncoder(clip=clip, mode="jointly")
+
+
+def test_stored_embeddings_need_no_weights_and_a_new_prompt_names_the_missing_ones(tmp_path):
+    """Training on a workspace whose prompts discovery encoded reads them without OpenCLIP's weights (a training node
+    without the CLIP checkpoint); only a prompt not stored yet loads the model, and its absence is one error."""
+    import pandas as pd
+
+    from mavias.core.encode import EmbeddingStore, bias_embeddings
+    from mavias.core.encode.openclip import WeightsNotFoundError
+
+    encoder = OpenClipTextEncoder("ViT-B-32", "openai", weights_dir=str(tmp_path / "no-weights"))
+    assert encoder.encoder_id == "open_clip:ViT-B-32:openai:collective" and encoder.dim == 512
+
+    class _Discovery:  # what stored the vectors earlier, under the same id
+        encoder_id, dim = encoder.encoder_id, encoder.dim
+
+        def encode(self, prompts: list[str]) -> np.ndarray:
+            return np.eye(len(prompts), self.dim, dtype=np.float32)
+
+    labels, tags = pd.Series(["boat", "car"]), pd.Series([["water"], ["road"]])
+    relevance = pd.DataFrame({"class": ["boat", "car"], "tag": ["water", "road"], "relevant": [False, False],
+                              "source": ["judge", "judge"]})
+    store = EmbeddingStore(tmp_path / "store")
+    store.ensure(_Discovery(), [bias_prompt(["water"]), bias_prompt(["road"])])
+    embedded = bias_embeddings(labels, tags, relevance, encoder, store)
+    assert embedded.encoded == 0 and embedded.vectors.shape == (2, 512) and encoder._clip is None
+    with pytest.raises(WeightsNotFoundError, match="--allow-download"):
+        encoder.encode([bias_prompt(["sky"])])
+
+
+def test_an_unknown_pretrained_tag_is_named_before_anything_is_encoded():
+    with pytest.raises(UserError, match="'no-such-tag' is neither a file nor a pretrained tag of ViT-B-32"):
+        OpenClipTextEncoder("ViT-B-32", "no-such-tag")
