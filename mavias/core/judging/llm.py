@@ -318,8 +318,11 @@ class LLMJudge:
             if config_error is not None:
                 raise config_error from None  # the server's text may echo (part of) the key
             raise
-        choice = completion.choices[0]
-        return choice.message.content or "", choice.finish_reason == "length"
+        choices = getattr(completion, "choices", None)  # a gateway's 200 with an error, or another service's page
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise UnreadableAnswerError("the server answered without a completion (no choices: an error or a page of "
+                                        "another service?)")
+        return choices[0].message.content or "", choices[0].finish_reason == "length"
 
     def _messages(self, class_name: str, tags: list[str]) -> list[dict[str, str]]:
         user = USER_TEMPLATE.format(class_name=class_name, tags=json.dumps(tags, ensure_ascii=False))

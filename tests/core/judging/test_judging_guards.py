@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from judge_fake_server import FakeLLM, batch_tags, completion, error, relevant_by
+from judge_fake_server import FakeLLM, Reply, batch_tags, completion, error, relevant_by
 
 from mavias.core.judging.answers import UnreadableAnswerError, parse_relevant_tags
 from mavias.core.judging.base import JudgeBudgetSpentError, JudgeConfigError, JudgeUnavailableError
@@ -190,3 +190,17 @@ def test_the_key_travels_only_over_https_or_to_this_machine(url, may, monkeypatc
         with pytest.raises(JudgeConfigError, match="clear text") as refused:
             LLMJudge(url, "m")
         assert "sk-secret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("body", [{"error": {"message": "upstream timeout"}}, {"choices": []},
+                                  {"choices": [{"index": 0, "message": None, "finish_reason": "stop"}]}])
+def test_a_200_without_a_completion_is_an_unreadable_answer_and_the_offline_judge_stands_in(offline, body):
+    """A gateway's 200 carrying an error, or a body with no answer in it: asked again, then handed to the offline
+    judge like any failed endpoint, not a crash of the night's discovery."""
+    server = FakeLLM(lambda request: Reply(body=body)).start()
+    try:
+        judge = guarded(server, offline)
+        assert judge.judge("bird", ["wing", "sky"]) == offline.judge("bird", ["wing", "sky"])
+        assert len(server.requests) >= 2  # asked again before giving up
+    finally:
+        server.stop()
