@@ -19,15 +19,36 @@ class CutOffAnswerError(UnreadableAnswerError):
     """An unreadable answer the server cut off at its token limit."""
 
 
+_REASONING = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)  # a reasoning model's drafts
+
+
 def _json_values(text: str):
-    """Every JSON value embedded in ``text`` (code fences and chatter around it are skipped)."""
+    """Every top-level JSON value embedded in ``text`` (code fences and chatter around it are skipped; a value inside
+    another is part of it, never one of its own)."""
     decoder = json.JSONDecoder()
-    for start, char in enumerate(text):
-        if char in "{[":
-            try:
-                yield decoder.raw_decode(text, start)[0]
-            except json.JSONDecodeError:
-                continue
+    start = 0
+    while (start := _next_opening(text, start)) >= 0:
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            start += 1
+            continue
+        yield value
+        start = end
+
+
+def _keyed_lists(value: dict):
+    """The lists under a ``relevant_tags`` key in ``value`` or the objects within it (``{"answer": {...}}``)."""
+    for key, item in value.items():
+        if key.lower().replace(" ", "_") == "relevant_tags" and isinstance(item, list):
+            yield item
+        elif isinstance(item, dict):
+            yield from _keyed_lists(item)
+
+
+def _next_opening(text: str, start: int) -> int:
+    found = [index for index in (text.find("{", start), text.find("[", start)) if index >= 0]
+    return min(found, default=-1)
 
 
 def parse_relevant_tags(content: str) -> list[str]:
@@ -42,16 +63,18 @@ def parse_relevant_tags(content: str) -> list[str]:
 
 
 def _relevant_tags(content: str) -> list[str]:
-    bare_lists = []
-    for value in _json_values(content):
+    """The last ``relevant_tags`` list (a model restating its answer ends with it), else a lone bare list."""
+    answered, malformed, bare_lists = [], [], []
+    for value in _json_values(_REASONING.sub("", content)):
         if isinstance(value, dict):
-            found = next((v for k, v in value.items() if k.lower().replace(" ", "_") == "relevant_tags"), None)
-            if isinstance(found, list):
-                if all(isinstance(tag, str) for tag in found):
-                    return found
-                raise UnreadableAnswerError(f"relevant_tags holds more than strings: {content[:200]!r}")
+            for found in _keyed_lists(value):
+                (answered if all(isinstance(tag, str) for tag in found) else malformed).append(found)
         elif isinstance(value, list) and all(isinstance(tag, str) for tag in value):
             bare_lists.append(value)
+    if answered:
+        return answered[-1]
+    if malformed:
+        raise UnreadableAnswerError(f"relevant_tags holds more than strings: {content[:200]!r}")
     if bare_lists and not _KEY.search(content):  # a list inside a broken {"relevant_tags": ...} is a fragment
         return bare_lists[0]
     raise UnreadableAnswerError(f"no complete relevant_tags list of strings in the answer: {content[:200]!r}")

@@ -6,7 +6,7 @@ import time
 import pytest
 from judge_fake_server import FakeLLM, batch_tags, completion, delayed, error, relevant_by
 
-from mavias.core.judging.answers import parse_relevant_tags
+from mavias.core.judging.answers import UnreadableAnswerError, parse_relevant_tags
 from mavias.core.judging.base import JudgeConfigError, JudgeResponseError, JudgeUnavailableError
 from mavias.core.judging.cache import DecisionCache, decide
 from mavias.core.judging.llm import SAMPLING_TEMPERATURE, LLMJudge
@@ -132,10 +132,20 @@ def test_an_answer_always_cut_off_says_so(fake_llm):
         ('{"relevant_tags": ["wing"]}', ["wing"]),
         ('Sure! {"Relevant Tags": ["beak"]} hope this helps', ["beak"]),
         ('["wing", "beak"]', ["wing", "beak"]),
+        ('<think>Draft: {"relevant_tags": ["sky", "wing"]} no, sky is background</think>{"relevant_tags": ["wing"]}',
+         ["wing"]),  # a reasoning model's draft is not its answer
+        ('{"relevant_tags": ["sky", "wing"]} On reflection: {"relevant_tags": ["wing"]}', ["wing"]),  # the last word
     ],
 )
 def test_tolerant_parsing(content, expected):
     assert parse_relevant_tags(content) == expected
+
+
+@pytest.mark.parametrize("content", ['{"irrelevant_tags": ["sky", "branch"]}', '{"answer": {"tags": ["wing"]}}'])
+def test_a_list_inside_another_key_is_not_the_relevant_tags(content):
+    """Taking the irrelevant list as the relevant one would invert the decisions, and cache them for good."""
+    with pytest.raises(UnreadableAnswerError, match="no complete relevant_tags"):
+        parse_relevant_tags(content)
 
 
 def test_http_500_then_success_is_retried(fake_llm):
