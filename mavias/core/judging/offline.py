@@ -124,7 +124,8 @@ class OfflineJudge:
     def judge(self, class_name: str, tags: list[str]) -> set[str]:
         concept = self.concept(class_name)
         if concept.synset is not None:  # one batched encoder call instead of many small ones
-            self._embed([text for tag in tags for text in self._texts_to_compare(concept, normalize_tag(tag))])
+            self._embed([text for tag in tags if (words := normalize_tag(tag))
+                         for text in self._texts_to_compare(concept, words)])  # "_" is no words: irrelevant
         self.stats.tags_judged += len(tags)
         return {tag for tag in tags if self.is_relevant(concept, tag)}
 

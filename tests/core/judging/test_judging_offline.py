@@ -47,6 +47,12 @@ def test_rules(offline_judge, class_name, relevant, irrelevant):
     assert offline_judge.judge(class_name, sorted(relevant | irrelevant)) == relevant
 
 
+@pytest.mark.parametrize("blank", ["_", "___", " _ "])
+def test_a_tag_of_no_words_is_irrelevant_not_a_crash(offline_judge, blank):
+    """A tagger or manifest may write "_"; judged with the class's words it named nothing."""
+    assert offline_judge.judge("landbird", [blank, "wing"]) == {"wing"}
+
+
 def test_an_unknown_class_only_keeps_its_own_name(offline_judge):
     assert offline_judge.judge("qwzxv", ["qwzxv", "sky", "wheel"]) == {"qwzxv"}
 
