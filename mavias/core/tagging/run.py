@@ -214,12 +214,12 @@ def tag_partition(
         num_shards = shard[1]
     wanted = [shard[0]] if shard is not None else list(range(num_shards))
     to_tag = missing_shards(out_dir, num_shards, manifest_df["sample_id"])  # also those of other samples
+    for index in (i for i in wanted if i not in to_tag):  # before any is read again: never mix two taggers' tags
+        _check_tagger(shard_paths(out_dir, index, num_shards)[0], tagger.tagger_id)
     brings_tags = tagger.preprocess is None and "tags" in manifest_df.columns  # tags that come with the data
     if brings_tags:  # read again where the manifest changed them
         to_tag += _changed_manifest_tags(manifest_df, out_dir, num_shards, [i for i in wanted if i not in to_tag])
     committed = [i for i in wanted if i not in to_tag]
-    for index in committed:
-        _check_tagger(shard_paths(out_dir, index, num_shards)[0], tagger.tagger_id)
     pending = [i for i in wanted if i not in committed]
     assignment = manifest_df["sample_id"].map(lambda s: shard_of(s, num_shards))
     pending_ids = manifest_df.loc[assignment.isin(pending), "sample_id"].tolist()
@@ -274,6 +274,9 @@ def collect_partition(manifest_df: pd.DataFrame, out_dir: str | Path, num_shards
     """Merge the committed shards into the partition's tags table, class tag counts and quarantine list."""
     out_dir = Path(out_dir)
     samples = shard_samples(out_dir, num_shards, manifest_df["sample_id"])  # checked: the manifest's shards, all
+    if len(taggers := sorted(set(samples["tagger_id"]))) > 1:
+        raise UserError(f"{out_dir} holds tags of {len(taggers)} taggers ({', '.join(taggers)}): write each tagger's "
+                        "output to its own folder, and tag the partition again there")
     tags = pd.concat([read_tags(shard_paths(out_dir, i, num_shards)[1]) for i in range(num_shards)],
                      ignore_index=True)
     write_tags(tags, out_dir / TAGS_NAME)

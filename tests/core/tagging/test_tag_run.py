@@ -78,6 +78,20 @@ def test_another_tagger_never_reuses_a_folder(clip, scenes_manifest, vocabulary,
         tag_partition(df, scenes_manifest.parent, other, tmp_path, num_shards=1, progress=False)
 
 
+def test_the_manifests_tags_never_overwrite_or_join_another_taggers_shards(clip, scenes_manifest, vocabulary,
+                                                                             vocab_cache, tmp_path):
+    """The other order than above: OpenCLIP's shard first, then the manifest's tags (which differ from it, so they
+    would be read again there), and a folder of mixed shards is never merged into one table."""
+    df = _manifest(scenes_manifest).head(6)
+    other = OpenClipTagger(clip=clip, vocabulary=vocabulary, cache_dir=vocab_cache)
+    tag_partition(df, scenes_manifest.parent, other, tmp_path, shard=(0, 2), progress=False)
+    with pytest.raises(UserError, match="another tagger"):
+        tag_partition(df, scenes_manifest.parent, ManifestTagger(), tmp_path, num_shards=2, progress=False)
+    tag_partition(df, scenes_manifest.parent, ManifestTagger(), tmp_path, shard=(1, 2), progress=False)  # a gap
+    with pytest.raises(UserError, match="holds tags of 2 taggers"):
+        collect_partition(df, tmp_path, 2)
+
+
 def test_images_seen_in_earlier_partitions_are_not_tagged_again(scenes_manifest, tmp_path):
     df = _manifest(scenes_manifest)
     first, second = df.iloc[:20], df.iloc[10:]
