@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from mavias.errors import UserError
 
@@ -80,3 +81,10 @@ class JudgeResponseError(JudgeError):
 
 class JudgeBudgetSpentError(JudgeError):
     """The run's request budget or deadline is spent; the judge sends nothing more."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` as messages, logs and reports show it: without a user:password or a query that may hold a key."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "") + parts.path

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from pydantic import SecretStr
 
-from mavias.core.judging.base import RelevanceJudge
+from mavias.core.judging.base import RelevanceJudge, shown_url
 from mavias.core.judging.guards import RequestBudget
 from mavias.errors import UserError
 
@@ -44,7 +44,7 @@ def describe_judge(settings: JudgeSettings) -> tuple[str, str | None]:
     """What decided relevance, in words, and its measured quality where it is known."""
     if settings.kind == "offline":
         return "the offline judge (WordNet + MiniLM)", OFFLINE_QUALITY
-    return f"the LLM judge {settings.model} at {settings.base_url}", None
+    return f"the LLM judge {settings.model} at {shown_url(settings.base_url)}", None
 
 
 def make_judge(

@@ -42,6 +42,7 @@ from mavias.core.judging.base import (
     JudgeStats,
     JudgeUnavailableError,
     batches,
+    shown_url,
 )
 from mavias.core.judging.guards import RequestBudget
 
@@ -156,6 +157,18 @@ def _refused_parameter(error: openai.APIStatusError) -> str | None:
     return next((name for name in ("max_tokens", "temperature") if name in text.replace("max_completion", "")), None)
 
 
+def check_base_url(base_url: str) -> None:
+    """An http(s) URL with a host, or one line saying what one looks like."""
+    parts = urlsplit(base_url)
+    try:
+        parts.port  # noqa: B018 - read to check it
+    except ValueError:
+        parts = urlsplit("")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise JudgeConfigError(f"--base-url {shown_url(base_url) if parts.hostname else base_url!r} is not an http(s) "
+                               "URL with a host", hint="e.g. http://127.0.0.1:8000/v1 or https://api.openai.com/v1")
+
+
 def key_may_travel(base_url: str) -> bool:
     """A key goes only over https or to this machine (loopback), never in clear text across a network."""
     parts = urlsplit(base_url)
@@ -205,11 +218,13 @@ class LLMJudge:
     ):
         if samples < 1:
             raise JudgeConfigError(f"samples must be at least 1, got {samples}")
+        check_base_url(base_url)
         key = api_key_from_environment(api_key)
         if key != NO_KEY and not key_may_travel(base_url):
-            raise JudgeConfigError(f"refusing to send the LLM key in clear text to {base_url}",
+            raise JudgeConfigError(f"refusing to send the LLM key in clear text to {shown_url(base_url)}",
                                    hint="use an https:// endpoint, or a server on this machine (127.0.0.1)")
         self.base_url = base_url
+        self.where = shown_url(base_url)  # what messages and logs name
         self.model = model
         self.prompt_version = prompt_version
         self.batch_size = batch_size
@@ -234,7 +249,9 @@ class LLMJudge:
         """The model and the server that answers for it (local servers answer any model name with what they load),
         so decisions cached from one endpoint are never taken for another's."""
         vote, url = f"+vote{self.samples}" if self.samples > 1 else "", urlsplit(self.base_url)
-        return f"llm:{self.model}{vote}@{url.hostname}" + (f":{url.port}" if url.port else "")  # never user:password
+        path = url.path.rstrip("/")  # a gateway's models behind one host (/qwen/v1, /llama/v1) are other judges
+        return (f"llm:{self.model}{vote}@{url.hostname}" + (f":{url.port}" if url.port else "")  # never user:password
+                + ("" if path in ("", "/v1") else path))
 
     def judge(self, class_name: str, tags: list[str]) -> set[str]:
         return {tag for batch in batches(tags, self.batch_size) for tag in self._vote(class_name, batch)}
@@ -265,7 +282,7 @@ class LLMJudge:
             try:
                 content = self._complete(class_name, tags, style)
             except _StyleUnsupportedError:
-                log.info("%s does not take response_format style %r; trying the next", self.base_url, style)
+                log.info("%s does not take response_format style %r; trying the next", self.where, style)
                 continue
             self.style = style
             return self._read(content, tags)
@@ -308,13 +325,13 @@ class LLMJudge:
             completion = client.chat.completions.create(**request)
         except openai.APIStatusError as error:
             if not self.reasoning and _refused_parameter(error):
-                log.info("%s refused %r: switching to reasoning-model parameters", self.base_url,
+                log.info("%s refused %r: switching to reasoning-model parameters", self.where,
                          _refused_parameter(error))
                 self.reasoning = True
                 return self._complete(class_name, tags, style)
             if style != "plain" and _is_style_error(error):
                 raise _StyleUnsupportedError(style) from error
-            config_error = _config_error(error, self.base_url, self.model)
+            config_error = _config_error(error, self.where, self.model)
             if config_error is not None:
                 raise config_error from None  # the server's text may echo (part of) the key
             raise
@@ -342,22 +359,22 @@ class LLMJudge:
         try:
             return retrying(call)
         except CutOffAnswerError as error:
-            raise JudgeResponseError(f"{self.model} at {self.base_url}: {error}",
+            raise JudgeResponseError(f"{self.model} at {self.where}: {error}",
                                      hint="use a model whose answers (with any hidden reasoning) fit that limit, or "
                                           "--judge offline") from error
         except UnreadableAnswerError as error:
-            raise JudgeResponseError(f"{self.model} at {self.base_url}: {error}",
+            raise JudgeResponseError(f"{self.model} at {self.where}: {error}",
                                      hint="use a model that follows JSON instructions, or --judge offline") from error
         except openai.APIError as error:
             if not _is_transient(error):  # refused for good (a content filter, a context too long, no credit)
                 status = getattr(error, "status_code", None)
                 raise JudgeResponseError(
-                    f"{self.model} at {self.base_url} refused a request ({type(error).__name__}"
+                    f"{self.model} at {self.where} refused a request ({type(error).__name__}"
                     f"{f', HTTP {status}' if status else ''})",  # not its text: a server may echo the request
                     hint="check the model's limits and the account, or use --judge offline") from None
             attempts = self._max_retries + 1
             raise JudgeUnavailableError(
-                f"{self.base_url} failed {attempts} time(s) in a row; last: {type(error).__name__}: {error}",
+                f"{self.where} failed {attempts} time(s) in a row; last: {type(error).__name__}: {error}",
                 hint="check that the endpoint is up and --base-url (or $MAVIAS_LLM_BASE_URL) is right (lower "
                      "--timeout / --max-retries to fail sooner), or use --judge offline",
             ) from error
@@ -365,11 +382,14 @@ class LLMJudge:
     def _wait(self, state: RetryCallState) -> float:
         retry_after = _retry_after(state.outcome.exception() if state.outcome else None)
         backoff = self._backoff * 2 ** (state.attempt_number - 1)
-        return min(self._max_wait, backoff if retry_after is None else retry_after)
+        remaining = None if self.budget is None else self.budget.remaining_seconds()
+        # never past the deadline: the next attempt's charge then says the budget is spent
+        return min(self._max_wait, backoff if retry_after is None else retry_after,
+                   float("inf") if remaining is None else max(0.0, remaining))
 
     def _count_retry(self, state: RetryCallState) -> None:
         self.stats.retries += 1
         error = state.outcome.exception() if state.outcome else None
         if isinstance(error, UnreadableAnswerError) and not isinstance(error, CutOffAnswerError):
             self._resample = True
-        log.warning("%s: attempt %d failed (%s); retrying", self.base_url, state.attempt_number, type(error).__name__)
+        log.warning("%s: attempt %d failed (%s); retrying", self.where, state.attempt_number, type(error).__name__)

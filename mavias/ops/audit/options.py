@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mavias.core.evaluate.metrics import MIN_SUPPORT
+from mavias.core.judging.base import shown_url
 from mavias.core.judging.factory import JudgeSettings
 from mavias.core.tagging.factory import TaggerSettings
 from mavias.errors import UserError
@@ -44,7 +45,7 @@ class AuditOptions:
         tagger = {k: v for k, v in asdict(self.tagger).items()
                   if k not in ("kind", "device", "cache_dir", "weights_dir", "allow_download")}
         judge = self.judge
-        judged_by = [judge.kind, judge.base_url, judge.model] if judge.kind != "offline" else judge.kind
+        judged_by = [judge.kind, shown_url(judge.base_url), judge.model] if judge.kind != "offline" else judge.kind
         return {"path": str(self.path.resolve()), "layout": self.layout,
                 "tags": None if self.tags is None else _digest(self.tags), "tagger": _jsonable(tagger),
                 "judge": judged_by,

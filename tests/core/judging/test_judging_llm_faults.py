@@ -164,6 +164,43 @@ def test_429_waits_as_long_as_retry_after_says(fake_llm):
     assert judge.stats.retries == 1
 
 
+def test_a_retry_after_beyond_the_deadline_is_not_slept_through(fake_llm):
+    """With 2 s of the run's deadline left, a 429 asking for 120 s ends the judge's work at the deadline."""
+    from mavias.core.judging.base import JudgeBudgetSpentError
+    from mavias.core.judging.guards import RequestBudget
+
+    fake_llm.then(error(429, "slow down", {"Retry-After": "120"}))
+    budget = RequestBudget.lasting(100, 2.0)
+    judge = LLMJudge(fake_llm.base_url, "fake-model", timeout=5, max_wait_seconds=300, budget=budget)
+    started = time.monotonic()
+    with pytest.raises(JudgeBudgetSpentError):
+        judge.judge("bird", TAGS)
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("url", ["localhost:8000/v1", "ftp://host/v1", "http://:8000/v1", "http://host:port/v1"])
+def test_a_base_url_that_is_no_http_url_is_named_at_once(url):
+    with pytest.raises(JudgeConfigError, match="is not an http\\(s\\) URL with a host"):
+        LLMJudge(url, "fake-model")
+
+
+def test_credentials_in_the_base_url_are_shown_nowhere():
+    """user:password or a key in the query stay out of messages, logs, reports and the cache's judge id."""
+    from mavias.core.judging.factory import JudgeSettings, describe_judge
+
+    url = "https://user:s3cret@gateway.example/qwen/v1?key=s3cret"
+    judge = LLMJudge(url, "default", api_key="sk-x")
+    assert "s3cret" not in judge.where + judge.judge_id + describe_judge(JudgeSettings(kind="llm", base_url=url))[0]
+    assert judge.where == "https://gateway.example/qwen/v1"
+
+
+def test_models_behind_one_gateway_are_judges_of_their_own():
+    """Local gateways answer any model name: /qwen/v1 and /llama/v1 on one host must not share cached decisions."""
+    ids = {LLMJudge(f"http://127.0.0.1:9/{name}/v1", "default").judge_id for name in ("qwen", "llama")}
+    assert len(ids) == 2
+    assert LLMJudge("http://127.0.0.1:9/v1", "default").judge_id == "llm:default@127.0.0.1:9"  # caches kept
+
+
 def test_a_response_slower_than_the_timeout_is_retried(fake_llm):
     fake_llm.then(delayed(2, fake_llm.default))
     judge = LLMJudge(fake_llm.base_url, "fake-model", timeout=0.5, backoff_seconds=0.01)
