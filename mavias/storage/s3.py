@@ -91,8 +91,9 @@ class S3Settings(BaseModel):
     incoming_prefix: str = Field("incoming/", description="folder of new data partitions, one subfolder each")
     models_prefix: str = Field("models/", description="folder of the model registry (versions, production pointer)")
     state_prefix: str = Field("state/", description="folder of the pipeline's state (processed partitions)")
-    quarantine_prefix: str = Field("quarantine/", description="folder of refused partitions: <partition>/validation.json "
-                                   "says why (its images stay under incoming/; delete the file to validate it again)")
+    quarantine_prefix: str = Field("quarantine/", description="folder of refused partitions: "
+                                   "<partition>/validation.json says why (its images stay under incoming/; delete "
+                                   "the file to validate it again)")
     access_key_id: SecretStr | None = Field(None, description="from the environment only (MAVIAS_S3_ACCESS_KEY_ID)")
     secret_access_key: SecretStr | None = Field(None, description="from the environment only")
     session_token: SecretStr | None = Field(None, description="from the environment only (temporary credentials)")

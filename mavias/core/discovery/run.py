@@ -178,9 +178,9 @@ def discover_partition(
         batch_size=batch_size, num_workers=num_workers, progress=progress,
     )  # fmt: skip
     if usable.empty:
-        raise NothingToDiscover(f"every one of the {len(df)} image(s) of {name} was quarantined (missing or unreadable): "
-                        "nothing to judge or encode", hint=f"check the images the manifest {manifest_path} names, "
-                        "then discover it again")
+        raise NothingToDiscover(f"every one of the {len(df)} image(s) of {name} was quarantined (missing or "
+                                "unreadable): nothing to judge or encode",
+                                hint=f"check the images the manifest {manifest_path} names, then discover it again")
     tally = DecisionTally()
     relevance = _judge(usable["label"], sample_tags, judge, ws.decisions, review, tally, ws.judged_classes())
     save_relevance(relevance, ws.relevance(name))

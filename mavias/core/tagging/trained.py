@@ -95,11 +95,17 @@ class TrainedTagger:
     def __init__(self, checkpoint: Path, *, vocabulary: Sequence[str] | None = None, threshold: float | None = None):
         state = _read_checkpoint(checkpoint)
         if vocabulary is not None and sorted(set(vocabulary)) != state["vocabulary"]:
-            missing = sorted(set(vocabulary) - set(state["vocabulary"]))[:5]
-            raise TaggerCheckpointError(f"the tagger {checkpoint} tags another vocabulary (it lacks {missing})",
+            asked, known = set(vocabulary), set(state["vocabulary"])
+            lacks, extra = sorted(asked - known), sorted(known - asked)
+            raise TaggerCheckpointError(f"the tagger {checkpoint} tags another vocabulary (it lacks {lacks[:5]}, and "
+                                        f"has {extra[:5]} besides)",
                                         hint="use the tagger trained for this benchmark, or train one for it")
         self.vocabulary: list[str] = state["vocabulary"]
-        self.settings = TaggerTraining(**state["settings"])
+        try:
+            self.settings = TaggerTraining(**state["settings"])
+        except TypeError:  # settings of another version of the tagger
+            raise TaggerCheckpointError(f"{checkpoint} was written by another version of the tagger training",
+                                        hint="train the benchmark's tagger again (mavias data make)") from None
         self.threshold = self.settings.threshold if threshold is None else threshold
         self.model = _network(self.vocabulary, self.settings)
         self.model.load_state_dict(state["state"])

@@ -86,7 +86,8 @@ def run_audit_benchmark(work: Path, bench: ImageBenchmark, seeds: int, progress:
         points = {name: agreement_point(data, bench, path, reference) for name, path in checkpoints.items()}
     agreed = agreement(points)
     return {"held_out": bench.held_out, "sources": sources_measured(folder), "recovery": recoveries,
-            "agreement": agreed, "floors": audit_floors(recoveries, agreed), "wall_seconds": time.perf_counter() - start}
+            "agreement": agreed, "floors": audit_floors(recoveries, agreed),
+            "wall_seconds": time.perf_counter() - start}
 
 
 def audit_floors(recoveries: dict, agreed: dict) -> dict:

@@ -63,6 +63,13 @@ def test_a_checkpoint_of_another_vocabulary_or_no_checkpoint_is_one_line(tmp_pat
     train_tagger(images, tags, vocabulary(CFG), SETTINGS, checkpoint)
     with pytest.raises(TaggerCheckpointError, match="tags another vocabulary .*zebra"):
         TrainedTagger(checkpoint, vocabulary=other)
+    fewer = vocabulary(CFG)[1:]  # the checkpoint has a word more: named too, not "it lacks []"
+    with pytest.raises(TaggerCheckpointError, match=rf"lacks \[\], and has \[{vocabulary(CFG)[0]!r}\] besides"):
+        TrainedTagger(checkpoint, vocabulary=fewer)
+    state = torch.load(checkpoint, weights_only=True)
+    torch.save({**state, "settings": {**state["settings"], "renamed_setting": 1}}, tmp_path / "newer.pt")
+    with pytest.raises(TaggerCheckpointError, match="another version of the tagger training"):
+        TrainedTagger(tmp_path / "newer.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(TaggerCheckpointError, match="cannot be read as a tagger checkpoint"):
         TrainedTagger(tmp_path / "junk.pt")

@@ -37,7 +37,8 @@ def test_every_method_gets_one_length(tmp_path, monkeypatch, asked, trained):
     assert [job[2] for job in searches] == ["ERM", "JTT", "MAVias-PoE"]
     assert {job[-1] for job in searches} == {trained}
     assert report["compute"] == f"{trained:g} x the recipe's steps, every method"
-    assert core._method_root(tmp_path, bench, core.Sources(), "MAVias-PoE", trained, 0).name == f"mavias-poe-x{trained:g}"
+    root = core._method_root(tmp_path, bench, core.Sources(), "MAVias-PoE", trained, 0)
+    assert root.name == f"mavias-poe-x{trained:g}"
 
 
 def test_a_search_of_another_budget_lives_apart_and_the_report_says_the_searched_length(tmp_path):
