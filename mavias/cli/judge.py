@@ -162,6 +162,10 @@ def run(
     """Judge a manifest's tags per class (or a vocabulary for given classes) and write the relevance table."""
     if (manifest is None) == (classes is None):
         raise typer.BadParameter("pass either --manifest or --classes")
+    if classes is not None and tags is not None:
+        raise typer.BadParameter("--tags goes with --manifest (with --classes, --vocabulary names the tags)")
+    if manifest is not None and vocabulary is not None:
+        raise typer.BadParameter("--vocabulary goes with --classes (with --manifest, the images' tags are judged)")
     if classes is not None:
         from mavias.core.tagging.vocabulary import load_vocabulary
 

@@ -47,7 +47,8 @@ def tag(
     top_k: TopK = TAG_TOP_K,
     device: Device = "auto",
     shard: Annotated[str | None, typer.Option(help="tag only shard i/n (several workers split one partition)")] = None,
-    num_shards: Annotated[int, typer.Option(help="shards when --shard is not given", min=1)] = DEFAULT_NUM_SHARDS,
+    num_shards: Annotated[int | None, typer.Option(help=f"shards when --shard is not given [default: "
+                                                        f"{DEFAULT_NUM_SHARDS}]", min=1)] = None,
     store: Annotated[Path | None, typer.Option(help="folder of earlier partitions' tag outputs to reuse", exists=True,
                                                file_okay=False)] = None,
     batch_size: ImageBatchSize = 32,
@@ -61,7 +62,10 @@ def tag(
     from mavias.core.tagging.shards import missing_shards, parse_shard
 
     shard_spec = parse_shard(shard) if shard else None
-    n = shard_spec[1] if shard_spec else num_shards
+    if shard_spec and num_shards not in (None, shard_spec[1]):
+        raise typer.BadParameter(f"--shard {shard} splits the partition in {shard_spec[1]}, --num-shards in "
+                                 f"{num_shards}: give one of them")
+    n = shard_spec[1] if shard_spec else num_shards or DEFAULT_NUM_SHARDS
     df = load_manifest(manifest, check_files=False)  # missing files are quarantined, not fatal
     settings = TaggerSettings(kind=tagger, model=tagger_model, pretrained=pretrained, vocabulary=vocabulary,
                               threshold=threshold, top_k=top_k, device=device, cache_dir=cache_dir,

@@ -172,6 +172,18 @@ def test_bad_sizes_for_the_scale_bench(tmp_path, args):
     fails_cleanly("bench", "scale", *args, "--work", tmp_path, expect="Invalid value")
 
 
+def test_two_options_that_say_different_things_are_refused(files):
+    """Neither is quietly dropped for the other."""
+    for name in ("tags.parquet", "vocabulary.txt"):
+        (files / name).write_text("x\n")
+    fails_cleanly("tag", "--manifest", files / "manifest.csv", "--out", files / "tags", "--shard", "0/8",
+                  "--num-shards", "4", expect="--shard 0/8 splits the partition in 8, --num-shards in 4")
+    fails_cleanly("judge", "run", "--classes", "cat", "--tags", files / "tags.parquet", "--out", files / "r.csv",
+                  expect="--tags goes with --manifest")
+    fails_cleanly("judge", "run", "--manifest", files / "manifest.csv", "--vocabulary", files / "vocabulary.txt",
+                  "--out", files / "r.csv", expect="--vocabulary goes with --classes")
+
+
 def test_a_data_bench_of_one_batch_is_refused(tmp_path):
     fails_cleanly("bench", "data", "--batches", "1", "--work", tmp_path, expect="Invalid value")
 
