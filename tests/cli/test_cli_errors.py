@@ -42,7 +42,8 @@ def test_a_relevance_table_as_csv_is_accepted(files):
 
 
 def test_a_relevance_table_is_written_in_the_format_its_name_says(files):
-    args = ["judge", "run", "--classes", "car,bird", "--tags", "wheel,road,wing", "--no-cache", "--out"]
+    (files / "vocabulary.txt").write_text("wheel\nroad\nwing\n")
+    args = ["judge", "run", "--classes", "car,bird", "--vocabulary", str(files / "vocabulary.txt"), "--no-cache", "--out"]
     for name in ("r.csv", "r.parquet"):
         result = runner.invoke(app, [*args, str(files / name)])
         assert result.exit_code == 0, result.output
@@ -539,8 +540,8 @@ def test_a_config_or_vocabulary_that_is_not_text_is_named(files):
 
 @pytest.mark.parametrize("cache", ["truth.csv", "."])
 def test_a_judge_cache_that_is_not_a_database_is_named(files, cache):
-    fails_cleanly("judge", "run", "--classes", "car,bird", "--tags", "wheel,road", "--cache", files / cache, "--out",
-                  files / "rel.parquet", expect=f"judge cache {files / cache} cannot be used")
+    fails_cleanly("judge", "run", "--classes", "car,bird", "--cache", files / cache, "--out", files / "rel.parquet",
+                  expect=f"judge cache {files / cache} cannot be used")
 
 
 @pytest.mark.parametrize("option", [["--timeout", "-1"], ["--max-retries", "-3"]])
