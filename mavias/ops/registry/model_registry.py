@@ -59,6 +59,7 @@ from mavias.storage.s3 import (
 log = logging.getLogger(__name__)
 
 VERSION_MARKER = "_version.json"
+UPLOAD_ROUNDS = 3  # looks at a version's files before giving it up to another publisher
 POINTER_NAME = "production.json"
 
 
@@ -129,26 +130,39 @@ class ModelRegistry:
         (the sha256 stored with them; for older uploads the ETag, the MD5 of a single PUT on unencrypted buckets) are
         kept, the rest uploaded, then the marker written."""
         version_prefix = f"{self.prefix}{_check_name('version', version)}/"
-        there = {obj.key[len(version_prefix):]: obj.etag.strip('"')
-                 for obj in list_objects(self.client, self.settings, version_prefix)}
-        if VERSION_MARKER in there:
-            raise VersionExists(f"{self.version_uri(version)} already exists; versions are immutable")
-        self._check_resumable(local_dir, version, there)
-        try:
-            keys = upload_dir(self.client, self.settings, local_dir, version_prefix, if_none_match=True, skip=there)
-            if not keys:
-                raise RegistryError(f"{local_dir}: no files to publish")
-            files = [key[len(version_prefix) :] for key in keys]
-            marker = {"version": version, "files": files, "at": _now(), "by": self.actor}
-            created = create_json(self.client, self.settings, version_prefix + VERSION_MARKER, marker)
-        except ClientError as err:
-            if is_condition_failure(err):
-                raise VersionExists(f"{self.version_uri(version)} is being published concurrently") from err
-            raise
+        keys = self._upload_files(local_dir, version, version_prefix)
+        files = [key[len(version_prefix) :] for key in keys]
+        marker = {"version": version, "files": files, "at": _now(), "by": self.actor}
+        created = create_json(self.client, self.settings, version_prefix + VERSION_MARKER, marker)
         if not created:
             raise VersionExists(f"{self.version_uri(version)} was published concurrently")
         log.info("model %s: published %s", self.name, self.version_uri(version))
         return self.version_uri(version)
+
+    def _upload_files(self, local_dir: str | Path, version: str, version_prefix: str) -> list[str]:
+        """Every file of the package uploaded under ``version_prefix`` (never over another's); their keys. A file
+        found there on upload (a retried PUT whose first reply was lost, or a second attempt of the same task) is
+        checked and kept when it holds the same bytes, so the publish goes on."""
+        rounds = 0
+        while True:
+            there = {obj.key[len(version_prefix):]: obj.etag.strip('"')
+                     for obj in list_objects(self.client, self.settings, version_prefix)}
+            if VERSION_MARKER in there:
+                raise VersionExists(f"{self.version_uri(version)} already exists; versions are immutable")
+            self._check_resumable(local_dir, version, there)
+            try:
+                keys = upload_dir(self.client, self.settings, local_dir, version_prefix, if_none_match=True,
+                                  skip=there)
+            except ClientError as err:
+                rounds += 1
+                if not is_condition_failure(err):
+                    raise
+                if rounds == UPLOAD_ROUNDS:
+                    raise VersionExists(f"{self.version_uri(version)} is being published concurrently") from err
+                continue  # look again at what is there
+            if not keys:
+                raise RegistryError(f"{local_dir}: no files to publish")
+            return keys
 
     def _check_resumable(self, local_dir: str | Path, version: str, there: dict[str, str]) -> None:
         """Files a cut-off publish left must be this package's own, or the version is somebody else's."""

@@ -61,6 +61,27 @@ def test_a_publish_cut_off_part_way_is_resumed_and_a_foreign_one_refused(registr
     assert registry.versions() == ["v1"]
 
 
+@pytest.mark.parametrize(("landed", "published"), [(b"onnx bytes", True), (b"another model", False)])
+def test_a_file_found_there_on_upload_is_this_packages_or_the_version_is_another_publishers(
+        registry, model_dir, s3_settings, landed, published):
+    """A PUT whose reply was lost is retried by the SDK and refused (the file is there): the same bytes let the
+    publish go on, other bytes are another publisher's version."""
+    other = make_s3_client(s3_settings)
+
+    def land_first(params, **_):
+        if params["Key"].endswith("model.onnx") and not other.list_objects_v2(
+                Bucket=params["Bucket"], Prefix=params["Key"]).get("KeyCount"):
+            other.put_object(Bucket=params["Bucket"], Key=params["Key"], Body=landed)
+
+    registry.client.meta.events.register("provide-client-params.s3.PutObject", land_first)
+    if published:
+        assert registry.publish_version(model_dir, "v1").endswith("/v1/") and registry.versions() == ["v1"]
+    else:
+        with pytest.raises(VersionExists, match="differ from this package"):
+            registry.publish_version(model_dir, "v1")
+        assert registry.versions() == []
+
+
 def test_a_resumed_publish_compares_the_sha256_stored_with_each_file_not_its_etag(registry, model_dir, s3_client,
                                                                                      s3_settings):
     # on an encrypted bucket (SSE-KMS) the ETag is no MD5: the sha256 stored at upload decides, where there is one
