@@ -263,6 +263,9 @@ class ModelRegistry:
         if target is not None and (not history or history[-1].version != target):
             if self._append(history, state.etag, target, "promote", by=f"repair by {self.actor}") is None:
                 raise PromotionConflict(f"model {self.name}: the pointer changed during the repair; nothing written")
+        elif state.problem is not None and not history and not published:
+            # no version to promote yet: no pointer at all (an empty one would read as a lost history once one is)
+            self.client.delete_object(Bucket=self.settings.bucket, Key=self.pointer_key)
         elif state.problem is not None:
             try:
                 self._write(history, state.etag)

@@ -106,3 +106,15 @@ def test_empty_history_while_versions_are_published_is_corrupt_and_repaired(
     with pytest.raises(CorruptPointer, match="repair --name n --version VERSION"):
         nothing_passed.repair()
     assert nothing_passed.repair("v1").version == "v1"
+
+
+def test_a_pointer_repaired_before_any_version_lets_the_first_be_promoted(
+    s3_client, s3_settings: S3Settings, tmp_path: Path  # noqa: ANN001
+) -> None:
+    """Nothing to keep and nothing to promote: the repair leaves no pointer, not an empty one that the first publish
+    would turn into a 'lost history' every night."""
+    registry = ModelRegistry(s3_client, s3_settings, "m")
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=registry.pointer_key, Body=b"")  # an empty upload
+    assert registry.repair() is None
+    _publish(registry, tmp_path, "v1")
+    assert registry.promote("v1", None) and registry.production().version == "v1"
