@@ -41,6 +41,27 @@ def test_lists_only_partitions_with_a_manifest(s3_client, s3_settings):
     assert list_partitions(s3_client, s3_settings) == ["2024-05-01", "2024-05-02"]
 
 
+def test_a_folder_name_with_a_trailing_newline_is_unsafe():
+    """A regex ending in $ also matches before a final newline: such a folder must be ignored, never a partition."""
+    from mavias.ops.nightly.incoming import unsafe_names
+    from mavias.storage.s3 import UnsafeName, check_name
+
+    assert unsafe_names(["p1\n", "p1", "../p2", ".hidden"]) == ["../p2", ".hidden", "p1\n"]
+    with pytest.raises(UnsafeName):
+        check_name("partition", "p1\n")
+
+
+def test_objects_in_the_ledger_that_mark_no_partition_are_left_out(s3_client, s3_settings, caplog):
+    """A backup folder or a stray file under the ledger's prefix must not become a partition name every night."""
+    ledger = ProcessedLedger(s3_client, s3_settings)
+    ledger.mark_processed("p1")
+    for stray in ("backup/p1.json", "notes.txt"):
+        s3_client.put_object(Bucket=s3_settings.bucket, Key=ledger.processed_prefix + stray, Body=b"{}")
+    with caplog.at_level(logging.WARNING):
+        assert ledger.processed() == {"p1"}
+    assert "backup/p1.json" in caplog.text and "notes.txt" in caplog.text
+
+
 def test_pull_is_idempotent_and_repairs_changed_files(s3_client, s3_settings, tmp_path):
     manifest = seed_partition(s3_client, s3_settings, "p1", ["cat", "dog", "cat"], manifest_format="csv")
     manifest_path = pull_partition(s3_client, s3_settings, "p1", tmp_path)

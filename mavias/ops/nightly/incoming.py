@@ -21,11 +21,11 @@ from botocore.client import BaseClient
 
 from mavias.core.manifest.io import ManifestError
 from mavias.storage.s3 import (
-    NAME_PATTERN,
     S3Settings,
     check_name,
     create_json,
     get_json,
+    is_safe_name,
     list_folders,
     list_objects,
     put_json,
@@ -70,7 +70,7 @@ def find_manifest(client: BaseClient, settings: S3Settings, partition: str) -> s
 
 def unsafe_names(folders: Collection[str]) -> list[str]:
     """The folder names that cannot become a path (traversal, separators, odd characters), sorted."""
-    return sorted(p for p in folders if not NAME_PATTERN.match(p) or ".." in p)
+    return sorted(p for p in folders if not is_safe_name(p))
 
 
 def list_partitions(client: BaseClient, settings: S3Settings, exclude: Collection[str] = ()) -> list[str]:
@@ -96,8 +96,15 @@ class ProcessedLedger:
         self.processed_prefix = processed_prefix(settings)
 
     def processed(self) -> set[str]:
-        keys = (obj.key for obj in list_objects(self.client, self.settings, self.processed_prefix))
-        return {key[len(self.processed_prefix) :].removesuffix(".json") for key in keys if key.endswith(".json")}
+        """The partitions with a marker; other objects there (a backup folder, a stray file) are left out, named in
+        the log."""
+        keys = [obj.key[len(self.processed_prefix):] for obj in list_objects(self.client, self.settings,
+                                                                             self.processed_prefix)]
+        marked = {key.removesuffix(".json") for key in keys if key.endswith(".json")}
+        names = {name for name in marked if is_safe_name(name)}
+        if strays := sorted(key for key in keys if key.removesuffix(".json") not in names):
+            log.warning("ignoring object(s) in %s that mark no partition: %s", self.processed_prefix, strays[:5])
+        return names
 
     def quarantined(self) -> set[str]:
         return set(list_folders(self.client, self.settings, self.settings.quarantine_prefix))
