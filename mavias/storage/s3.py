@@ -200,10 +200,18 @@ def s3_uri(settings: S3Settings, key: str) -> str:
     return f"s3://{settings.bucket}/{key}"
 
 
+def is_not_implemented(error: ClientError) -> bool:
+    """501 NotImplemented: the store does not support what the request asks (e.g. a conditional write)."""
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status == 501 or error.response.get("Error", {}).get("Code") == "NotImplemented"
+
+
 def is_transient(error: BaseException) -> bool:
     """Timeouts, refused or dropped connections, 5xx replies and throttling: the store, not the data, is at fault."""
     if isinstance(error, ClientError):
         status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        if is_not_implemented(error):  # a feature the store lacks: asking again cannot help
+            return False
         return status >= 500 or error.response.get("Error", {}).get("Code") in THROTTLING_CODES
     return isinstance(error, (BotoConnectionError, HTTPClientError, IncompleteReadError, ConnectionError, TimeoutError))
 

@@ -31,7 +31,8 @@ def test_a_store_that_ignores_conditions_is_named_with_what_to_do(unconditional_
 
     problem = conditional_write_problem(make_s3_client(settings), settings)
 
-    assert problem.startswith(f"the store at {unconditional_store.endpoint_url} (bucket night) ignores {ignored}: ")
+    assert problem.startswith(f"the store at {unconditional_store.endpoint_url} (bucket night) ignores or does not "
+                              f"support {ignored}: ")
     assert "production pointer are not safe there; use a store that supports conditional writes" in problem
     assert unconditional_store.written and all(
         path.startswith("/night/ops/state/probe/conditional-") for path in unconditional_store.written)
@@ -44,3 +45,13 @@ def test_a_transient_error_propagates_instead_of_passing_the_check(s3_settings, 
 
     with pytest.raises(ClientError, match="SlowDown"):
         conditional_write_problem(make_s3_client(proxied), proxied)
+
+
+def test_a_store_that_does_not_implement_conditional_writes_is_named_at_once(s3_settings, faulty_proxy):
+    """A 501 to If-None-Match is no outage: named in one line, not retried for minutes and then raised."""
+    proxied = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url})
+    faulty_proxy.fail_next(1, 501, method="PUT")
+
+    problem = conditional_write_problem(make_s3_client(proxied), proxied)
+
+    assert "ignores or does not support If-None-Match: " in problem and faulty_proxy.failures_served == 1

@@ -42,7 +42,7 @@ from tests.support.loopback import serve_on_loopback, stop_serving
 
 TEST_CREDENTIALS = {"access_key_id": SecretStr("testing"), "secret_access_key": SecretStr("testing")}
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "expect"}
-ERROR_CODES = {500: "InternalError", 503: "SlowDown"}
+ERROR_CODES = {500: "InternalError", 501: "NotImplemented", 503: "SlowDown"}
 
 
 # -- the server ----------------------------------------------------------------------------------------------
