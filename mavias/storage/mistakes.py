@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+from botocore.exceptions import ClientError, HTTPClientError, NoCredentialsError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from mavias.errors import UserError
 from mavias.storage.s3 import ENV_PREFIX
@@ -18,8 +19,9 @@ def storage_user_error(error: BaseException) -> UserError | None:
         return UserError("no credentials for the object store",
                          hint=f"set {ENV_PREFIX}ACCESS_KEY_ID and {ENV_PREFIX}SECRET_ACCESS_KEY, or the standard AWS "
                               "variables or profile")
-    if isinstance(error, EndpointConnectionError):
-        return UserError(f"cannot reach the object store at {error.kwargs.get('endpoint_url')}",
+    if isinstance(error, BotoConnectionError | HTTPClientError):  # refused, unresolvable, silent (a timeout), cut off
+        where = error.kwargs.get("endpoint_url") or "its endpoint"
+        return UserError(f"cannot reach the object store at {where} ({type(error).__name__})",
                          hint=f"check s3.endpoint_url ({ENV_PREFIX}ENDPOINT_URL) and that the store is running")
     if isinstance(error, ClientError):
         code = str(error.response.get("Error", {}).get("Code", ""))

@@ -61,6 +61,7 @@ CONDITION_FAILURES = {"PreconditionFailed", "ConditionalRequestConflict"}
 
 # Every name that becomes a path or a key (partitions, versions, model names): no separators, no leading dot.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+BUCKET_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # no scheme, no folder (stores differ on the rest)
 THROTTLING_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded",
                     "TooManyRequestsException", "ServiceUnavailable", "InternalError"}
 
@@ -122,6 +123,14 @@ class S3Settings(BaseModel):
     @classmethod
     def _folder(cls, value: str) -> str:
         return folder_prefix(value)
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket_name(cls, value: str) -> str:
+        if not BUCKET_PATTERN.fullmatch(value):
+            raise ValueError(f"{value!r} is not a bucket name (letters, digits, '.', '_' or '-'; no s3:// and no "
+                             "folder: a folder goes in the *_prefix settings)")
+        return value
 
 
 def folder_prefix(value: str) -> str:

@@ -224,3 +224,21 @@ def test_cli(s3_settings, registry, model_dir, monkeypatch):
     for args in (["list", "--name", "../x"], ["promote", "../v1"]):  # a user's mistake: exit status 2, as every one
         unsafe = runner.invoke(root, ["registry", *args], env=env)
         assert unsafe.exit_code == 2 and "invalid" in unsafe.output and "Traceback" not in unsafe.output
+
+
+def test_a_bucket_given_as_a_uri_and_a_store_that_never_answers_are_one_line_each(tmp_path):
+    """`MAVIAS_S3_BUCKET=s3://models` and an endpoint that accepts connections but never replies (a read timeout,
+    not a refused connection): exit status 2 and what to check, never a traceback."""
+    import socket
+
+    runner = CliRunner()
+    as_uri = runner.invoke(root, ["registry", "show", "--name", "m"], env={"MAVIAS_S3_BUCKET": "s3://models"})
+    assert as_uri.exit_code == 2 and "'s3://models' is not a bucket name" in as_uri.output
+    assert "Traceback" not in as_uri.output
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; nobody ever answers
+        env = {"MAVIAS_S3_BUCKET": "models", "MAVIAS_S3_ENDPOINT_URL": f"http://127.0.0.1:{silent.getsockname()[1]}",
+               "MAVIAS_S3_READ_TIMEOUT_S": "0.5", "MAVIAS_S3_MAX_ATTEMPTS": "1", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing"}
+        silent_store = runner.invoke(root, ["registry", "show", "--name", "m"], env=env)
+    assert silent_store.exit_code == 2 and "cannot reach the object store at http://127.0.0.1:" in silent_store.output
+    assert "ReadTimeoutError" in silent_store.output and "Traceback" not in silent_store.output
