@@ -47,7 +47,7 @@ from tenacity import (
 )
 
 from mavias.errors import UserError
-from mavias.storage.deadline import StorageDeadline, register_deadline
+from mavias.storage.deadline import StorageDeadline, reading_body, register_deadline
 from mavias.storage.parallel import run_parallel
 from mavias.utils.atomic import atomic_path
 from mavias.utils.disk import sha256_file
@@ -405,7 +405,8 @@ def _fetch(client: BaseClient, settings: S3Settings, key: str, path: Path, etag:
            sync: bool = True) -> None:
     """Stream ``key`` into ``path``; with ``etag``, an object that changed since it was listed is refused (412)."""
     response = client.get_object(Bucket=settings.bucket, Key=key, **({"IfMatch": etag} if etag else {}))
-    with atomic_path(path, sync=sync) as tmp:
+    with atomic_path(path, sync=sync) as tmp, reading_body(client) as check_deadline:
         with tmp.open("wb") as fh:
             for chunk in response["Body"].iter_chunks(1 << 20):
+                check_deadline()
                 fh.write(chunk)

@@ -162,6 +162,42 @@ def test_a_step_deadline_counts_only_the_time_spent_waiting_on_the_store(s3_clie
     assert time.monotonic() - started < 4  # one read timeout (the deadline), then the next attempt is refused
 
 
+def test_a_store_that_trickles_a_body_is_stopped_at_the_step_deadline(s3_settings, tmp_path):
+    """The headers come at once, then the body crawls (each read within the read timeout): the time spent reading it
+    is time waited on the store, and the step stops at its deadline instead of never (a real server on loopback)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mavias.storage.s3 import download_file
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Length", str(20 << 20))
+            self.send_header("ETag", '"e"')
+            self.end_headers()
+            try:
+                for _ in range(20):
+                    time.sleep(0.3)
+                    self.wfile.write(b"x" * (1 << 20))
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client stopped reading
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        trickling = s3_settings.model_copy(update={"endpoint_url": f"http://127.0.0.1:{server.server_port}"})
+        client = make_s3_client(trickling, deadline_s=1.0, step="pull")
+        started = time.monotonic()
+        with pytest.raises(StorageDeadline, match=r"pull step's deadline of 1 s \(at reading a response body"):
+            download_file(client, trickling, "k", tmp_path / "k")
+        assert time.monotonic() - started < 4 and not (tmp_path / "k").exists()
+    finally:
+        server.shutdown()
+
+
 def test_a_pull_cut_off_part_way_resumes_with_the_files_it_lacks(s3_client, s3_settings, faulty_proxy, tmp_path):
     manifest = seed_partition(s3_client, s3_settings, "big", ["cat", "dog"] * 5)
     proxied = s3_settings.model_copy(update={"endpoint_url": faulty_proxy.endpoint_url, "max_attempts": 1,
