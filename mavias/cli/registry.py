@@ -76,8 +76,12 @@ def list_versions(name: NameOption, config: ConfigOption = None) -> None:
     """Published versions; production is marked with '*'."""
     with _exit_on_registry_error():
         registry = _registry(name, config)
-        current = registry.production()
+        state = registry.pointer_state()  # a corrupt pointer: the versions to choose from are listed all the same
+        current = None if state.problem or not state.history else state.history[-1]
         versions = registry.versions()
+    if state.problem:
+        typer.echo(f"warning: production is unknown, the pointer is corrupt ({state.problem}); choose one of these: "
+                   f"mavias registry repair --name {name} --version VERSION", err=True)
     if not versions:
         typer.echo(f"no published version of {name!r} under {s3_uri(registry.settings, registry.prefix)}: check "
                    "--name (the model_name the nightly publishes under)", err=True)

@@ -22,6 +22,7 @@ from mavias.ops.nightly.dataset import VERSION_DATASET, load_prepared
 from mavias.ops.nightly.layout import CHECKPOINT_NAME, layout
 from mavias.ops.nightly.release import model_version
 from mavias.ops.registry.model_card import CARD_NAME, lineage_from_files, write_model_card
+from mavias.ops.registry.model_registry import GATES_NAME
 from mavias.utils.atomic import write_json
 from mavias.utils.disk import sha256_file
 
@@ -55,7 +56,7 @@ def package(cfg: NightlyConfig, dataset: Dataset, candidate: Candidate, evaluate
     write_json(out / "classes.json", classes)
     write_json(out / VERSION_DATASET, {"digest": dataset["digest"], "partitions": dataset["partitions"]})
     write_json(out / "latency.json", latency)
-    write_json(out / "gates.json", dict(gates))
+    write_json(out / GATES_NAME, dict(gates))
     shutil.copyfile(evaluated["candidate"], out / "metrics.json")
     dataset_dir = Path(dataset["dir"]) / "dataset"
     lineage = lineage_from_files(

@@ -59,6 +59,7 @@ from mavias.storage.s3 import (
 log = logging.getLogger(__name__)
 
 VERSION_MARKER = "_version.json"
+GATES_NAME = "gates.json"  # a version's gate report, as the nightly packages it
 UPLOAD_ROUNDS = 3  # looks at a version's files before giving it up to another publisher
 POINTER_NAME = "production.json"
 
@@ -236,8 +237,8 @@ class ModelRegistry:
         return onnx.get("sha256") if isinstance(onnx, dict) else None
 
     def _published_gates_passed(self, version: str) -> bool:
-        gates = get_json(self.client, self.settings, f"{self.prefix}{version}/gates.json")
-        return gates is None or bool(gates[0].get("passed", False))
+        gates = get_json(self.client, self.settings, f"{self.prefix}{version}/{GATES_NAME}")
+        return gates is None or (isinstance(gates[0], dict) and bool(gates[0].get("passed", False)))
 
     def repair(self, version: str | None = None) -> PointerRecord | None:
         """Rebuild a corrupt pointer, as a conditional write over the corrupt one (a concurrent fix wins).

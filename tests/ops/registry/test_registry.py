@@ -242,3 +242,15 @@ def test_a_bucket_given_as_a_uri_and_a_store_that_never_answers_are_one_line_eac
         silent_store = runner.invoke(root, ["registry", "show", "--name", "m"], env=env)
     assert silent_store.exit_code == 2 and "cannot reach the object store at http://127.0.0.1:" in silent_store.output
     assert "ReadTimeoutError" in silent_store.output and "Traceback" not in silent_store.output
+
+
+def test_list_names_the_versions_to_choose_from_when_the_pointer_is_corrupt(s3_settings, registry, model_dir,
+                                                                            s3_client):
+    """`repair` asks for a VERSION: `list` must still list them (production unknown), not fail on the pointer."""
+    _publish(registry, model_dir, "v1", "v2")
+    s3_client.put_object(Bucket=s3_settings.bucket, Key=registry.pointer_key, Body=b"{not json")
+    env = {"MAVIAS_S3_BUCKET": s3_settings.bucket, "MAVIAS_S3_ENDPOINT_URL": s3_settings.endpoint_url,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "MAVIAS_MODEL_NAME": "resnet"}
+    listed = CliRunner().invoke(app, ["list"], env=env)
+    assert listed.exit_code == 0 and listed.stdout.split("\n")[:2] == ["  v1", "  v2"]
+    assert "production is unknown, the pointer is corrupt" in listed.output and "repair --name resnet" in listed.output
