@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mavias.errors import UserError
 from mavias.ops.registry import ModelRegistry
 from mavias.storage.s3 import S3Settings, download_file, list_objects, make_s3_client, upload_dir, upload_file
 from mavias.tools.demo.services import (
@@ -41,6 +42,7 @@ DEMO_GATES = Path(__file__).with_name("demo_gates.yaml")
 DEMO_BIAS = 0.95  # P(background / co-object aligned with the class), as in UrbanCars and the built-in benchmark
 DEMO_IMAGE_SIZE = 32  # drawn at the size the built-in benchmark trains at, so the recipe's own choices fit two cores
 FIRST_NIGHT = date(2025, 1, 1)
+DEMO_MARKER = ".mavias-demo"  # a work folder the demo made, whose pipeline folders it may empty
 
 
 # -- data -----------------------------------------------------------------------------------------------------------
@@ -163,6 +165,7 @@ def run_demo(
     def step(name: str):  # noqa: ANN202 - a context manager timing one demo step
         return _timed(console, name, timings)
 
+    _claim(workdir)
     with step("generate synthetic-scenes"):
         data = make_demo_data(workdir / "data", n_train=n_train, n_val=n_val, n_test_per_cell=n_test_per_cell,
                               bg_align=DEMO_BIAS, coobj_align=DEMO_BIAS, image_size=DEMO_IMAGE_SIZE)
@@ -190,6 +193,16 @@ def run_demo(
     reports = sorted((workdir / "workspace" / "nights").glob("*/report/attempt-*/report.html"))
     return DemoResult(workdir, nights, reports, sorted((workdir / "mail").glob("*.eml")), production, onnx_uri,
                       onnx_local, history, time.perf_counter() - started, timings)
+
+
+def _claim(workdir: Path) -> None:
+    """Make ``workdir`` the demo's, or refuse a folder of the user's: each run empties its pipeline folders."""
+    earlier = (workdir / "nightly.yaml").is_file() and (workdir / "data").is_dir()  # a demo of an earlier version
+    if workdir.is_dir() and any(workdir.iterdir()) and not (workdir / DEMO_MARKER).exists() and not earlier:
+        raise UserError(f"{workdir} holds files and is no demo folder: the demo empties its airflow/, workspace/, "
+                        "mail/, staging/, bucket/ and logs/ on every run", hint="pass a new or empty --workdir")
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / DEMO_MARKER).touch()
 
 
 def _fresh(workdir: Path) -> None:
