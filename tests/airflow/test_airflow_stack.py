@@ -76,3 +76,19 @@ def test_one_night_runs_to_the_end_under_the_scheduler(stack: tuple) -> None:
         assert tasks[task_id] == "success", task_id
     assert "mavias" in deployment.emails()[-1]["Subject"]
     print(f"one night under the scheduler: {seconds:.0f} s")  # noqa: T201 - quoted in BENCHMARKS.md
+
+
+def test_every_port_the_stack_opens_is_on_loopback(stack: tuple) -> None:
+    """The stack's processes listen on 127.0.0.1 only (Airflow's scheduler log server would bind every interface)."""
+    import ipaddress
+
+    import psutil
+
+    _, home, _ = stack
+    pids = set()
+    for entry in local_airflow.read_state(home)["components"].values():
+        process = psutil.Process(local_airflow.pid_of(entry))
+        pids |= {process.pid, *(child.pid for child in process.children(recursive=True))}
+    listening = [c for c in psutil.net_connections("inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
+    assert listening, "the api-server listens"
+    assert all(ipaddress.ip_address(c.laddr.ip).is_loopback for c in listening), listening

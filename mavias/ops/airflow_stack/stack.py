@@ -144,7 +144,10 @@ def connections(cfg: NightlyConfig, port: int, smtp: tuple[str, int] | None) -> 
 
 def components(executor: Executor, gpu_queue: str) -> dict[str, list[str]]:
     """Component name -> its ``airflow`` arguments."""
-    found = {"api-server": ["api-server"], "dag-processor": ["dag-processor"], "scheduler": ["scheduler"]}
+    # --skip-serve-logs: Airflow's log server binds every interface on a fixed port; the api-server reads the
+    # task logs from the stack's own log folder
+    found = {"api-server": ["api-server"], "dag-processor": ["dag-processor"],
+             "scheduler": ["scheduler", "--skip-serve-logs"]}
     if executor == "celery":
         for queue in (DEFAULT_QUEUE, gpu_queue):
             found[f"worker-{queue}"] = ["celery", "worker", "--queues", queue, "--celery-hostname", f"{queue}@%h",
