@@ -209,3 +209,28 @@ def test_a_failed_up_stops_the_postgres_it_started(tmp_path: Path) -> None:
             local_airflow.up(tmp_path, port=free_port(), executor="celery", db_port=db_port,
                              broker_port=taken.getsockname()[1])
     assert not _answers(db_port) and not (tmp_path / local_airflow.STATE_NAME).exists()
+
+
+def test_redis_starts_in_a_home_whose_path_has_a_space(tmp_path: Path) -> None:
+    from mavias.ops.airflow_stack.services import start_redis
+
+    home = tmp_path / "my stack"
+    home.mkdir()
+    service = start_redis(home, free_port(), home / "redis.log")
+    try:
+        assert psutil.Process(service.pid).is_running()
+    finally:
+        stop_processes([psutil.Process(service.pid)], signal.SIGTERM, 10)
+
+
+@pytest.mark.parametrize(("check", "url", "expect"), [
+    ("check_broker", "redis://:s3cret@127.0.0.1:abc/0", "--broker-url is no URL with a host"),
+    ("check_database", "postgresql://airflow:s3cret@127.0.0.1:1/airflow", "did not answer within 1 s"),
+    ("check_database", "postgresql://airflow:s3cret@127.0.0.1:1/airflow?sslmode=nonsense", "did not answer within"),
+])
+def test_a_service_url_that_is_wrong_is_one_line_without_its_password(check: str, url: str, expect: str) -> None:
+    from mavias.ops.airflow_stack import services
+
+    with pytest.raises(UserError, match=expect) as error:
+        getattr(services, check)(url, timeout_s=1)
+    assert "s3cret" not in str(error.value)

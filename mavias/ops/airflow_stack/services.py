@@ -73,19 +73,33 @@ def require_free_port(port: int, component: str, option: str) -> None:
 
 
 def _wait(check: Callable[[], None], process: subprocess.Popen | None, what: str, fix: str,
-          timeout_s: float) -> None:
+          timeout_s: float, secret: str | None = None) -> None:
     try:
         wait_for(check, process, timeout_s=timeout_s, interval_s=0.5)
     except ProcessExited as exited:
         raise UserError(f"the {what} exited with code {exited.code} as it started: {fix}") from None
     except Exception as err:  # noqa: BLE001 - any failure to answer means "not up yet"; this is the last one
         failure = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if secret:  # a driver's message may quote the whole URL, password included
+            failure = failure.replace(secret, "***")
         raise UserError(f"the {what} did not answer within {timeout_s:.0f} s ({failure}): {fix}") from None
 
 
-def _host_port(url: str) -> str:
+def _host_port(url: str, option: str) -> str:
+    """``host[:port]`` of a service URL, or one line saying the option's URL is not one."""
     parts = urlsplit(url.removeprefix("db+"))
-    return f"{parts.hostname}:{parts.port}"
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if not parts.hostname or port == -1:
+        raise UserError(f"{option} is no URL with a host (and a port, if any) (e.g. redis://:PASSWORD@127.0.0.1:6379/0 "
+                        "or postgresql://USER:PASSWORD@127.0.0.1:5432/airflow)")
+    return parts.hostname + ("" if port is None else f":{port}")
+
+
+def _password(url: str) -> str | None:
+    return urlsplit(url.removeprefix("db+")).password
 
 
 def _connect_database(url: str) -> None:
@@ -102,14 +116,14 @@ def _ping_broker(url: str) -> None:
 
 def check_database(url: str, *, timeout_s: float = READY_TIMEOUT_S, option: str = "--database-url") -> None:
     """Wait for the metadata database (it may be starting); fail with what to do."""
-    _wait(lambda: _connect_database(url), None, f"metadata database (PostgreSQL at {_host_port(url)})",
-          f"start it, or fix {option}", timeout_s)
+    _wait(lambda: _connect_database(url), None, f"metadata database (PostgreSQL at {_host_port(url, option)})",
+          f"start it, or fix {option}", timeout_s, secret=_password(url))
 
 
 def check_broker(url: str, *, timeout_s: float = 10.0, option: str = "--broker-url") -> None:
     """The Celery broker answers; else no worker can take a task: fail with what to do."""
-    _wait(lambda: _ping_broker(url), None, f"Celery broker (Redis at {_host_port(url)})",
-          f"start Redis there, or fix {option}", timeout_s)
+    _wait(lambda: _ping_broker(url), None, f"Celery broker (Redis at {_host_port(url, option)})",
+          f"start Redis there, or fix {option}", timeout_s, secret=_password(url))
 
 
 def _binary(name: str, candidates: list[Path]) -> str:
@@ -172,6 +186,11 @@ def _create_database(url: str) -> None:
         connection.close()
 
 
+def _redis_quoted(path: Path) -> str:
+    """A path as one argument of a redis.conf line (the file splits lines on spaces)."""
+    return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def start_redis(home: Path, port: int, log: Path) -> Service:
     """Start Redis on 127.0.0.1:``port`` with a password and an append-only file in ``home/redis``."""
     require_free_port(port, "Celery broker (Redis)", "--broker-port")
@@ -179,7 +198,8 @@ def start_redis(home: Path, port: int, log: Path) -> Service:
     data.mkdir(mode=0o700, exist_ok=True)
     password = secrets.token_urlsafe(24)
     config = data / "redis.conf"
-    write_secret(config, f"bind 127.0.0.1\nport {port}\nprotected-mode yes\nrequirepass {password}\ndir {data}\n"
+    write_secret(config, f"bind 127.0.0.1\nport {port}\nprotected-mode yes\nrequirepass {password}\n"
+                         f"dir {_redis_quoted(data)}\n"
                          "appendonly yes\nsave \"\"\n")
     with log.open("ab") as out:
         process = subprocess.Popen([_binary("redis-server", []), str(config)], stdout=out, stderr=subprocess.STDOUT,
