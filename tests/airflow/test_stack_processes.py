@@ -234,3 +234,19 @@ def test_a_service_url_that_is_wrong_is_one_line_without_its_password(check: str
     with pytest.raises(UserError, match=expect) as error:
         getattr(services, check)(url, timeout_s=1)
     assert "s3cret" not in str(error.value)
+
+
+def test_a_second_up_or_down_on_a_home_in_use_is_refused_at_once(tmp_path: Path) -> None:
+    """Two at once would each keep only their own processes in the state file; `down` would miss the other's."""
+    from filelock import FileLock
+
+    from mavias.ops.airflow_stack.exclusive import LOCK_NAME
+
+    home = tmp_path / "airflow"
+    home.mkdir()
+    with FileLock(home / LOCK_NAME):  # an `up` still starting, in another terminal
+        for action in (lambda: local_airflow.up(home, port=free_port()), lambda: local_airflow.down(home)):
+            with pytest.raises(UserError, match="another `mavias airflow up` or `down` is running on"):
+                action()
+    assert local_airflow.down(home) == []  # free again: nothing recorded, nothing to stop
+    assert local_airflow.down(tmp_path / "never made") == [] and not (tmp_path / "never made").exists()

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from mavias.errors import UserError
+from mavias.ops.airflow_stack.exclusive import one_at_a_time
 from mavias.ops.airflow_stack.services import (
     WORKER_NAME_ENV,
     Recorded,
@@ -176,6 +177,7 @@ def read_state(home: Path) -> dict | None:
     return state
 
 
+@one_at_a_time(makes_home=True)
 def up(home: Path, config: Path | None = None, *, port: int = 8080, smtp: tuple[str, int] | None = None,
        executor: Executor = "local", db_port: int | None = None, broker_port: int | None = None,
        database_url: str | None = None, broker_url: str | None = None, heartbeat_timeout_s: int = 120,
@@ -225,7 +227,7 @@ def _prepare_home(home: Path) -> None:
 def _undo(home: Path, state: dict, new: bool, recorded_before: dict) -> None:
     """Stop what a failed :func:`up` started: the whole stack when it was new, else the components it restarted."""
     if new:
-        down(home)
+        _stop_stack(home)
         return
     written = _written(home)
     restarted = [find_process(name, entry, written) for name, entry in state["components"].items()
@@ -324,10 +326,16 @@ def _worker_connected(log: Path, offset: int) -> None:
         raise WorkerNotConnected(str(log))
 
 
+@one_at_a_time(makes_home=False)
 def down(home: Path, *, grace_s: float = STOP_GRACE_S) -> list[str]:
     """Stop what :func:`up` started in ``home`` (components with the processes they started, then the services) and
     forget it; a recorded pid that now belongs to another process is left alone, with a warning. The names stopped
     (or found stopped already)."""
+    return _stop_stack(home, grace_s=grace_s)
+
+
+def _stop_stack(home: Path, *, grace_s: float = STOP_GRACE_S) -> list[str]:
+    """:func:`down` without the home's lock (an `up` that failed holds it already)."""
     home = home.resolve()
     state = read_state(home)
     if state is None:
