@@ -250,3 +250,25 @@ def test_a_second_up_or_down_on_a_home_in_use_is_refused_at_once(tmp_path: Path)
                 action()
     assert local_airflow.down(home) == []  # free again: nothing recorded, nothing to stop
     assert local_airflow.down(tmp_path / "never made") == [] and not (tmp_path / "never made").exists()
+
+
+def test_an_initdb_that_fails_is_one_line_and_leaves_no_password_or_folder_behind(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    import tempfile
+
+    from mavias.ops.airflow_stack import services
+
+    before = set(Path(tempfile.gettempdir()).glob("mavias-postgres-*"))
+    monkeypatch.setattr(services, "_postgres_binary", lambda name: "/bin/false")  # e.g. a locale initdb refuses
+    with pytest.raises(UserError, match="initdb failed \\(exit 1\\); see"):
+        services.start_postgres(tmp_path, free_port(), tmp_path / "postgres.log")
+    assert not list(tmp_path.rglob("password")) and set(Path(tempfile.gettempdir()).glob("mavias-postgres-*")) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL runs as its own account only when started by root")
+def test_root_without_a_postgres_account_is_told_what_to_do(tmp_path: Path, monkeypatch) -> None:
+    from mavias.ops.airflow_stack import services
+
+    monkeypatch.setattr(services, "PG_ACCOUNT", "no-such-account")
+    with pytest.raises(UserError, match="no 'no-such-account' account to run it as"):
+        services.start_postgres(tmp_path, free_port(), tmp_path / "postgres.log")

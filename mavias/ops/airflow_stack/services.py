@@ -141,35 +141,64 @@ def _postgres_binary(name: str) -> str:
 def start_postgres(home: Path, port: int, log: Path) -> Service:
     """Start PostgreSQL on 127.0.0.1:``port`` (initialised on first use) and create the ``airflow`` database."""
     require_free_port(port, "metadata database (PostgreSQL)", "--db-port")
+    binaries = {name: _postgres_binary(name) for name in ("initdb", "postgres")}  # named before anything is made
     as_root = os.geteuid() == 0
+    if as_root:
+        _require_account(PG_ACCOUNT)
     account = {"user": PG_ACCOUNT, "group": PG_ACCOUNT, "extra_groups": []} if as_root else {}
     data = Path(tempfile.mkdtemp(prefix="mavias-postgres-")) if as_root else home / "postgres"
-    data.mkdir(mode=0o700, exist_ok=True)
-    if as_root:
-        shutil.chown(data, PG_ACCOUNT, PG_ACCOUNT)
-    secret = home / "secrets" / "postgres-password"
-    if not (data / "pgdata" / "PG_VERSION").exists():
-        write_secret(secret, secrets.token_urlsafe(24))
-        password_file = data / "password"
-        password_file.write_text(secret.read_text())
+    try:
+        data.mkdir(mode=0o700, exist_ok=True)
         if as_root:
-            shutil.chown(password_file, PG_ACCOUNT, PG_ACCOUNT)
+            shutil.chown(data, PG_ACCOUNT, PG_ACCOUNT)
+        secret = home / "secrets" / "postgres-password"
+        if not (data / "pgdata" / "PG_VERSION").exists():
+            _initdb(binaries["initdb"], data, secret, log, account)
         with log.open("ab") as out:
-            subprocess.run([_postgres_binary("initdb"), "-D", str(data / "pgdata"), "-U", DB_USER, "-A",
-                            "scram-sha-256", f"--pwfile={password_file}"], stdout=out, stderr=subprocess.STDOUT,
-                           check=True, **account)
-        password_file.unlink()
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [_postgres_binary("postgres"), "-D", str(data / "pgdata"), "-c", "listen_addresses=127.0.0.1",
-             "-c", f"port={port}", "-c", "unix_socket_directories="],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **account)
+            process = subprocess.Popen(
+                [binaries["postgres"], "-D", str(data / "pgdata"), "-c", "listen_addresses=127.0.0.1",
+                 "-c", f"port={port}", "-c", "unix_socket_directories="],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **account)
+    except BaseException:
+        if as_root:  # a temporary folder of root's: nobody else would remove it
+            shutil.rmtree(data, ignore_errors=True)
+        raise
     server = f"postgresql+psycopg2://{DB_USER}:{secret.read_text()}@127.0.0.1:{port}"
     with _stopped_on_failure(process):
         _wait(lambda: _connect_database(f"{server}/postgres"), process, "metadata database (PostgreSQL)",
               f"see {log}", READY_TIMEOUT_S)
         _create_database(f"{server}/postgres")
     return Service(process.pid, f"{server}/{DB_NAME}", data, temporary=as_root)
+
+
+def _require_account(name: str) -> None:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        raise UserError(f"PostgreSQL refuses to run as root, and there is no {name!r} account to run it as",
+                        hint=f"create one (useradd --system {name}), run `mavias airflow up` as another user, or "
+                             "pass --database-url of a running PostgreSQL") from None
+
+
+def _initdb(initdb: str, data: Path, secret: Path, log: Path, account: dict) -> None:
+    """A new cluster in ``data/pgdata`` whose superuser's password is ``secret`` (the copy initdb reads is removed
+    whatever happens)."""
+    write_secret(secret, secrets.token_urlsafe(24))
+    password_file = data / "password"
+    write_secret(password_file, secret.read_text())
+    try:
+        if account:
+            shutil.chown(password_file, PG_ACCOUNT, PG_ACCOUNT)
+        with log.open("ab") as out:
+            done = subprocess.run([initdb, "-D", str(data / "pgdata"), "-U", DB_USER, "-A", "scram-sha-256",
+                                   f"--pwfile={password_file}"], stdout=out, stderr=subprocess.STDOUT, **account)
+    finally:
+        password_file.unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise UserError(f"initdb failed (exit {done.returncode}); see {log}",
+                        hint="fix what it says (often the locale: set LANG=C.UTF-8), then run this again")
 
 
 def _create_database(url: str) -> None:
