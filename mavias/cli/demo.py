@@ -14,9 +14,9 @@ from mavias.utils.console import make_console
 
 
 def demo_command(
-    workdir: Annotated[Path, typer.Option("--workdir", help="work folder (data, S3 and SMTP logs, Airflow home)")] = Path(
-        "runs/demo"
-    ),
+    workdir: Annotated[Path, typer.Option(
+        "--workdir", help="work folder (data, S3 and SMTP logs, Airflow home): new, empty, or one the demo made",
+    )] = Path("runs/demo"),
     n_train: Annotated[int, typer.Option(help="synthetic-scenes training images, split over the two nights",
                                          min=2)] = 4000,
     n_val: Annotated[int, typer.Option(help="validation images, split over the two nights", min=2)] = 1200,

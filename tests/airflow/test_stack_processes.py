@@ -272,3 +272,19 @@ def test_root_without_a_postgres_account_is_told_what_to_do(tmp_path: Path, monk
     monkeypatch.setattr(services, "PG_ACCOUNT", "no-such-account")
     with pytest.raises(UserError, match="no 'no-such-account' account to run it as"):
         services.start_postgres(tmp_path, free_port(), tmp_path / "postgres.log")
+
+
+def test_down_stops_what_a_component_that_died_left_behind(tmp_path: Path) -> None:
+    """A scheduler killed (OOM) leaves its task processes to init; `down` reaches them through its process group."""
+    scheduler = subprocess.Popen(["sh", "-c", "sleep 300 & echo $! ; wait"], stdout=subprocess.PIPE, text=True,
+                                 start_new_session=True)  # as `up` starts every component
+    task = psutil.Process(int(scheduler.stdout.readline()))
+    _write_state(tmp_path, {"scheduler": record_process(scheduler.pid)})
+    scheduler.kill()
+    scheduler.wait()
+    try:
+        _down(tmp_path)
+        assert not task.is_running() or task.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if task.is_running():
+            task.kill()

@@ -350,6 +350,22 @@ def stop_processes(processes: list[psutil.Process], sig: signal.Signals, grace_s
     psutil.wait_procs(alive, timeout=5)
 
 
+def group_members(leaders: set[int]) -> list[psutil.Process]:
+    """The live processes in the process groups of ``leaders`` (each component starts a session of its own): also
+    those a dead component left behind, re-parented to init. A dead leader's pid is not given to a new process while
+    its group still has members, so the group is still the component's."""
+    import psutil
+
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) in leaders:
+                members.append(process)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return members
+
+
 def _signal(process: psutil.Process, sig: signal.Signals) -> None:
     import psutil
 

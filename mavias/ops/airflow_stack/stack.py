@@ -42,6 +42,7 @@ from mavias.ops.airflow_stack.services import (
     check_broker,
     check_database,
     find_process,
+    group_members,
     pid_of,
     protect_secrets,
     record_process,
@@ -348,8 +349,9 @@ def _stop_stack(home: Path, *, grace_s: float = STOP_GRACE_S) -> list[str]:
             log.warning("%s of the stack in %s: pid %d not signalled, %s; check it with `ps -o pid,lstart,args -p %d` "
                         "and stop it yourself if it is the stack's", name, home, recorded.pid, recorded.doubt,
                         recorded.pid)
-    stop_processes([found[name].process for name in state["components"] if found[name].process], signal.SIGTERM,
-                   grace_s)
+    components = [found[name] for name in state["components"]]
+    stop_processes([c.process for c in components if c.process]
+                   + group_members({c.pid for c in components if not c.doubt}), signal.SIGTERM, grace_s)
     for name, service in state["services"].items():
         _stop_service(name, service, found[name], grace_s)
     (home / STATE_NAME).unlink()
