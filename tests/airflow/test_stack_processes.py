@@ -288,3 +288,45 @@ def test_down_stops_what_a_component_that_died_left_behind(tmp_path: Path) -> No
     finally:
         if task.is_running():
             task.kill()
+
+
+_UP_KILLED_WHILE_POSTGRES_STARTS = """
+import os, signal, sys
+from pathlib import Path
+from mavias.ops.airflow_stack import services, stack
+from mavias.utils.servers import free_port
+how = signal.SIGKILL if sys.argv[2] == "kill" else signal.SIGTERM
+
+def killed(check, process, *args, **kwargs):  # while PostgreSQL is starting up
+    print(process.pid, flush=True)
+    os.kill(os.getpid(), how)
+
+services._wait = killed
+stack.up(Path(sys.argv[1]), port=free_port(), executor="celery")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["kill", "term"])
+def test_an_up_killed_while_its_database_starts_leaves_nothing_down_cannot_stop(tmp_path: Path, how: str) -> None:
+    """SIGKILL: the PostgreSQL it started is already in the state file, so `down` stops it. SIGTERM (or a closed
+    terminal's SIGHUP): `up` cleans up after itself as when interrupted."""
+    home = tmp_path / "airflow"
+    done = subprocess.run([sys.executable, "-c", _UP_KILLED_WHILE_POSTGRES_STARTS, str(home), how],
+                          capture_output=True, text=True, timeout=120,
+                          env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    postgres = int(done.stdout.split()[0])
+    if how == "kill":
+        assert local_airflow.read_state(home)["services"]["postgres"]["pid"] == postgres
+        assert not _gone(postgres)
+        local_airflow.down(home)
+    else:
+        assert local_airflow.read_state(home) is None
+    assert _gone(postgres)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -52,6 +52,9 @@ COMMAND_WORDS = {"postgres": ("postgres",), "redis": ("redis-server",)}
 COMPONENT_WORDS = ("airflow", "celery")
 
 
+Started = Callable[[int, Path, bool], None] | None  # (pid, data folder, temporary) of a service just started
+
+
 @dataclass(frozen=True)
 class Service:
     pid: int
@@ -138,8 +141,9 @@ def _postgres_binary(name: str) -> str:
     return _binary(name, [folder / name for folder in versions])
 
 
-def start_postgres(home: Path, port: int, log: Path) -> Service:
-    """Start PostgreSQL on 127.0.0.1:``port`` (initialised on first use) and create the ``airflow`` database."""
+def start_postgres(home: Path, port: int, log: Path, on_start: Started = None) -> Service:
+    """Start PostgreSQL on 127.0.0.1:``port`` (initialised on first use) and create the ``airflow`` database;
+    ``on_start`` hears of the process as soon as it runs (to record it before the wait for it to answer)."""
     require_free_port(port, "metadata database (PostgreSQL)", "--db-port")
     binaries = {name: _postgres_binary(name) for name in ("initdb", "postgres")}  # named before anything is made
     as_root = os.geteuid() == 0
@@ -159,6 +163,8 @@ def start_postgres(home: Path, port: int, log: Path) -> Service:
                 [binaries["postgres"], "-D", str(data / "pgdata"), "-c", "listen_addresses=127.0.0.1",
                  "-c", f"port={port}", "-c", "unix_socket_directories="],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **account)
+        if on_start is not None:
+            on_start(process.pid, data, as_root)
     except BaseException:
         if as_root:  # a temporary folder of root's: nobody else would remove it
             shutil.rmtree(data, ignore_errors=True)
@@ -220,7 +226,7 @@ def _redis_quoted(path: Path) -> str:
     return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def start_redis(home: Path, port: int, log: Path) -> Service:
+def start_redis(home: Path, port: int, log: Path, on_start: Started = None) -> Service:
     """Start Redis on 127.0.0.1:``port`` with a password and an append-only file in ``home/redis``."""
     require_free_port(port, "Celery broker (Redis)", "--broker-port")
     data = home / "redis"
@@ -233,6 +239,8 @@ def start_redis(home: Path, port: int, log: Path) -> Service:
     with log.open("ab") as out:
         process = subprocess.Popen([_binary("redis-server", []), str(config)], stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
+    if on_start is not None:
+        on_start(process.pid, data, False)
     url = f"redis://:{password}@127.0.0.1:{port}/0"
     with _stopped_on_failure(process):
         _wait(lambda: _ping_broker(url), process, "Celery broker (Redis)", f"see {log}", READY_TIMEOUT_S)

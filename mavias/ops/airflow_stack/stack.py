@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -38,7 +39,6 @@ from mavias.ops.airflow_stack.exclusive import one_at_a_time
 from mavias.ops.airflow_stack.services import (
     WORKER_NAME_ENV,
     Recorded,
-    Service,
     check_broker,
     check_database,
     find_process,
@@ -247,21 +247,24 @@ def _start_services(home: Path, state: dict, db_port: int | None, broker_port: i
         check_broker(broker_url)
     logs = home / "logs"
     if database_url is None:
-        database_url = _record_service(home, state, "postgres",
-                                       start_postgres(home, db_port or free_port(), logs / "postgres.log"))
+        database_url = start_postgres(home, db_port or free_port(), logs / "postgres.log",
+                                      on_start=_recorder(home, state, "postgres")).url
     if broker_url is None:
-        broker_url = _record_service(home, state, "redis",
-                                     start_redis(home, broker_port or free_port(), logs / "redis.log"))
+        broker_url = start_redis(home, broker_port or free_port(), logs / "redis.log",
+                                 on_start=_recorder(home, state, "redis")).url
     for name, value in {"database-url": database_url, "broker-url": broker_url,
                         "result-backend": f"db+{database_url}"}.items():
         write_secret(home / "secrets" / name, value)
 
 
-def _record_service(home: Path, state: dict, name: str, service: Service) -> str:
-    state["services"][name] = record_process(service.pid) | {"data_dir": str(service.data_dir),
-                                                             "temporary": service.temporary}
-    write_json(home / STATE_NAME, state)
-    return service.url
+def _recorder(home: Path, state: dict, name: str) -> Callable[[int, Path, bool], None]:
+    """Records the service ``name`` in the state file as soon as it runs: a stack killed while it starts up still
+    has it stopped by `down`."""
+    def record(pid: int, data_dir: Path, temporary: bool) -> None:
+        state["services"][name] = record_process(pid) | {"data_dir": str(data_dir), "temporary": temporary}
+        write_json(home / STATE_NAME, state)
+
+    return record
 
 
 def _require_services_alive(home: Path, state: dict) -> None:
@@ -271,7 +274,11 @@ def _require_services_alive(home: Path, state: dict) -> None:
             raise UserError(f"the stack's {name} in {home} has stopped (see {home / 'logs' / name}.log): "
                             f"`mavias airflow down --home {home}`, then up again")
     if state["executor"] == "celery":
-        check_broker((home / "secrets" / "broker-url").read_text(), option="the broker of `mavias airflow up`")
+        broker = home / "secrets" / "broker-url"
+        if not broker.is_file():  # an `up` killed before its services answered
+            raise UserError(f"the stack in {home} never finished starting (no broker was recorded): "
+                            f"`mavias airflow down --home {home}`, then up again")
+        check_broker(broker.read_text(), option="the broker of `mavias airflow up`")
 
 
 def _start_components(home: Path, state: dict, env: dict[str, str], cfg: NightlyConfig,
