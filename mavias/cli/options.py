@@ -83,7 +83,7 @@ def writable_figure(path: Path | None) -> Path | None:
 
 def model_name(name: str | None) -> str | None:
     """A model name the registry accepts (it names S3 keys), checked as the option is read."""
-    from mavias.storage.s3 import UnsafeName, check_name
+    from mavias.storage.names import UnsafeName, check_name
 
     try:
         return None if name is None else check_name("model name", name)

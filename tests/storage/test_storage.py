@@ -44,7 +44,7 @@ def test_lists_only_partitions_with_a_manifest(s3_client, s3_settings):
 def test_a_folder_name_with_a_trailing_newline_is_unsafe():
     """A regex ending in $ also matches before a final newline: such a folder must be ignored, never a partition."""
     from mavias.ops.nightly.incoming import unsafe_names
-    from mavias.storage.s3 import UnsafeName, check_name
+    from mavias.storage.names import UnsafeName, check_name
 
     assert unsafe_names(["p1\n", "p1", "../p2", ".hidden"]) == ["../p2", ".hidden", "p1\n"]
     with pytest.raises(UnsafeName):

@@ -33,8 +33,9 @@ from mavias.errors import UserError, describe_validation_error
 from mavias.ops.gates import DEFAULT_GATES_PATH
 from mavias.ops.registry.kubernetes import InferenceServiceRef
 from mavias.ops.validation import ValidationSettings
+from mavias.storage.names import check_name
 from mavias.storage.s3 import ENV_PREFIX as S3_ENV_PREFIX
-from mavias.storage.s3 import S3Settings, check_name, environment_settings, folder_prefix
+from mavias.storage.s3 import S3Settings, environment_settings, folder_prefix
 from mavias.utils.mappings import read_yaml_mapping, set_nested
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("nightly_default.yaml")

@@ -17,7 +17,7 @@ from typing import TypedDict
 from mavias.errors import ExplainedFailure, as_user_error
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import REPORTS_DIR, layout
-from mavias.storage.s3 import check_name
+from mavias.storage.names import check_name
 from mavias.utils.atomic import write_json
 
 FAILURES_DIR = "failures"

@@ -20,12 +20,11 @@ from typing import Any
 from botocore.client import BaseClient
 
 from mavias.core.manifest.io import ManifestError
+from mavias.storage.names import check_name, is_safe_name
 from mavias.storage.s3 import (
     S3Settings,
-    check_name,
     create_json,
     get_json,
-    is_safe_name,
     list_folders,
     list_objects,
     put_json,

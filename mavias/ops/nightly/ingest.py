@@ -37,7 +37,8 @@ from mavias.ops.nightly.pull import (
     still_uploading,
 )
 from mavias.ops.validation import CheckResult, ValidationResult, validate_manifest_file
-from mavias.storage.s3 import S3Settings, check_name, is_transient, s3_uri
+from mavias.storage.names import check_name
+from mavias.storage.s3 import S3Settings, is_transient, s3_uri
 from mavias.utils.atomic import write_json
 
 log = logging.getLogger(__name__)

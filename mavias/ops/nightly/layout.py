@@ -2,7 +2,7 @@
 
 A night is identified by its logical date, so a rerun of the same night finds the same folders. Every name that
 becomes a path (partition, version, model) is checked against one pattern first
-(:func:`~mavias.storage.s3.check_name`), so nothing is read or written outside the workspace.
+(:func:`~mavias.storage.names.check_name`), so nothing is read or written outside the workspace.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from mavias.ops.nightly.incoming import MANIFEST_NAMES, MissingManifest
 from mavias.ops.nightly.pull import pull_partition
 from mavias.ops.registry import ModelRegistry
 from mavias.ops.reporting.mail import Outbox
-from mavias.storage.s3 import check_name, make_s3_client, retry_transient, s3_uri
+from mavias.storage.names import check_name
+from mavias.storage.s3 import make_s3_client, retry_transient, s3_uri
 
 if TYPE_CHECKING:  # both import torch: imported where used, since the DAG file imports this module at every parse
     from mavias.core.discovery import Workspace
@@ -95,7 +96,7 @@ def night_id(when: datetime) -> str:
 
 def evaluation_partition(cfg: NightlyConfig) -> str:
     """Discovery name of the evaluation set: it is tagged, judged and encoded like a partition, once per version.
-    It starts with '_', which no incoming partition's name can (:func:`~mavias.storage.s3.check_name`), so a
+    It starts with '_', which no incoming partition's name can (:func:`~mavias.storage.names.check_name`), so a
     partition named "evaluation-v1" never shares its folders."""
     return f"_evaluation-{cfg.evaluation.version}"
 

@@ -41,10 +41,9 @@ from mavias.ops.registry.pointer import (
     production_stack,
     production_stack_or_none,
 )
+from mavias.storage.names import UnsafeName, check_name
 from mavias.storage.s3 import (
     S3Settings,
-    UnsafeName,
-    check_name,
     create_json,
     get_json,
     holds_file,

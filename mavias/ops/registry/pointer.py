@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from mavias.storage.s3 import check_name
+from mavias.storage.names import check_name
 
 
 class PointerRecord(BaseModel):

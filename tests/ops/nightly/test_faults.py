@@ -26,7 +26,8 @@ from mavias.ops.nightly.incoming import ProcessedLedger
 from mavias.ops.nightly.pull import pull_partition, still_uploading
 from mavias.ops.registry import CorruptPointer, ModelRegistry
 from mavias.ops.reporting.mail import SmtpSettings
-from mavias.storage.s3 import S3Settings, UnsafeName, get_json, is_transient
+from mavias.storage.names import UnsafeName
+from mavias.storage.s3 import S3Settings, get_json, is_transient
 from mavias.tools.demo.services import smtp_server
 from mavias.utils.servers import free_port
 from tests.ops.reporting.test_report import visible_text

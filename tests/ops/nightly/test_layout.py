@@ -4,7 +4,8 @@ import pytest
 
 from mavias.ops.nightly.config import NightlyConfig
 from mavias.ops.nightly.layout import evaluation_partition
-from mavias.storage.s3 import S3Settings, UnsafeName, check_name
+from mavias.storage.names import UnsafeName, check_name
+from mavias.storage.s3 import S3Settings
 
 
 def test_no_incoming_partition_can_share_the_evaluation_sets_discovery_folders(tmp_path):
