@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Protocol, runtime_checkable
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from mavias.errors import UserError
 
@@ -86,5 +86,4 @@ class JudgeBudgetSpentError(JudgeError):
 def shown_url(url: str) -> str:
     """``url`` as messages, logs and reports show it: without a user:password or a query that may hold a key."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "") + parts.path
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))

@@ -23,7 +23,7 @@ import logging
 import os
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import openai
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
@@ -158,15 +158,19 @@ def _refused_parameter(error: openai.APIStatusError) -> str | None:
 
 
 def check_base_url(base_url: str) -> None:
-    """An http(s) URL with a host, or one line saying what one looks like."""
+    """An http(s) URL with a host (and a readable port, if any), or one line saying what one looks like."""
     parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not _readable_port(parts):
+        raise JudgeConfigError(f"--base-url {shown_url(base_url)!r} is not an http(s) URL with a host",
+                               hint="e.g. http://127.0.0.1:8000/v1 or https://api.openai.com/v1")
+
+
+def _readable_port(parts: SplitResult) -> bool:
     try:
-        parts.port  # noqa: B018 - read to check it
+        parts.port  # noqa: B018 - urllib checks the port only when it is read
     except ValueError:
-        parts = urlsplit("")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise JudgeConfigError(f"--base-url {shown_url(base_url) if parts.hostname else base_url!r} is not an http(s) "
-                               "URL with a host", hint="e.g. http://127.0.0.1:8000/v1 or https://api.openai.com/v1")
+        return False
+    return True
 
 
 def key_may_travel(base_url: str) -> bool:

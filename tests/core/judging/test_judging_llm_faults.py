@@ -178,10 +178,12 @@ def test_a_retry_after_beyond_the_deadline_is_not_slept_through(fake_llm):
     assert time.monotonic() - started < 10
 
 
-@pytest.mark.parametrize("url", ["localhost:8000/v1", "ftp://host/v1", "http://:8000/v1", "http://host:port/v1"])
+@pytest.mark.parametrize("url", ["localhost:8000/v1", "ftp://host/v1", "http://:8000/v1", "http://host:port/v1",
+                                 "http://user:s3cret@host:port/v1"])
 def test_a_base_url_that_is_no_http_url_is_named_at_once(url):
-    with pytest.raises(JudgeConfigError, match="is not an http\\(s\\) URL with a host"):
+    with pytest.raises(JudgeConfigError, match="is not an http\\(s\\) URL with a host") as error:
         LLMJudge(url, "fake-model")
+    assert "s3cret" not in str(error.value)
 
 
 def test_credentials_in_the_base_url_are_shown_nowhere():
